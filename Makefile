@@ -1,0 +1,29 @@
+# worldgym: `make demo` (set up + run the main job) and `make test` (set up + run the whole test suite).
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+# torch is installed first and on its own so that the extras below never pull a CUDA build by accident.
+# Default: the CPU wheel (on this kind of machine it lies on local disk). With a GPU, use PyPI's default Linux
+# wheel, which is the CUDA build:   make setup TORCH_SPEC=torch
+TORCH_SPEC ?= torch==2.13.0
+EXTRAS ?= llm,gameboy,dev
+export OMP_WAIT_POLICY ?= PASSIVE
+
+.PHONY: setup demo test clean
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml Makefile
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --disable-pip-version-check "$(TORCH_SPEC)"
+	$(BIN)/pip install --quiet --disable-pip-version-check -e ".[$(EXTRAS)]"
+	touch $@
+
+demo: setup
+	$(BIN)/python -m worldgym.demo
+
+test: setup
+	$(BIN)/python -m pytest -q
+
+clean:
+	rm -rf $(VENV) .pytest_cache

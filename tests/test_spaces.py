@@ -1,0 +1,142 @@
+"""Tests for ToolCall, Tool, ToolCallSpace and the JSON-schema subset validator."""
+
+import pickle
+import re
+
+import jsonschema
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from worldgym.spaces import Tool, ToolCall, ToolCallError, ToolCallSpace, validate_json
+
+CALL_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "phone_number": {"type": "string", "minLength": 3, "maxLength": 20},
+        "auth_info": {"type": "object", "additionalProperties": {"type": "string"}},
+        "priority": {"type": "integer", "minimum": 1, "maximum": 5},
+        "channel": {"type": "string", "enum": ["voice", "sms"]},
+        "tags": {"type": "array", "items": {"type": "string"}, "minItems": 1, "maxItems": 3, "uniqueItems": True},
+        "urgent": {"type": "boolean"},
+        "score": {"type": "number"},
+    },
+    "required": ["phone_number", "channel"],
+    "additionalProperties": False,
+}
+TOOLS = [
+    Tool("make_call", "Call a number.", CALL_SCHEMA),
+    Tool("lookup", "Look a company up.", {"type": "object", "properties": {"company": {"type": "string"}},
+                                         "required": ["company"]}),
+]
+
+
+def make_space(seed=0):
+    return ToolCallSpace(TOOLS, seed=seed)
+
+
+def test_contains_accepts_valid_and_rejects_invalid_calls():
+    space = make_space()
+    assert ToolCall("make_call", {"phone_number": "555-0101", "channel": "voice"}) in space
+    assert ToolCall("lookup", {"company": "Acme", "extra": 1}) in space  # additionalProperties defaults to allowed
+    assert ToolCall("nope", {}) not in space
+    assert ToolCall("make_call", {"phone_number": "555-0101"}) not in space  # missing required
+    assert ToolCall("make_call", {"phone_number": "555-0101", "channel": "fax"}) not in space  # enum
+    assert ToolCall("make_call", {"phone_number": 5550101, "channel": "sms"}) not in space  # type
+    assert ToolCall("make_call", {"phone_number": "555", "channel": "sms", "x": 1}) not in space  # no extras
+    assert ToolCall("make_call", {"phone_number": "555", "channel": "sms", "priority": True}) not in space
+    assert ToolCall("make_call", {"phone_number": "555", "channel": "sms", "tags": ["a", "a"]}) not in space
+    assert "make_call" not in space and None not in space
+    assert ToolCall("lookup", ["Acme"]) not in space  # arguments not an object
+
+
+def test_validate_names_the_problem():
+    space = make_space()
+    assert space.validate(ToolCall("make_call", {"channel": "sms"})) == [
+        "make_call: missing required argument 'phone_number'"
+    ]
+    (message,) = space.validate(ToolCall("make_call", {"phone_number": "555", "channel": "fax"}))
+    assert message == "make_call: channel must be one of ['voice', 'sms'], got 'fax'"
+    (message,) = space.validate(ToolCall("call", {}))
+    assert message == "unknown tool 'call'; available tools: ['make_call', 'lookup']"
+    (message,) = space.validate(ToolCallError("bad json"))
+    assert message == "expected a ToolCall, got ToolCallError"
+
+
+def test_sample_is_valid_and_seeded():
+    space_a, space_b = make_space(seed=3), make_space(seed=3)
+    samples_a = [space_a.sample() for _ in range(500)]
+    assert samples_a == [space_b.sample() for _ in range(500)]
+    assert all(call in space_a for call in samples_a)
+    assert {call.name for call in samples_a} == {"make_call", "lookup"}
+    assert samples_a != [make_space(seed=4).sample() for _ in range(500)]
+
+
+def test_equality_hash_pickle_and_jsonable_round_trip():
+    space = make_space(seed=1)
+    space.sample()
+    clone = pickle.loads(pickle.dumps(space))
+    assert clone == space and hash(clone) == hash(space)
+    assert clone.sample() == space.sample()  # RNG state survives pickling
+    assert ToolCallSpace(TOOLS[:1]) != space
+    calls = [space.sample() for _ in range(10)]
+    assert space.from_jsonable(space.to_jsonable(calls)) == calls
+
+
+def test_openai_tools_format():
+    exported = make_space().openai_tools()
+    assert [t["function"]["name"] for t in exported] == ["make_call", "lookup"]
+    assert exported[0] == {"type": "function", "function": {"name": "make_call", "description": "Call a number.",
+                                                            "parameters": CALL_SCHEMA}}
+    assert ToolCallSpace(exported) == make_space()  # OpenAI-format dicts are accepted as tools
+
+
+def test_constructor_rejects_bad_tools():
+    with pytest.raises(ValueError, match="at least one tool"):
+        ToolCallSpace([])
+    with pytest.raises(ValueError, match=re.escape("duplicates ['lookup']")):
+        ToolCallSpace([TOOLS[1], TOOLS[1]])
+    with pytest.raises(ValueError, match="must be a JSON schema of type 'object'"):
+        Tool("x", "", {"type": "string"})
+    with pytest.raises(ValueError, match="identifier"):
+        Tool("not a name", "", {"type": "object"})
+    with pytest.raises(ValueError, match="missing the field 'parameters'"):
+        ToolCallSpace([{"type": "function", "function": {"name": "x"}}])
+
+
+def test_tool_calls_are_hashable_and_serialisable():
+    call = ToolCall("lookup", {"company": "Acme"})
+    assert hash(call) == hash(ToolCall("lookup", {"company": "Acme"}))
+    assert call.to_json() == '{"arguments": {"company": "Acme"}, "name": "lookup"}'
+    assert "object" in ToolCall("lookup", {"company": object()}).to_json()  # never raises
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-10, 10) | st.floats(-10, 10, allow_nan=False) | st.text(max_size=25),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=12), inner, max_size=4),
+    max_leaves=10,
+)
+object_values = st.fixed_dictionaries(
+    {}, optional={key: json_values for key in list(CALL_SCHEMA["properties"]) + ["other"]}
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(value=object_values)
+def test_validator_agrees_with_jsonschema(value):
+    ours = not validate_json(value, CALL_SCHEMA)
+    reference = jsonschema.Draft202012Validator(CALL_SCHEMA).is_valid(value)
+    assert ours == reference
+
+
+def test_validator_agrees_with_jsonschema_on_sampled_calls():
+    space = make_space(seed=11)
+    for _ in range(200):
+        call = space.sample()
+        jsonschema.validate(dict(call.arguments), space.tools[call.name].parameters)
+
+
+def test_numpy_rng_accepted_as_seed():
+    space = ToolCallSpace(TOOLS, seed=np.random.default_rng(5))
+    assert space.sample() in space

@@ -1,0 +1,46 @@
+"""Tests for parsing model text into tool calls."""
+
+import pytest
+
+from worldgym.spaces import ToolCall, ToolCallError
+from worldgym.wrappers import format_tool_call, parse_tool_call
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ('<tool_call>{"name": "f", "arguments": {"x": 1}}</tool_call>', ToolCall("f", {"x": 1})),
+        ('Sure.\n<tool_call>\n{"name": "f", "arguments": {}}\n</tool_call> done', ToolCall("f", {})),
+        ('<tool_call>{"name": "f", "arguments": {"x": "a"}}', ToolCall("f", {"x": "a"})),  # no closing tag
+        ('<tool_call>{"name": "f", "arguments": "{\\"x\\": 2}"}</tool_call>', ToolCall("f", {"x": 2})),
+        ('<tool_call>{"name": "f"}</tool_call>', ToolCall("f", {})),
+        ('<tool_call>{"name":"a","arguments":{}}</tool_call><tool_call>{"name":"b","arguments":{}}</tool_call>',
+         ToolCall("a", {})),
+    ],
+)
+def test_parse_valid_calls(text, expected):
+    assert parse_tool_call(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [
+        ("I am not sure what to do.", "no <tool_call>"),
+        ("<tool_call>{name: f}</tool_call>", "not valid JSON"),
+        ("<tool_call>[1, 2]</tool_call>", "must be a JSON object"),
+        ('<tool_call>{"arguments": {}}</tool_call>', "string field 'name'"),
+        ('<tool_call>{"name": "f", "arguments": "{oops"}</tool_call>', "'arguments' string is not valid JSON"),
+        ('<tool_call>{"name": "f", "arguments": [1]}</tool_call>', "'arguments' must be a JSON object"),
+        ("<tool_call></tool_call>", "not valid JSON"),
+    ],
+)
+def test_parse_malformed_calls_become_errors(text, reason):
+    result = parse_tool_call(text)
+    assert isinstance(result, ToolCallError)
+    assert reason in result.message
+    assert result.raw_text == text
+
+
+def test_format_then_parse_round_trips():
+    call = ToolCall("make_phone_call", {"phone_number": "1-800-555-0100", "auth_info": {"zip": "02139"}})
+    assert parse_tool_call(format_tool_call(call)) == call

@@ -1,0 +1,14 @@
+"""worldgym: environment-first RL. Importing the package registers every env id with Gymnasium.
+
+>>> import gymnasium as gym
+>>> import worldgym
+>>> env = gym.make("CSRPhone-v0")
+"""
+
+from worldgym.registration import register_envs
+
+__version__ = "0.1.0"
+
+register_envs()
+
+__all__ = ["__version__", "register_envs"]

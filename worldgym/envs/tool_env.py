@@ -1,0 +1,118 @@
+"""``ToolEnv``: the shared base of text environments whose actions are tool calls (turns, errors, limits)."""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import gymnasium as gym
+from gymnasium import spaces
+
+from worldgym.spaces import PRINTABLE_CHARSET, Tool, ToolCall, ToolCallError, ToolCallSpace
+
+__all__ = ["ToolEnv", "ToolResult", "to_observation_text"]
+
+_PRINTABLE = "".join(sorted(PRINTABLE_CHARSET))
+
+
+@dataclass
+class ToolResult:
+    """What a tool call produced: the observation ``text``, the ``reward``, whether the task ended, extra ``info``."""
+
+    text: str
+    reward: float = 0.0
+    terminated: bool = False
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+def to_observation_text(text: str, max_length: int) -> str:
+    """``text`` made safe for a ``Text`` observation space: non-printable characters become '?', and it is cut
+    to ``max_length`` characters with a visible marker."""
+    safe = "".join(ch if ch in PRINTABLE_CHARSET else "?" for ch in text)
+    if len(safe) > max_length:
+        marker = " ...[truncated]"
+        safe = safe[: max_length - len(marker)] + marker
+    return safe
+
+
+class ToolEnv(gym.Env[str, ToolCall]):
+    """Base class for tool-call text envs.
+
+    Subclasses describe their task in :meth:`_reset_task` and answer valid calls in :meth:`_call_tool`; this class
+    owns what every such env shares: the :class:`ToolCallSpace` action space and ``Text`` observation space, the
+    turn counter and turn limit (``truncated`` after ``max_turns`` calls), and the answer to invalid actions — a
+    :class:`ToolCallError` from a text wrapper or a call that fails its schema costs a turn and yields an error
+    observation, never an exception.
+
+    Observations are printable-ASCII strings of at most ``max_observation_chars``. ``info`` on reset carries
+    ``tools`` (OpenAI format, for a chat template); on every step it carries ``turn`` and ``response_type``
+    (``"invalid_call"`` for an invalid action).
+    """
+
+    metadata = {"render_modes": ["ansi"]}
+
+    def __init__(self, tools: Sequence[Tool], max_turns: int, max_observation_chars: int = 4096,
+                 render_mode: str | None = None):
+        if max_turns < 1:
+            raise ValueError(f"max_turns must be >= 1, got {max_turns}")
+        if render_mode not in (None, "ansi"):
+            raise ValueError(f"render_mode must be None or 'ansi', got {render_mode!r}")
+        self.action_space = ToolCallSpace(tools)
+        self.observation_space = spaces.Text(max_length=max_observation_chars, min_length=0, charset=_PRINTABLE)
+        self.max_turns = max_turns
+        self.max_observation_chars = max_observation_chars
+        self.render_mode = render_mode
+        self._turn: int | None = None
+        self._transcript: list[str] = []
+
+    @abstractmethod
+    def _reset_task(self, options: dict[str, Any] | None) -> tuple[str, dict[str, Any]]:
+        """Start a new task using ``self.np_random``; return the task prompt and reset info."""
+
+    @abstractmethod
+    def _call_tool(self, call: ToolCall) -> ToolResult:
+        """Answer a call that is valid for ``self.action_space``."""
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+        super().reset(seed=seed)
+        prompt, info = self._reset_task(options)
+        self._turn = 0
+        prompt = to_observation_text(prompt, self.max_observation_chars)
+        self._transcript = [f"TASK: {prompt}"]
+        return prompt, {**info, "tools": self.action_space.openai_tools(), "turn": 0}
+
+    def step(self, action: ToolCall | ToolCallError) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        if self._turn is None:
+            raise gym.error.ResetNeeded("Call reset() before step().")
+        self._turn += 1
+        errors = [action.message] if isinstance(action, ToolCallError) else self.action_space.validate(action)
+        if errors:
+            result = ToolResult(self._error_text(errors), info={"response_type": "invalid_call", "errors": errors})
+        else:
+            result = self._call_tool(action)
+        text = to_observation_text(result.text, self.max_observation_chars)
+        terminated = result.terminated
+        truncated = not terminated and self._turn >= self.max_turns
+        self._transcript.append(f"CALL: {_describe(action)}\nRESULT: {text}")
+        info = {"turn": self._turn, **result.info}
+        return text, float(result.reward), terminated, truncated, info
+
+    @staticmethod
+    def _error_text(errors: list[str]) -> str:
+        return "Error: invalid tool call. " + "; ".join(errors) + ". Call one of the available tools."
+
+    def render(self) -> str | None:
+        """The episode so far as text (``render_mode="ansi"``)."""
+        if self.render_mode == "ansi":
+            return "\n".join(self._transcript)
+        return None
+
+
+def _describe(action: Any) -> str:
+    if isinstance(action, ToolCall):
+        return action.to_json()
+    if isinstance(action, ToolCallError):
+        return f"<invalid: {action.message}>"
+    return f"<invalid action of type {type(action).__name__}>"

@@ -1,0 +1,19 @@
+"""Registers every worldgym env id with Gymnasium, using string entry points so nothing heavy is imported."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+
+# One line per environment: id -> keyword arguments for ``gymnasium.register``.
+ENV_SPECS: dict[str, dict] = {
+    "ZTokenDigits-v0": {"entry_point": "worldgym.envs.ztoken.env:ZTokenDigitsEnv", "max_episode_steps": None},
+    "CSRPhone-v0": {"entry_point": "worldgym.envs.csr_phone.env:CSRPhoneEnv", "max_episode_steps": None},
+}
+
+
+def register_envs() -> None:
+    """Register all worldgym ids; safe to call more than once."""
+    for env_id, kwargs in ENV_SPECS.items():
+        if env_id in gym.registry:
+            continue
+        gym.register(id=env_id, **kwargs)

@@ -1,0 +1,85 @@
+"""Bridges between a model's raw text and tool calls: Hermes-style ``<tool_call>{json}</tool_call>`` blocks."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import gymnasium as gym
+from gymnasium import spaces
+
+from worldgym.spaces import PRINTABLE_CHARSET, ToolCall, ToolCallError, ToolCallSpace
+
+__all__ = ["ParseToolCall", "parse_tool_call", "format_tool_call", "TOOL_CALL_OPEN", "TOOL_CALL_CLOSE"]
+
+TOOL_CALL_OPEN = "<tool_call>"
+TOOL_CALL_CLOSE = "</tool_call>"
+
+
+def format_tool_call(call: ToolCall) -> str:
+    """The Hermes text form of ``call``, as a model should write it."""
+    return f"{TOOL_CALL_OPEN}\n{call.to_json()}\n{TOOL_CALL_CLOSE}"
+
+
+def parse_tool_call(text: str) -> ToolCall | ToolCallError:
+    """The first ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` in ``text``, or why there is none.
+
+    A missing closing tag is tolerated (generation often stops right before it). ``arguments`` may also be a JSON
+    string holding an object. The result is not checked against any schema: that is the env's job.
+
+    >>> parse_tool_call('I will search. <tool_call>{"name": "search_company", "arguments": {"company": "Acme"}}'
+    ...                 '</tool_call>')
+    ToolCall(name='search_company', arguments={'company': 'Acme'})
+    >>> parse_tool_call("Hello!").message
+    'no <tool_call>...</tool_call> block found in the reply'
+    """
+    start = text.find(TOOL_CALL_OPEN)
+    if start < 0:
+        return ToolCallError(f"no {TOOL_CALL_OPEN}...{TOOL_CALL_CLOSE} block found in the reply", text)
+    body = text[start + len(TOOL_CALL_OPEN):]
+    end = body.find(TOOL_CALL_CLOSE)
+    body = (body if end < 0 else body[:end]).strip()
+    try:
+        payload = json.loads(body)
+    except json.JSONDecodeError as error:
+        return ToolCallError(f"the tool call is not valid JSON ({error.msg} at position {error.pos})", text)
+    if not isinstance(payload, dict):
+        return ToolCallError("the tool call must be a JSON object with 'name' and 'arguments'", text)
+    name, arguments = payload.get("name"), payload.get("arguments", {})
+    if not isinstance(name, str):
+        return ToolCallError("the tool call needs a string field 'name'", text)
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments)
+        except json.JSONDecodeError:
+            return ToolCallError("the tool call's 'arguments' string is not valid JSON", text)
+    if not isinstance(arguments, dict):
+        return ToolCallError("the tool call's 'arguments' must be a JSON object", text)
+    return ToolCall(name, arguments)
+
+
+class ParseToolCall(gym.ActionWrapper):
+    """Lets an agent act with raw text: each action string is parsed into a :class:`ToolCall`.
+
+    Text without a well-formed call becomes a :class:`ToolCallError`, which the wrapped tool env answers with an
+    error observation that costs a turn, so a malformed reply never raises. The wrapped env's action space must be
+    a :class:`ToolCallSpace`; this wrapper's action space is ``Text`` over printable characters.
+
+    Args:
+        env: a tool-call env (e.g. ``gym.make("CSRPhone-v0")``).
+        max_action_chars: the longest reply the action space admits.
+    """
+
+    def __init__(self, env: gym.Env, max_action_chars: int = 4096):
+        if not isinstance(env.action_space, ToolCallSpace):
+            raise TypeError(f"ParseToolCall needs an env with a ToolCallSpace action space, got {env.action_space}")
+        super().__init__(env)
+        self.action_space = spaces.Text(
+            max_length=max_action_chars, min_length=0, charset="".join(sorted(PRINTABLE_CHARSET))
+        )
+
+    def action(self, action: Any) -> ToolCall | ToolCallError:
+        """Parse a model reply; non-string actions become a ToolCallError too."""
+        if not isinstance(action, str):
+            return ToolCallError(f"expected the reply as a string, got {type(action).__name__}")
+        return parse_tool_call(action)
