@@ -1,0 +1,128 @@
+"""CSRPhoneEnv: Gymnasium API conformance, determinism, arguments, rewards and rendering."""
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import gymnasium as gym
+import pytest
+from gymnasium.utils.env_checker import check_env
+
+import worldgym  # noqa: F401  (registers CSRPhone-v0)
+from worldgym.envs.csr_phone.env import CSRPhoneEnv
+from worldgym.envs.csr_phone.evaluation import run_episode
+from worldgym.envs.csr_phone.policies import ExpertPolicy, RandomPolicy, TextPolicy
+from worldgym.spaces import PRINTABLE_CHARSET, ToolCall
+from worldgym.wrappers import ParseToolCall
+
+
+def test_check_env_unwrapped_and_wrapped():
+    check_env(gym.make("CSRPhone-v0").unwrapped, skip_render_check=True)
+    check_env(CSRPhoneEnv(difficulty=5, render_mode="ansi"))
+    check_env(ParseToolCall(CSRPhoneEnv(difficulty=3)), skip_render_check=True)
+
+
+def transcript(seed: int, policy_seed: int | None = None, wrapped: bool = False) -> str:
+    env = CSRPhoneEnv(render_mode="ansi")
+    policy = ExpertPolicy() if policy_seed is None else RandomPolicy(policy_seed)
+    if wrapped:
+        env, policy = ParseToolCall(env), TextPolicy(policy)
+    run_episode(env, policy, seed=seed)
+    return env.render()
+
+
+@pytest.mark.parametrize("policy_seed", [None, 5])
+def test_same_seed_same_transcript_including_paraphrases(policy_seed):
+    for seed in range(5):
+        assert transcript(seed, policy_seed) == transcript(seed, policy_seed)
+    assert len({transcript(seed, policy_seed) for seed in range(5)}) == 5
+    assert transcript(3, policy_seed, wrapped=True) == transcript(3, policy_seed)
+
+
+def test_reset_info_and_prompt():
+    env = gym.make("CSRPhone-v0", difficulty=1, split="test")
+    prompt, info = env.reset(seed=0)
+    assert {"tools", "difficulty", "company", "goal", "split", "turn"} <= set(info)
+    assert info["difficulty"] == 1 and info["split"] == "test"
+    assert f"Company: {info['company']}" in prompt and f"Goal: {info['goal']}" in prompt
+    assert "Department: " in prompt
+    names = [tool["function"]["name"] for tool in info["tools"]]
+    assert names == ["search_company", "auth_info_form", "make_phone_call"]
+    _, info = env.reset(seed=0, options={"difficulty": 4})
+    assert info["difficulty"] == 4
+    hidden, _ = env.reset(seed=0, options={"difficulty": 4})
+    assert "Department: " not in hidden
+
+
+def test_splits_draw_from_disjoint_companies():
+    seen = {}
+    for split in ("train", "validation", "test"):
+        env = CSRPhoneEnv(split=split)
+        seen[split] = {env.reset(seed=s)[1]["company"] for s in range(60)}
+    assert not seen["train"] & seen["test"] and not seen["train"] & seen["validation"]
+    assert not seen["validation"] & seen["test"]
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"difficulty": 6}, "difficulty must be one of [1, 2, 3, 4, 5] or None, got 6"),
+    ({"split": "dev"}, "split must be one of ['train', 'validation', 'test'], got 'dev'"),
+    ({"world_seed": -1}, "world_seed must be an int >= 0, got -1"),
+    ({"step_penalty": -0.1}, "step_penalty must be a finite number >= 0 (0 disables it), got -0.1"),
+    ({"render_mode": "human"}, "render_mode must be None or 'ansi', got 'human'"),
+])
+def test_bad_arguments_are_rejected(kwargs, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        CSRPhoneEnv(**kwargs)
+
+
+def test_rewards_termination_and_shaping():
+    env = CSRPhoneEnv(difficulty=5)
+    policy = ExpertPolicy()
+    result = run_episode(env, policy, seed=11)
+    assert result.success and result.episode_return == 1.0
+    shaped = CSRPhoneEnv(difficulty=5, prerequisite_bonus=0.1, step_penalty=0.01)
+    shaped_result = run_episode(shaped, ExpertPolicy(), seed=11)
+    assert shaped_result.turns == result.turns
+    assert shaped_result.episode_return == pytest.approx(1.0 + 2 * 0.1 - 0.01 * result.turns)
+
+
+def test_truncated_after_sixteen_calls_and_observations_are_printable_ascii():
+    env = CSRPhoneEnv(difficulty=2)
+    observation, _ = env.reset(seed=0)
+    call = ToolCall("search_company", {"company": "N\u00f6rth \u2603 Bank"})
+    for turn in range(1, 17):
+        observation, reward, terminated, truncated, info = env.step(call)
+        assert set(observation) <= PRINTABLE_CHARSET and observation in env.observation_space
+        assert info["turn"] == turn and info["response_type"] == "company_not_found"
+        assert (reward, terminated, truncated) == (0.0, False, turn == 16)
+        assert info["task_complete"] is False
+
+
+_TRANSCRIPT_DIGEST = """
+import hashlib
+from worldgym.envs.csr_phone.env import CSRPhoneEnv
+from worldgym.envs.csr_phone.evaluation import run_episode
+from worldgym.envs.csr_phone.policies import ExpertPolicy, RandomPolicy
+from worldgym.spaces import ToolCall
+digest, env = hashlib.sha256(), CSRPhoneEnv(render_mode="ansi")
+for seed in range(6):
+    run_episode(env, ExpertPolicy() if seed % 2 else RandomPolicy(seed), seed=seed)
+    digest.update(env.render().encode())
+env.reset(seed=0)
+for query in ["Norford Bnk", "stone gate air", "Quinford", "x"]:
+    digest.update(env.step(ToolCall("search_company", {"company": query}))[0].encode())
+print(digest.hexdigest())
+"""
+
+
+def test_transcripts_do_not_depend_on_the_process_hash_seed():
+    root = Path(__file__).parents[3]
+    digests = set()
+    for hash_seed in ("1", "2"):
+        env = {**os.environ, "PYTHONHASHSEED": hash_seed, "PYTHONPATH": str(root)}
+        result = subprocess.run([sys.executable, "-c", _TRANSCRIPT_DIGEST], env=env, capture_output=True,
+                                text=True, check=True, cwd=root)
+        digests.add(result.stdout.strip())
+    assert len(digests) == 1
