@@ -1,0 +1,76 @@
+"""Fixtures for the Z-token PPO tests: a tiny native policy and a tiny HF model saved to a tmp dir."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+import worldgym  # noqa: F401  (registers the ids)
+from worldgym.agents.ztoken_ppo import ModelConfig, build_policy
+from worldgym.envs.ztoken import ZTokenVocab
+
+TINY_MODEL = ModelConfig(
+    hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1, head_dim=16, intermediate_size=64
+)
+ENV_KWARGS = {"num_z_tokens": 4, "max_new_tokens": 4, "operand_digits": 1}
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """Tiny models run fastest on one thread on a shared CPU; restore the setting afterwards."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
+
+
+@pytest.fixture
+def env_kwargs() -> dict:
+    """A small env: 4 Z tokens, at most 4 generated tokens, one-digit operands."""
+    return dict(ENV_KWARGS)
+
+
+@pytest.fixture
+def tiny_model() -> ModelConfig:
+    """A one-layer, 32-wide Qwen3."""
+    return TINY_MODEL
+
+
+@pytest.fixture
+def tiny_policy():
+    return build_policy(TINY_MODEL, ZTokenVocab(ENV_KWARGS["num_z_tokens"]))
+
+
+@pytest.fixture(scope="session")
+def hf_model_dir(tmp_path_factory) -> Path:
+    """A tiny Qwen3 causal LM + byte-level BPE tokenizer (no pad token) written with ``save_pretrained``."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
+
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=300, special_tokens=["<eos>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+    )
+    corpus = [f"{a}+{b}={a + b} {a}*{b}={a * b}" for a in range(30) for b in range(30)]
+    tokenizer.train_from_iterator(corpus, trainer)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tokenizer, eos_token="<eos>")
+    config = Qwen3Config(
+        vocab_size=len(fast),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=16,
+        tie_word_embeddings=True,
+    )
+    root = tmp_path_factory.mktemp("hf_tiny")
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        Qwen3ForCausalLM(config).save_pretrained(root)
+    fast.save_pretrained(root)
+    return root

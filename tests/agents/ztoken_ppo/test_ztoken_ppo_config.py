@@ -1,0 +1,43 @@
+"""Config validation: every bad field raises a ValueError naming the field, the value and the fix."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from worldgym.agents.ztoken_ppo import ModelConfig, WarmStartConfig, ZTokenPPOConfig
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"clip_eps": 1.5}, "clip_eps=1.5 is invalid: use a value in (0, 1), e.g. 0.2"),
+        ({"advantage": "vtrace"}, "advantage='vtrace' is invalid: use 'terminal' or 'gae'"),
+        ({"digit_actions": "beam"}, "digit_actions='beam' is invalid"),
+        (
+            {"num_envs": 3, "episodes_per_rollout": 8},
+            "episodes_per_rollout=8 is invalid: use a multiple of num_envs=3",
+        ),
+        ({"update_epochs": 0}, "update_epochs=0 is invalid: use a positive integer"),
+        ({"lr": 0.0}, "lr=0.0 is invalid"),
+        ({"gae_lambda": 1.5}, "gae_lambda=1.5 is invalid: use a value in [0, 1]"),
+        ({"eval_episodes": 10, "num_envs": 4, "episodes_per_rollout": 8}, "eval_episodes=10 is invalid"),
+    ],
+)
+def test_ppo_config_rejects_bad_values(kwargs, message) -> None:
+    with pytest.raises(ValueError, match=re.escape(message)):
+        ZTokenPPOConfig(**kwargs)
+
+
+def test_warm_start_and_model_configs_validate() -> None:
+    with pytest.raises(ValueError, match=re.escape("z_min=(3, 1) is invalid: need 0 <= z_min <= z_max")):
+        WarmStartConfig(z_min=3, z_max=1)
+    with pytest.raises(ValueError, match=re.escape("lr_schedule='cosine' is invalid: use 'onecycle'")):
+        WarmStartConfig(lr_schedule="cosine")
+    with pytest.raises(ValueError, match=re.escape("num_kv_heads=3 is invalid: it must divide num_heads=4")):
+        ModelConfig(num_kv_heads=3)
+
+
+def test_defaults_are_valid_and_serialisable() -> None:
+    assert ZTokenPPOConfig().to_dict()["clip_eps"] == 0.2

@@ -1,0 +1,180 @@
+"""Warm start and PPO end to end on a tiny model: it learns, logs follow the schema, resume is exact."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import replace
+
+import numpy as np
+import pytest
+import torch
+
+from worldgym.agents.ztoken_ppo import (
+    CheckpointError,
+    WarmStartConfig,
+    ZTokenPPOConfig,
+    ZTokenPPOTrainer,
+    build_policy,
+    load_policy,
+    save_checkpoint,
+    warm_start,
+)
+from worldgym.agents.ztoken_ppo.rollout import make_vector_env
+from worldgym.agents.ztoken_ppo.warm_start import collect_scripted_episodes, warm_start_loss
+from worldgym.envs.ztoken import ZTokenVocab
+
+ROLLOUT_KEYS = {
+    "id",
+    "input_ids",
+    "generated_ids",
+    "terminated_by",
+    "num_generated",
+    "digit_logits",
+    "digit_probs",
+    "digit_pred",
+    "digit_true",
+    "reward_full",
+    "partial_scale",
+    "keep_prob",
+    "applied_mask",
+    "applied_count",
+    "correct_count",
+    "reward_partial",
+    "length_penalty",
+    "reward_final",
+    "actions",
+    "logp_old",
+    "entropy",
+    "values",
+}
+
+
+def _ppo_config(tmp_path, env_kwargs: dict, **overrides) -> ZTokenPPOConfig:
+    settings = dict(
+        env_kwargs=env_kwargs,
+        num_envs=4,
+        episodes_per_rollout=16,
+        num_rollouts=2,
+        update_epochs=2,
+        num_minibatches=2,
+        eval_episodes=8,
+        eval_every=1,
+        checkpoint_every=1,
+        lr=1e-3,
+        output_dir=str(tmp_path / "run"),
+        progress=False,
+    )
+    settings.update(overrides)
+    return ZTokenPPOConfig(**settings)
+
+
+def _scripted_batch(seed: int, env_kwargs: dict):
+    envs = make_vector_env("ZTokenDigits-v0", env_kwargs, 4)
+    return collect_scripted_episodes(envs, 8, 1, 3, seed=seed, rng=np.random.default_rng(seed))
+
+
+def test_warm_start_lowers_the_supervised_loss(tiny_policy, tmp_path, env_kwargs) -> None:
+    policy, encoder = tiny_policy
+    obs, digits = _scripted_batch(99, env_kwargs)
+    with torch.no_grad():
+        before, _ = warm_start_loss(policy, encoder.encode(obs), torch.as_tensor(digits), 1.0, 1.0)
+    config = WarmStartConfig(steps=30, batch_size=32, num_envs=4, z_min=1, z_max=3, lr=3e-3)
+    metrics = warm_start(
+        policy, encoder, "ZTokenDigits-v0", env_kwargs, config, tmp_path / "warm.jsonl", progress=False
+    )
+    with torch.no_grad():
+        after, _ = warm_start_loss(policy, encoder.encode(obs), torch.as_tensor(digits), 1.0, 1.0)
+    assert after < 0.8 * before
+    assert set(metrics) == {"warm/token_loss", "warm/digit_loss", "warm/train_exact_match"}
+    assert len((tmp_path / "warm.jsonl").read_text().splitlines()) == 30
+
+
+def test_warm_start_rejects_a_trace_longer_than_the_token_limit(tiny_policy, env_kwargs) -> None:
+    policy, encoder = tiny_policy
+    with pytest.raises(ValueError, match=re.escape("z_max=4 leaves no room for <ANSWER>")):
+        warm_start(
+            policy, encoder, "ZTokenDigits-v0", env_kwargs, WarmStartConfig(steps=1, z_max=4), progress=False
+        )
+
+
+def test_ppo_updates_every_parameter_and_writes_the_rollout_schema(tiny_policy, tmp_path, env_kwargs) -> None:
+    policy, encoder = tiny_policy
+    save_checkpoint(tmp_path / "warm", policy, encoder, env_kwargs["num_z_tokens"])
+    trainer = ZTokenPPOTrainer.from_checkpoint(_ppo_config(tmp_path, env_kwargs), tmp_path / "warm")
+    before = {name: p.detach().clone() for name, p in trainer.policy.named_parameters()}
+    torch.testing.assert_close(before["digit_heads.0.weight"], policy.digit_heads[0].weight)
+    result = trainer.train()
+    unchanged = [n for n, p in trainer.policy.named_parameters() if torch.equal(p.detach(), before[n])]
+    assert not unchanged
+    assert result["rollout"] == 2 and result["env_steps"] >= 2 * 16
+    assert {"eval/exact_match", "eval/digit_accuracy", "eval/z_len_mean", "losses/clip_fraction"} <= set(
+        result
+    )
+    records = [json.loads(line) for line in (tmp_path / "run" / "rollouts.jsonl").read_text().splitlines()]
+    assert len(records) == 32 and ROLLOUT_KEYS <= set(records[0])
+    for record in records:
+        n = record["num_generated"]
+        assert (
+            len(record["actions"])
+            == len(record["logp_old"])
+            == len(record["values"])
+            == len(record["entropy"])
+            == n
+        )
+        assert len(record["generated_ids"]) == n
+    metrics = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [m["rollout"] for m in metrics] == [0, 1, 2] and "eval/exact_match" in metrics[0]
+
+
+def test_resume_continues_the_same_run(tmp_path, env_kwargs, tiny_model) -> None:
+    vocab = ZTokenVocab(env_kwargs["num_z_tokens"])
+    straight = ZTokenPPOTrainer(
+        _ppo_config(tmp_path / "a", env_kwargs, eval_episodes=0), *build_policy(tiny_model, vocab)
+    )
+    straight.train()
+
+    first = ZTokenPPOTrainer(
+        _ppo_config(tmp_path / "b", env_kwargs, eval_episodes=0, num_rollouts=1),
+        *build_policy(tiny_model, vocab),
+    )
+    first.train()
+    resumed = ZTokenPPOTrainer.from_checkpoint(
+        _ppo_config(tmp_path / "b", env_kwargs, eval_episodes=0), first.checkpoint_path, resume=True
+    )
+    assert resumed.rollout_index == 1
+    resumed.train()
+    for (name, a), (_, b) in zip(
+        straight.policy.named_parameters(), resumed.policy.named_parameters(), strict=True
+    ):
+        torch.testing.assert_close(a, b, msg=name)
+    lines = (tmp_path / "b" / "run" / "rollouts.jsonl").read_text()
+    assert lines == (tmp_path / "a" / "run" / "rollouts.jsonl").read_text()
+
+
+def test_bad_checkpoints_raise_typed_errors(tiny_policy, tmp_path, env_kwargs) -> None:
+    with pytest.raises(CheckpointError, match="is not a ztoken_ppo checkpoint"):
+        load_policy(tmp_path)
+    policy, encoder = tiny_policy
+    save_checkpoint(tmp_path / "policy_only", policy, encoder, env_kwargs["num_z_tokens"])
+    with pytest.raises(CheckpointError, match="policy-only checkpoint"):
+        ZTokenPPOTrainer.from_checkpoint(
+            _ppo_config(tmp_path, env_kwargs), tmp_path / "policy_only", resume=True
+        )
+    mismatched = replace(_ppo_config(tmp_path, env_kwargs), env_kwargs={**env_kwargs, "num_z_tokens": 6})
+    with pytest.raises(ValueError, match="policy has 4 Z tokens, env has 6"):
+        ZTokenPPOTrainer(mismatched, policy, encoder)
+
+
+def test_gae_with_greedy_digits_trains_the_token_policy_but_not_the_digit_heads(
+    tiny_policy, tmp_path, env_kwargs
+) -> None:
+    policy, encoder = tiny_policy
+    config = _ppo_config(tmp_path, env_kwargs, advantage="gae", digit_actions="greedy", num_rollouts=1)
+    trainer = ZTokenPPOTrainer(config, policy, encoder)
+    heads = [p.detach().clone() for p in policy.digit_heads.parameters()]
+    embeddings = policy.lm.get_input_embeddings().weight.detach().clone()
+    result = trainer.train()
+    assert all(torch.equal(a, b) for a, b in zip(heads, policy.digit_heads.parameters(), strict=True))
+    assert not torch.equal(embeddings, policy.lm.get_input_embeddings().weight)
+    assert result["losses/value"] > 0

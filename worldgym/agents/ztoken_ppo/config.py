@@ -1,0 +1,228 @@
+"""Configuration dataclasses for the Z-token agent: model, warm start and PPO (the seed's ``conf.py``)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+DigitActions = Literal["sample", "greedy"]
+AdvantageMode = Literal["terminal", "gae"]
+TokenDecoding = Literal["greedy", "sample"]
+LrSchedule = Literal["onecycle", "constant"]
+
+
+def _require(condition: bool, name: str, value: Any, fix: str) -> None:
+    """Raise a ValueError naming the field, the value received and how to fix it."""
+    if not condition:
+        raise ValueError(f"{name}={value!r} is invalid: {fix}")
+
+
+@dataclass
+class ModelConfig:
+    """Which causal LM backs the policy.
+
+    Attributes:
+        pretrained (str | None): HF model name or local path; ``None`` builds a tiny Qwen3 from config
+            over the env's own vocabulary (CPU default). A pretrained model gets ``<Z_i>``, ``<ANSWER>``
+            (and a pad token if missing) added to its tokenizer, with ``resize_token_embeddings``.
+        hidden_size (int): tiny model width. num_layers (int): depth. num_heads (int): attention heads.
+        num_kv_heads (int): key/value heads (must divide num_heads). head_dim (int): per-head width.
+        intermediate_size (int): MLP width.
+        seed (int): seed for the tiny model's and the heads' initialisation.
+    """
+
+    pretrained: str | None = None
+    hidden_size: int = 64
+    num_layers: int = 2
+    num_heads: int = 4
+    num_kv_heads: int = 2
+    head_dim: int = 16
+    intermediate_size: int = 192
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for name in (
+            "hidden_size",
+            "num_layers",
+            "num_heads",
+            "num_kv_heads",
+            "head_dim",
+            "intermediate_size",
+        ):
+            value = getattr(self, name)
+            _require(isinstance(value, int) and value >= 1, name, value, "use a positive integer")
+        _require(
+            self.num_heads % self.num_kv_heads == 0,
+            "num_kv_heads",
+            self.num_kv_heads,
+            f"it must divide num_heads={self.num_heads}",
+        )
+
+
+@dataclass
+class WarmStartConfig:
+    """Supervised "phase 2/3" warm start: digit heads + a scripted Z policy, learnt from env episodes.
+
+    The behaviour policy emits ``k ~ Uniform{z_min..z_max}`` Z tokens (``<Z_0>, <Z_1>, ...`` in order), then
+    ``<ANSWER>``; the true digits come from the env's reward breakdown. The model learns the behaviour's
+    tokens (cross-entropy over the masked token set) and the digits at the ``<ANSWER>`` position.
+
+    Attributes:
+        steps (int): optimiser steps. batch_size (int): episodes per step. lr (float): AdamW learning rate.
+        weight_decay (float): AdamW weight decay. z_min (int), z_max (int): Z trace length range (inclusive).
+        token_loss_coef (float): weight of the Z-policy loss. digit_loss_coef (float): of the digit loss.
+        max_grad_norm (float): gradient clipping. num_envs (int): vector env width for data collection.
+        lr_schedule (Literal["onecycle", "constant"]): both warm up over the first 10% of steps; "onecycle"
+            then anneals to ~0, "constant" holds ``lr`` (better here at 1000 steps; PPO anneals later).
+        seed (int): seeds the env resets and the shuffling.
+    """
+
+    steps: int = 1000
+    batch_size: int = 64
+    lr: float = 2e-3
+    weight_decay: float = 0.01
+    z_min: int = 1
+    z_max: int = 4
+    token_loss_coef: float = 1.0
+    digit_loss_coef: float = 1.0
+    max_grad_norm: float = 1.0
+    lr_schedule: LrSchedule = "constant"
+    num_envs: int = 8
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        _require(
+            self.lr_schedule in ("onecycle", "constant"),
+            "lr_schedule",
+            self.lr_schedule,
+            "use 'onecycle' (warm up, then anneal to ~0) or 'constant' (warm up, then hold)",
+        )
+        for name in ("steps", "batch_size", "num_envs"):
+            value = getattr(self, name)
+            _require(isinstance(value, int) and value >= 1, name, value, "use a positive integer")
+        _require(self.lr > 0, "lr", self.lr, "use a positive learning rate")
+        _require(0 <= self.z_min <= self.z_max, "z_min", (self.z_min, self.z_max), "need 0 <= z_min <= z_max")
+        _require(
+            self.token_loss_coef >= 0 and self.digit_loss_coef >= 0,
+            "loss coefs",
+            (self.token_loss_coef, self.digit_loss_coef),
+            "use non-negative weights",
+        )
+        _require(self.max_grad_norm > 0, "max_grad_norm", self.max_grad_norm, "use a positive norm")
+
+
+@dataclass
+class ZTokenPPOConfig:
+    """PPO over the masked token action and the 5 digits, with a value head and an episodic terminal reward.
+
+    Attributes:
+        env_id (str): a registered env id. env_kwargs (dict): keyword arguments for ``gym.make``.
+        num_envs (int): sub-envs of the ``SyncVectorEnv``.
+        episodes_per_rollout (int): complete episodes per rollout (a multiple of ``num_envs``).
+        num_rollouts (int): rollouts (= PPO iterations) in the whole run.
+        update_epochs (int): passes over each rollout. num_minibatches (int): minibatches (of steps) per pass.
+        lr (float): Adam learning rate. anneal_lr (bool): decay it linearly to 0 over ``num_rollouts``.
+        max_grad_norm (float): gradient-norm clip.
+        clip_eps (float): PPO ratio clip epsilon. value_coef (float): c_v of ``(V_t - R)^2``.
+        entropy_coef (float): c_ent of the entropy bonus (0 by default: the joint entropy includes the
+            digits and any bonus slowed learning here).
+        advantage (Literal["terminal", "gae"]): ``"terminal"``: ``A_t = R - V_t``; ``"gae"``: GAE.
+        gamma (float), gae_lambda (float): used by ``"gae"`` only.
+        normalize_advantages (bool): standardise advantages per minibatch.
+        digit_actions (Literal["sample", "greedy"]): ``"sample"`` makes the digits part of the PPO action
+            (their log-probs join the ratio at ``<ANSWER>`` steps); ``"greedy"`` takes the argmax and trains
+            only the Z/stop choice.
+        eval_episodes (int): held-out episodes per evaluation; 0 disables it.
+            eval_every (int): rollouts between evaluations.
+        eval_token_decoding (Literal["greedy", "sample"]): how evaluation picks Z/<ANSWER>.
+            eval_seed (int): fixes the held-out problems (the same set for every training seed).
+        checkpoint_every (int): rollouts between checkpoints (the last rollout is always saved).
+        log_rollouts (bool): write every episode to ``rollouts.jsonl``.
+        output_dir (str): where metrics, rollouts and checkpoints go.
+        seed (int): seeds env resets, sampling and minibatch shuffling.
+        device (str): torch device for the policy, e.g. ``"cuda"``; sampling uses a generator on that device.
+        progress (bool): show a tqdm bar.
+    """
+
+    env_id: str = "ZTokenDigits-v0"
+    env_kwargs: dict[str, Any] = field(default_factory=dict)
+    num_envs: int = 8
+    episodes_per_rollout: int = 512
+    num_rollouts: int = 10
+    update_epochs: int = 2
+    num_minibatches: int = 4
+    lr: float = 3e-4
+    anneal_lr: bool = True
+    max_grad_norm: float = 1.0
+    clip_eps: float = 0.2
+    value_coef: float = 0.5
+    entropy_coef: float = 0.0
+    advantage: AdvantageMode = "terminal"
+    gamma: float = 1.0
+    gae_lambda: float = 0.95
+    normalize_advantages: bool = True
+    digit_actions: DigitActions = "sample"
+    eval_episodes: int = 256
+    eval_every: int = 5
+    eval_token_decoding: TokenDecoding = "greedy"
+    eval_seed: int = 1234
+    checkpoint_every: int = 5
+    log_rollouts: bool = True
+    output_dir: str = "runs/ztoken_ppo"
+    seed: int = 0
+    device: str = "cpu"
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        for name in (
+            "num_envs",
+            "episodes_per_rollout",
+            "num_rollouts",
+            "update_epochs",
+            "num_minibatches",
+            "eval_every",
+            "checkpoint_every",
+        ):
+            value = getattr(self, name)
+            _require(isinstance(value, int) and value >= 1, name, value, "use a positive integer")
+        _require(
+            self.episodes_per_rollout % self.num_envs == 0,
+            "episodes_per_rollout",
+            self.episodes_per_rollout,
+            f"use a multiple of num_envs={self.num_envs}",
+        )
+        _require(
+            self.eval_episodes >= 0 and self.eval_episodes % self.num_envs == 0,
+            "eval_episodes",
+            self.eval_episodes,
+            f"use 0 (off) or a multiple of num_envs={self.num_envs}",
+        )
+        _require(self.lr > 0, "lr", self.lr, "use a positive learning rate")
+        _require(self.max_grad_norm > 0, "max_grad_norm", self.max_grad_norm, "use a positive norm")
+        _require(0 < self.clip_eps < 1, "clip_eps", self.clip_eps, "use a value in (0, 1), e.g. 0.2")
+        _require(self.value_coef >= 0, "value_coef", self.value_coef, "use a non-negative weight")
+        _require(self.entropy_coef >= 0, "entropy_coef", self.entropy_coef, "use a non-negative weight")
+        _require(
+            self.advantage in ("terminal", "gae"), "advantage", self.advantage, "use 'terminal' or 'gae'"
+        )
+        _require(0 <= self.gamma <= 1, "gamma", self.gamma, "use a value in [0, 1]")
+        _require(0 <= self.gae_lambda <= 1, "gae_lambda", self.gae_lambda, "use a value in [0, 1]")
+        _require(
+            self.digit_actions in ("sample", "greedy"),
+            "digit_actions",
+            self.digit_actions,
+            "use 'sample' or 'greedy'",
+        )
+        _require(
+            self.eval_token_decoding in ("greedy", "sample"),
+            "eval_token_decoding",
+            self.eval_token_decoding,
+            "use 'greedy' or 'sample'",
+        )
+        _require(
+            isinstance(self.env_kwargs, dict), "env_kwargs", self.env_kwargs, "use a dict of gym.make kwargs"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready copy."""
+        return asdict(self)

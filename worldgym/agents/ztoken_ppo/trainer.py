@@ -1,0 +1,250 @@
+"""PPO trainer for the Z-token policy: rollouts from a vector env, clipped updates, logging, checkpoints."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from worldgym.agents.ztoken_ppo.checkpoint import load_policy, load_training_state, save_checkpoint
+from worldgym.agents.ztoken_ppo.config import ZTokenPPOConfig
+from worldgym.agents.ztoken_ppo.encoding import ObservationEncoder
+from worldgym.agents.ztoken_ppo.evaluate import episode_metrics, evaluate_policy
+from worldgym.agents.ztoken_ppo.loss import episode_advantages, ppo_loss
+from worldgym.agents.ztoken_ppo.model import ZTokenPolicy, joint_entropy, joint_log_prob
+from worldgym.agents.ztoken_ppo.rollout import (
+    Episode,
+    append_jsonl,
+    collect_episodes,
+    make_vector_env,
+    vocab_of,
+)
+
+CHECKPOINT_DIR = "checkpoint"
+METRICS_FILE = "metrics.jsonl"
+ROLLOUTS_FILE = "rollouts.jsonl"
+
+
+class ZTokenPPOTrainer:
+    """Runs ``config.num_rollouts`` PPO iterations; ``train()`` continues from wherever the run stands."""
+
+    def __init__(self, config: ZTokenPPOConfig, policy: ZTokenPolicy, encoder: ObservationEncoder) -> None:
+        self.config = config
+        self.policy = policy
+        self.encoder = encoder
+        self.envs = make_vector_env(config.env_id, config.env_kwargs, config.num_envs)
+        self.vocab = vocab_of(self.envs)
+        if len(policy.action_token_ids) != self.vocab.num_z_tokens + 1:
+            raise ValueError(
+                f"policy has {len(policy.action_token_ids) - 1} Z tokens, env has "
+                f"{self.vocab.num_z_tokens}: set env_kwargs['num_z_tokens'] to match the checkpoint"
+            )
+        self.policy.to(config.device)
+        self.optimizer = torch.optim.Adam(policy.parameters(), lr=config.lr)
+        self.generator = torch.Generator(device=config.device).manual_seed(config.seed)
+        self.rollout_index = 0
+        self.env_steps = 0
+        self.output_dir = Path(config.output_dir)
+
+    @classmethod
+    def from_checkpoint(
+        cls, config: ZTokenPPOConfig, path: str | Path, resume: bool = False
+    ) -> ZTokenPPOTrainer:
+        """Start PPO from a saved policy (e.g. the warm start); ``resume=True`` also restores the run."""
+        policy, encoder, _ = load_policy(path)
+        trainer = cls(config, policy, encoder)
+        if resume:
+            state = load_training_state(path, trainer.optimizer, trainer.generator)
+            trainer.rollout_index, trainer.env_steps = int(state["rollout_index"]), int(state["env_steps"])
+            for name in (METRICS_FILE, ROLLOUTS_FILE):
+                _drop_lines_after(trainer.output_dir / name, trainer.rollout_index)
+        return trainer
+
+    @property
+    def checkpoint_path(self) -> Path:
+        """Where this run's latest checkpoint lives."""
+        return self.output_dir / CHECKPOINT_DIR
+
+    def save(self, path: str | Path | None = None) -> Path:
+        """Checkpoint policy, optimizer, RNG and counters."""
+        state = {
+            "rollout_index": self.rollout_index,
+            "env_steps": self.env_steps,
+            "config": self.config.to_dict(),
+        }
+        return save_checkpoint(
+            path or self.checkpoint_path,
+            self.policy,
+            self.encoder,
+            self.vocab.num_z_tokens,
+            self.optimizer,
+            self.generator,
+            state,
+        )
+
+    def collect(self) -> list[Episode]:
+        """One rollout of complete episodes with the current policy (sampled tokens, digits per config)."""
+        seed = self.config.seed * 1_000_003 + self.rollout_index * self.config.num_envs
+        episodes, steps = collect_episodes(
+            self.policy,
+            self.encoder,
+            self.envs,
+            self.config.episodes_per_rollout // self.config.num_envs,
+            seed,
+            self.generator,
+            "sample",
+            self.config.digit_actions,
+            id_prefix=f"r{self.rollout_index}",
+        )
+        self.env_steps += steps
+        return episodes
+
+    def _flatten(self, episodes: list[Episode]) -> dict[str, torch.Tensor]:
+        advantages, returns = [], []
+        for episode in episodes:
+            rewards = torch.zeros(len(episode.tokens))
+            rewards[-1] = episode.reward
+            adv, ret = episode_advantages(
+                rewards,
+                torch.tensor(episode.values),
+                self.config.advantage,
+                self.config.gamma,
+                self.config.gae_lambda,
+            )
+            advantages.append(adv)
+            returns.append(ret)
+        return {
+            "obs": torch.as_tensor(np.stack([o for e in episodes for o in e.observations])),
+            "tokens": torch.tensor([t for e in episodes for t in e.tokens]),
+            "digits": torch.tensor([d for e in episodes for d in e.digits]),
+            "logp_old": torch.tensor([p for e in episodes for p in e.log_probs]),
+            "advantages": torch.cat(advantages),
+            "returns": torch.cat(returns),
+        }
+
+    def update(self, episodes: list[Episode]) -> dict[str, float]:
+        """``update_epochs`` passes of clipped PPO over the rollout's steps, ``num_minibatches`` each."""
+        cfg = self.config
+        batch = {
+            key: value.to(cfg.device) if key != "obs" else value
+            for key, value in self._flatten(episodes).items()
+        }
+        num_steps = batch["tokens"].shape[0]
+        size = -(-num_steps // cfg.num_minibatches)
+        include_digits = cfg.digit_actions == "sample"
+        logs: list[dict[str, float]] = []
+        self.policy.train()
+        for _ in range(cfg.update_epochs):
+            order = torch.randperm(num_steps, generator=self.generator, device=self.generator.device).cpu()
+            for start in range(0, num_steps, size):
+                idx = order[start : start + size]
+                out = self.policy(self.encoder.encode(batch["obs"][idx].numpy()))
+                idx = idx.to(cfg.device)
+                log_probs = joint_log_prob(
+                    out, batch["tokens"][idx], batch["digits"][idx], self.policy.answer_action, include_digits
+                )
+                entropy = joint_entropy(out, self.policy.answer_action, include_digits)
+                advantages = batch["advantages"][idx]
+                if cfg.normalize_advantages and idx.numel() > 1:
+                    advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+                loss, parts = ppo_loss(
+                    log_probs,
+                    batch["logp_old"][idx],
+                    advantages,
+                    out.values,
+                    batch["returns"][idx],
+                    entropy,
+                    cfg.clip_eps,
+                    cfg.value_coef,
+                    cfg.entropy_coef,
+                )
+                self.optimizer.zero_grad()
+                loss.backward()
+                parts["losses/grad_norm"] = float(
+                    torch.nn.utils.clip_grad_norm_(self.policy.parameters(), cfg.max_grad_norm)
+                )
+                self.optimizer.step()
+                logs.append(parts)
+        return {key: float(np.mean([log[key] for log in logs])) for key in logs[0]}
+
+    def evaluate(self) -> dict[str, float]:
+        """Held-out metrics (``eval/*``) on the test split."""
+        cfg = self.config
+        return evaluate_policy(
+            self.policy,
+            self.encoder,
+            cfg.env_id,
+            cfg.env_kwargs,
+            cfg.eval_episodes,
+            cfg.num_envs,
+            cfg.eval_seed,
+            cfg.eval_token_decoding,
+        )
+
+    def close(self) -> None:
+        """Close the training vector env."""
+        self.envs.close()
+
+    def _log(self, metrics: dict[str, Any], episodes: list[Episode] | None) -> None:
+        append_jsonl(self.output_dir / METRICS_FILE, [metrics])
+        if episodes is not None and self.config.log_rollouts:
+            records = [{"rollout": metrics["rollout"], **e.to_record(self.vocab)} for e in episodes]
+            append_jsonl(self.output_dir / ROLLOUTS_FILE, records)
+
+    def train(self) -> dict[str, Any]:
+        """Run the remaining rollouts; return the last metrics (with ``eval/*`` from the final evaluation)."""
+        cfg = self.config
+        self.output_dir.mkdir(parents=True, exist_ok=True)
+        if self.rollout_index == 0 and cfg.eval_episodes:
+            self._log({"rollout": 0, "env_steps": 0, **self.evaluate()}, None)
+        metrics: dict[str, Any] = {}
+        bar = tqdm(
+            range(self.rollout_index, cfg.num_rollouts),
+            desc="ztoken ppo",
+            disable=not cfg.progress,
+            initial=self.rollout_index,
+            total=cfg.num_rollouts,
+        )
+        for _ in bar:
+            start = time.perf_counter()
+            if cfg.anneal_lr:
+                for group in self.optimizer.param_groups:
+                    group["lr"] = cfg.lr * (1.0 - self.rollout_index / cfg.num_rollouts)
+            episodes = self.collect()
+            collect_s = time.perf_counter() - start
+            metrics = {**episode_metrics(episodes, "rollout"), **self.update(episodes)}
+            self.rollout_index += 1
+            last = self.rollout_index == cfg.num_rollouts
+            if cfg.eval_episodes and (self.rollout_index % cfg.eval_every == 0 or last):
+                metrics.update(self.evaluate())
+            metrics.update(
+                {
+                    "rollout": self.rollout_index,
+                    "env_steps": self.env_steps,
+                    "charts/lr": self.optimizer.param_groups[0]["lr"],
+                    "time/collect_s": collect_s,
+                    "time/rollout_s": time.perf_counter() - start,
+                }
+            )
+            self._log(metrics, episodes)
+            bar.set_postfix(
+                reward=f"{metrics['rollout/reward_mean']:.3f}", exact=f"{metrics['rollout/exact_match']:.3f}"
+            )
+            if self.rollout_index % cfg.checkpoint_every == 0 or last:
+                self.save()
+        return metrics
+
+
+def _drop_lines_after(path: Path, rollout_index: int) -> None:
+    """On resume, drop log lines written after the checkpoint (a crash between checkpoints)."""
+    if not path.is_file():
+        return
+    kept = [
+        line for line in path.read_text().splitlines() if json.loads(line).get("rollout", 0) <= rollout_index
+    ]
+    path.write_text("".join(line + "\n" for line in kept))

@@ -1,0 +1,159 @@
+"""ZTokenDigits-v0: answer arithmetic by emitting latent Z tokens, then <ANSWER> with 5 digits."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+from worldgym.envs.ztoken.problems import NUM_DIGITS, ArithmeticProblem, Operator, ProblemSampler, Split
+from worldgym.envs.ztoken.reward import RewardConfig, score_answer
+from worldgym.envs.ztoken.vocab import ZTokenVocab
+
+
+class ZTokenDigitsEnv(gym.Env[np.ndarray, dict[str, Any]]):
+    """Latent-token reasoning over arithmetic problems.
+
+    ## Description
+    Each episode poses one problem (``"12*34="``) whose answer has at most 5 digits. The agent reasons only
+    with latent tokens: every step emits one of ``<Z_0> ... <Z_{V-1}>`` or ``<ANSWER>``; with ``<ANSWER>`` it
+    submits 5 digits (most significant first, leading zeros).
+
+    ## Action Space
+    ``Dict({"token": Discrete(V + 1), "digits": MultiDiscrete([10] * 5)})``: ``token < V`` emits
+    ``<Z_token>``, ``token == V`` emits ``<ANSWER>``. ``digits`` is read only when the episode ends (scored
+    at ``<ANSWER>``, logged at truncation). Actions outside the space raise ``ValueError``.
+
+    ## Observation Space
+    ``MultiDiscrete([vocab_size] * (max_question_length + max_new_tokens))``: the question token ids
+    followed by the Z token ids emitted so far, right-padded with 0. See :class:`ZTokenVocab` for the ids.
+
+    ## Rewards
+    Only the last step is rewarded: 1.0 if all digits are right, else ``partial_scale * correct / applied``
+    over the positions in a seeded keep-prob mask, minus ``length_penalty`` per generated token; truncation
+    gives 0.
+    The final step's ``info`` holds every term (see :class:`RewardBreakdown`).
+
+    ## Episode End
+    Terminated at ``<ANSWER>``; truncated after ``max_new_tokens`` tokens without one.
+
+    ## Arguments
+    ``num_z_tokens`` (V), ``max_new_tokens``, ``ops``, ``operand_digits`` (difficulty), ``split`` ("train" or
+    "test", disjoint by a hash seeded with ``split_seed``), ``test_fraction``, ``partial_scale``,
+    ``keep_prob``, ``length_penalty``, ``render_mode`` ("ansi").
+
+    ## Version History
+    * v0: initial version.
+
+    >>> import gymnasium as gym, worldgym
+    >>> env = gym.make("ZTokenDigits-v0", num_z_tokens=4, max_new_tokens=3)
+    >>> obs, info = env.reset(seed=0)
+    >>> obs, reward, terminated, truncated, info = env.step({"token": 4, "digits": [0, 0, 0, 0, 0]})
+    >>> terminated, info["terminated_by"]
+    (True, 'answer')
+    """
+
+    metadata = {"render_modes": ["ansi"], "render_fps": 4}
+
+    def __init__(
+        self,
+        num_z_tokens: int = 8,
+        max_new_tokens: int = 8,
+        ops: tuple[Operator, ...] = ("+", "*"),
+        operand_digits: int = 2,
+        split: Split = "train",
+        split_seed: int = 0,
+        test_fraction: float = 0.2,
+        partial_scale: float = 0.5,
+        keep_prob: tuple[float, ...] = (0.02, 0.05, 0.1, 0.5, 1.0),
+        length_penalty: float = 0.0,
+        render_mode: Literal["ansi"] | None = None,
+    ) -> None:
+        if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
+        if render_mode not in (None, "ansi"):
+            raise ValueError(f"render_mode must be None or 'ansi', got {render_mode!r}")
+        self.vocab = ZTokenVocab(num_z_tokens)
+        self.sampler = ProblemSampler(tuple(ops), operand_digits, split, split_seed, test_fraction)
+        self.reward_config = RewardConfig(partial_scale, tuple(keep_prob), length_penalty)
+        self.max_new_tokens = max_new_tokens
+        self.render_mode = render_mode
+        self.observation_length = self.sampler.max_question_length + max_new_tokens
+        self.observation_space = spaces.MultiDiscrete(
+            np.full(self.observation_length, self.vocab.size, dtype=np.int64), dtype=np.int64
+        )
+        self.action_space = spaces.Dict(
+            {"token": spaces.Discrete(num_z_tokens + 1), "digits": spaces.MultiDiscrete([10] * NUM_DIGITS)}
+        )
+        self._problem: ArithmeticProblem | None = None
+        self._tokens: list[int] = []
+        self._generated: list[int] = []
+        self._done = True
+
+    @property
+    def answer_action(self) -> int:
+        """The action ``token`` index that emits ``<ANSWER>``."""
+        return self.vocab.num_z_tokens
+
+    def _observation(self) -> np.ndarray:
+        obs = np.zeros(self.observation_length, dtype=np.int64)
+        obs[: len(self._tokens)] = self._tokens
+        return obs
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        """Draw a problem of this env's split; ``options={"problem": ArithmeticProblem}`` pins one instead."""
+        super().reset(seed=seed)
+        problem = (options or {}).get("problem")
+        if problem is not None and not isinstance(problem, ArithmeticProblem):
+            raise TypeError(f"options['problem'] must be an ArithmeticProblem, got {type(problem).__name__}")
+        self._problem = problem if problem is not None else self.sampler.sample(self.np_random)
+        self._tokens = self.vocab.encode_question(self._problem.question)
+        self._generated = []
+        self._done = False
+        return self._observation(), {"question": self._problem.question, "num_generated": 0}
+
+    def step(self, action: dict[str, Any]) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        """Emit one token; at ``<ANSWER>`` (or the token limit) score the digits and end the episode."""
+        if self._done or self._problem is None:
+            raise RuntimeError("step() called on a finished episode; call reset() first")
+        if not self.action_space.contains(_as_space_action(action)):
+            raise ValueError(f"action {action!r} is not in the action space {self.action_space}")
+        token = int(action["token"])
+        token_id = self.vocab.action_to_id(token)
+        self._generated.append(token_id)
+        info: dict[str, Any] = {"question": self._problem.question, "num_generated": len(self._generated)}
+        terminated = token == self.answer_action
+        truncated = not terminated and len(self._generated) >= self.max_new_tokens
+        if not terminated:
+            self._tokens.append(token_id)
+        reward = 0.0
+        if terminated or truncated:
+            self._done = True
+            breakdown = score_answer(
+                np.asarray(action["digits"]),
+                self._problem.digits,
+                len(self._generated),
+                "answer" if terminated else "max_new_tokens",
+                self.reward_config,
+                self.np_random,
+            )
+            info.update(breakdown.to_dict())
+            reward = breakdown.reward_final
+        return self._observation(), reward, terminated, truncated, info
+
+    def render(self) -> str | None:
+        """``"ansi"``: the question and the tokens generated so far."""
+        if self.render_mode != "ansi" or self._problem is None:
+            return None
+        return self._problem.question + self.vocab.decode(self._generated)
+
+
+def _as_space_action(action: Any) -> Any:
+    """Coerce list digits to an array so ``Dict.contains`` can check them; anything else passes through."""
+    if isinstance(action, dict) and isinstance(action.get("digits"), (list, tuple)):
+        return {**action, "digits": np.asarray(action["digits"], dtype=np.int64)}
+    return action
