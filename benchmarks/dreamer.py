@@ -1,0 +1,276 @@
+"""Dreamer v3 benchmarks: s per gradient step, CartPole sample efficiency vs SB3 PPO, replay-ratio accuracy.
+
+    python benchmarks/dreamer.py speed --sizes tiny XS --steps 5        # (1) s/gradient step vs sheeprl
+    python benchmarks/dreamer.py cartpole --seeds 0 1 2 --max-steps 30000  # (2) env steps to mean return 475
+    python benchmarks/dreamer.py ratio --ratios 0.1 0.5 1.0                # (3) replay ratio actual vs target
+
+Each writes ``benchmarks/results/dreamer_<name>.json`` (and a PNG for cartpole) and prints the figures.
+The sheeprl 0.8.4 figures default to the ones in /work/shared/FIELD_NOTES.md; measure fresh ones side by side
+with ``benchmarks/sheeprl_dreamer_step.py`` and pass them as ``--sheeprl-s-per-step``. Set ``--label``
+(e.g. ``shared-load``) when the machine is busy: the label is stored with the figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from worldgym.agents.dreamer_v3 import (
+    CPUEngine,
+    DreamerConfig,
+    LossConfig,
+    OptimConfig,
+    ReplayConfig,
+    ScheduleConfig,
+    model_size,
+)
+from worldgym.agents.dreamer_v3.learner import DreamerLearner
+from worldgym.agents.dreamer_v3.replay import ReplayRing, dreamer_schema
+
+RESULTS = Path(__file__).resolve().parent / "results"
+RUNS = Path(__file__).resolve().parents[1] / "runs" / "benchmarks" / "dreamer"  # git-ignored run folders
+SHEEPRL_S_PER_STEP = {"XS": 18.7}  # FIELD_NOTES: sheeprl 0.8.4 XS on this CPU (its "tiny" dims are unknown)
+SOLVED = 475.0
+
+
+def write_result(name: str, payload: dict[str, Any]) -> Path:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path = RESULTS / f"dreamer_{name}.json"
+    path.write_text(json.dumps(payload, indent=1) + "\n")
+    print(f"wrote {path}")
+    return path
+
+
+def speed(args: argparse.Namespace) -> None:
+    """(1) Mean seconds per gradient step (world model + behavior) on synthetic CartPole-shaped batches."""
+    rows = []
+    for size in args.sizes:
+        cfg = DreamerConfig(
+            model=model_size(size),
+            replay=ReplayConfig(
+                capacity=512,
+                seq_len=args.seq_len,
+                batch_size=args.batch_size,
+                min_ready_steps=args.seq_len,
+                safety_margin=args.seq_len,
+            ),
+        )
+        torch.manual_seed(0)
+        learner = DreamerLearner(cfg, (4,), action_dim=2)
+        ring = ReplayRing(dreamer_schema((4,)), 512, 1, args.seq_len)
+        gen = torch.Generator().manual_seed(0)
+        for t in range(256):
+            ring.write(
+                {
+                    "obs": torch.randn(1, 4, generator=gen),
+                    "action": torch.randint(2, (1,), generator=gen),
+                    "reward": torch.ones(1),
+                    "is_first": torch.tensor([float(t % 50 == 0)]),
+                    "cont": torch.ones(1),
+                    "episode_id": torch.tensor([t // 50]),
+                }
+            )
+            ring.commit()
+        batch, _ = ring.sample(args.batch_size, args.seq_len, gen)
+        learner.train_step(batch, gen)  # warm-up
+        start = time.perf_counter()
+        for _ in range(args.steps):
+            learner.train_step(batch, gen)
+        seconds = (time.perf_counter() - start) / args.steps
+        fresh = size in args.sheeprl_s_per_step
+        theirs = args.sheeprl_s_per_step.get(size, SHEEPRL_S_PER_STEP.get(size))
+        rows.append(
+            {
+                "sheeprl_source": "measured side by side" if fresh else ("FIELD_NOTES" if theirs else None),
+                "size": size,
+                "s_per_step": seconds,
+                "sheeprl_s_per_step": theirs,
+                "speedup": theirs / seconds if theirs else None,
+            }
+        )
+        print(
+            f"{size:>4}: {seconds:.3f} s/step  sheeprl {theirs} s/step  speedup "
+            f"{(theirs / seconds) if theirs else float('nan'):.1f}x"
+        )
+    write_result(
+        "speed",
+        {
+            "label": args.label,
+            "threads": torch.get_num_threads(),
+            "batch_size": args.batch_size,
+            "seq_len": args.seq_len,
+            "rows": rows,
+        },
+    )
+
+
+def cartpole_config(seed: int, max_steps: int, run_dir: Path, replay_ratio: float) -> DreamerConfig:
+    seq_len = 32
+    return DreamerConfig(
+        env_id="CartPole-v1",
+        num_envs=1,
+        total_steps=max_steps,
+        seed=seed,
+        model=model_size("tiny", dense_units=64, recurrent_size=64),
+        replay=ReplayConfig(
+            capacity=max_steps + seq_len,
+            seq_len=seq_len,
+            batch_size=16,
+            min_ready_steps=seq_len,
+            safety_margin=seq_len,
+        ),
+        schedule=ScheduleConfig(replay_ratio=replay_ratio, learning_starts=512, pretrain_steps=1),
+        loss=LossConfig(),
+        optim=OptimConfig(world_lr=3e-4),
+        log_every=250,
+        run_dir=str(run_dir),
+    )
+
+
+def first_solved(records: list[dict[str, Any]]) -> int | None:
+    for record in records:
+        if (record.get("episode/return_mean_10") or 0) >= SOLVED:
+            return int(record["policy_step"])
+    return None
+
+
+def run_dreamer_cartpole(seed: int, max_steps: int, replay_ratio: float) -> list[dict[str, Any]]:
+    run_dir = RUNS / "cartpole" / f"seed{seed}"
+    shutil.rmtree(run_dir, ignore_errors=True)
+    CPUEngine(cartpole_config(seed, max_steps, run_dir, replay_ratio)).run(progress=True)
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def run_ppo_cartpole(seed: int, max_steps: int) -> list[dict[str, Any]]:
+    import gymnasium as gym
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.callbacks import BaseCallback
+
+    class Track(BaseCallback):
+        def __init__(self) -> None:
+            super().__init__()
+            self.returns: list[float] = []
+            self.records: list[dict[str, Any]] = []
+
+        def _on_step(self) -> bool:
+            for info in self.locals["infos"]:
+                if "episode" in info:
+                    self.returns.append(float(info["episode"]["r"]))
+                    recent = self.returns[-10:]
+                    self.records.append(
+                        {
+                            "policy_step": self.num_timesteps,
+                            "episode/return_mean_10": sum(recent) / len(recent),
+                        }
+                    )
+            return True
+
+    env = gym.wrappers.RecordEpisodeStatistics(gym.make("CartPole-v1"))
+    track = Track()
+    PPO("MlpPolicy", env, seed=seed, verbose=0, device="cpu").learn(max_steps, callback=track)
+    return track.records
+
+
+def cartpole(args: argparse.Namespace) -> None:
+    """(2) Env steps until the mean of the last 10 training episodes reaches 475, Dreamer vs SB3 PPO."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    results: dict[str, Any] = {
+        "label": args.label,
+        "max_steps": args.max_steps,
+        "threshold": SOLVED,
+        "runs": [],
+    }
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for seed in args.seeds:
+        for agent in args.agents:
+            start = time.perf_counter()
+            if agent == "dreamer":
+                records = run_dreamer_cartpole(seed, args.max_steps, args.replay_ratio)
+            else:
+                records = run_ppo_cartpole(seed, args.max_steps)
+            solved = first_solved(records)
+            results["runs"].append(
+                {"agent": agent, "seed": seed, "solved_at": solved, "wall_s": time.perf_counter() - start}
+            )
+            print(f"{agent} seed {seed}: solved at {solved} env steps ({time.perf_counter() - start:.0f} s)")
+            points = [
+                (r["policy_step"], r["episode/return_mean_10"])
+                for r in records
+                if r.get("episode/return_mean_10") is not None
+            ]
+            if points:
+                ax.plot(
+                    *zip(*points, strict=True),
+                    label=f"{agent} seed {seed}",
+                    color="C0" if agent == "dreamer" else "C1",
+                    alpha=0.4 + 0.2 * (seed % 3),
+                )
+    ax.axhline(SOLVED, color="gray", linestyle="--")
+    ax.set(xlabel="env steps", ylabel="mean return (last 10 episodes)", title="CartPole-v1")
+    ax.legend(fontsize=7)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    fig.savefig(RESULTS / "dreamer_cartpole.png", dpi=120, bbox_inches="tight")
+    write_result("cartpole", results)
+
+
+def ratio(args: argparse.Namespace) -> None:
+    """(3) Replay ratio actually done vs target after a short CartPole run per target."""
+    rows = []
+    for target in args.ratios:
+        cfg = cartpole_config(0, args.max_steps, RUNS / "ratio" / f"r{target}", target)
+        cfg = dataclasses.replace(
+            cfg,
+            model=model_size("tiny"),
+            replay=dataclasses.replace(
+                cfg.replay, batch_size=2, seq_len=8, min_ready_steps=8, safety_margin=8
+            ),
+            loss=dataclasses.replace(cfg.loss, horizon=3),
+        )
+        record = CPUEngine(cfg).run(progress=False)
+        actual = record["replay/ratio_actual"]
+        rows.append({"target": target, "actual": actual, "relative_error": abs(actual - target) / target})
+        print(f"target {target}: actual {actual:.4f} ({100 * abs(actual - target) / target:.2f}% off)")
+    write_result("ratio", {"label": args.label, "max_steps": args.max_steps, "rows": rows})
+
+
+def main() -> None:
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--label", default="", help="e.g. 'shared-load' when other jobs share the CPU")
+    parser.add_argument("--threads", type=int, default=1)
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("speed")
+    p.add_argument("--sizes", nargs="+", default=["tiny", "XS"])
+    p.add_argument("--steps", type=int, default=5)
+    p.add_argument("--batch-size", type=int, default=16)
+    p.add_argument("--seq-len", type=int, default=64)
+    p.add_argument("--sheeprl-s-per-step", type=json.loads, default={}, help="e.g. '{\"XS\": 18.7}'")
+    p = sub.add_parser("cartpole")
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    p.add_argument("--agents", nargs="+", choices=["dreamer", "ppo"], default=["dreamer", "ppo"])
+    p.add_argument("--max-steps", type=int, default=30_000)
+    p.add_argument("--replay-ratio", type=float, default=0.5)
+    p = sub.add_parser("ratio")
+    p.add_argument("--ratios", type=float, nargs="+", default=[0.1, 0.5, 1.0])
+    p.add_argument("--max-steps", type=int, default=2000)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    {"speed": speed, "cartpole": cartpole, "ratio": ratio}[args.command](args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,36 @@
+"""Dreamer v3: RSSM world model, imagination actor-critic, replay ring, replay-ratio scheduler and engines.
+
+>>> from worldgym.agents.dreamer_v3 import DreamerConfig, model_size
+>>> DreamerConfig(model=model_size("tiny")).model.recurrent_size
+32
+"""
+
+from worldgym.agents.dreamer_v3.api import build_engine, evaluate, train
+from worldgym.agents.dreamer_v3.config import (
+    DreamerConfig,
+    LossConfig,
+    ModelConfig,
+    OptimConfig,
+    ReplayConfig,
+    ScheduleConfig,
+    model_size,
+)
+from worldgym.agents.dreamer_v3.engine import AsyncEngine, CPUEngine
+from worldgym.agents.dreamer_v3.scheduler import Ratio, TrainSchedule
+
+__all__ = [
+    "AsyncEngine",
+    "CPUEngine",
+    "DreamerConfig",
+    "LossConfig",
+    "ModelConfig",
+    "OptimConfig",
+    "Ratio",
+    "ReplayConfig",
+    "ScheduleConfig",
+    "TrainSchedule",
+    "build_engine",
+    "evaluate",
+    "model_size",
+    "train",
+]

@@ -1,0 +1,311 @@
+"""Validated dataclass configs for Dreamer v3: model sizes, replay, schedule, losses, optimisers and runs."""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+SizeName = Literal["tiny", "XS", "S", "M"]
+ObsKind = Literal["vector", "pixels"]
+
+
+def _check(condition: bool, name: str, value: Any, fix: str) -> None:
+    """Raise ``ValueError`` naming the field, its value and the fix when ``condition`` is false."""
+    if not condition:
+        raise ValueError(f"{name}={value!r} is invalid: {fix}")
+
+
+def _check_literal(name: str, value: Any, allowed: tuple[Any, ...]) -> None:
+    _check(value in allowed, name, value, f"use one of {list(allowed)}")
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Network sizes (DreamerV3 paper, table of model sizes; ``tiny`` is for CPU tests).
+
+    Attributes:
+        recurrent_size (int): deterministic GRU state size.
+        dense_units (int): hidden width of every MLP.
+        mlp_layers (int): hidden layers of every MLP head.
+        cnn_multiplier (int): channels of the first conv layer (doubled per stage).
+        stochastic_size (int): number of categorical latents.
+        discrete_size (int): classes per categorical latent.
+        unimix (float): uniform mix into every categorical (0.01 in the paper).
+        bins (int): two-hot bins for reward and critic (255 in the paper).
+        layer_norm_eps (float): epsilon of every LayerNorm.
+    """
+
+    recurrent_size: int = 256
+    dense_units: int = 256
+    mlp_layers: int = 1
+    cnn_multiplier: int = 24
+    stochastic_size: int = 32
+    discrete_size: int = 32
+    unimix: float = 0.01
+    bins: int = 255
+    layer_norm_eps: float = 1e-3
+
+    def __post_init__(self) -> None:
+        for name in ("recurrent_size", "dense_units", "mlp_layers", "cnn_multiplier", "stochastic_size"):
+            _check(getattr(self, name) >= 1, name, getattr(self, name), "must be >= 1")
+        _check(self.discrete_size >= 2, "discrete_size", self.discrete_size, "must be >= 2")
+        _check(0.0 <= self.unimix < 1.0, "unimix", self.unimix, "must be in [0, 1)")
+        _check(self.bins >= 3 and self.bins % 2 == 1, "bins", self.bins, "use an odd number >= 3 (255)")
+        _check(self.layer_norm_eps > 0, "layer_norm_eps", self.layer_norm_eps, "must be > 0")
+
+    @property
+    def latent_size(self) -> int:
+        """Size of the model state fed to heads: recurrent + flattened stochastic."""
+        return self.recurrent_size + self.stochastic_size * self.discrete_size
+
+
+MODEL_SIZES: dict[str, ModelConfig] = {
+    "tiny": ModelConfig(
+        recurrent_size=32, dense_units=32, mlp_layers=1, cnn_multiplier=4, stochastic_size=4, discrete_size=4
+    ),
+    "XS": ModelConfig(recurrent_size=256, dense_units=256, mlp_layers=1, cnn_multiplier=24),
+    "S": ModelConfig(recurrent_size=512, dense_units=512, mlp_layers=2, cnn_multiplier=32),
+    "M": ModelConfig(recurrent_size=1024, dense_units=640, mlp_layers=3, cnn_multiplier=48),
+}
+
+
+def model_size(name: SizeName, **overrides: Any) -> ModelConfig:
+    """Return the preset ``name`` (tiny/XS/S/M), optionally with fields replaced.
+
+    >>> model_size("XS").recurrent_size
+    256
+    """
+    _check_literal("size", name, tuple(MODEL_SIZES))
+    return dataclasses.replace(MODEL_SIZES[name], **overrides)
+
+
+@dataclass(frozen=True)
+class ReplayConfig:
+    """Replay ring and sampling geometry.
+
+    Attributes:
+        capacity (int): time steps kept per env (``T_cap``).
+        seq_len (int): sampled sequence length ``T``.
+        batch_size (int): sequences per gradient step ``B``.
+        commit_stride (int): env steps written between two commit markers inside a rollout window (the end of
+            a window always commits).
+        min_ready_steps (int): committed steps needed before the first sample.
+        safety_margin (int): steps the writer may run ahead of ``committed_t``; the learner never samples the
+            ``safety_margin`` oldest slots because the writer may be overwriting them.
+    """
+
+    capacity: int = 100_000
+    seq_len: int = 64
+    batch_size: int = 16
+    commit_stride: int = 1
+    min_ready_steps: int = 64
+    safety_margin: int = 64
+
+    def __post_init__(self) -> None:
+        _check(self.commit_stride >= 1, "commit_stride", self.commit_stride, "must be >= 1")
+        _check(self.seq_len >= 2, "seq_len", self.seq_len, "must be >= 2 (a transition needs two steps)")
+        _check(self.batch_size >= 1, "batch_size", self.batch_size, "must be >= 1")
+        _check(
+            self.min_ready_steps >= self.seq_len,
+            "min_ready_steps",
+            self.min_ready_steps,
+            f"must be >= seq_len={self.seq_len} so a first sequence fits",
+        )
+        _check(
+            self.safety_margin >= self.seq_len,
+            "safety_margin",
+            self.safety_margin,
+            f"must be >= seq_len={self.seq_len}",
+        )
+        _check(
+            self.safety_margin >= self.commit_stride,
+            "safety_margin",
+            self.safety_margin,
+            f"must be >= commit_stride={self.commit_stride} (the writer runs up to one stride ahead)",
+        )
+        _check(
+            self.capacity >= self.min_ready_steps + self.safety_margin,
+            "capacity",
+            self.capacity,
+            f"must be >= min_ready_steps + safety_margin = {self.min_ready_steps + self.safety_margin}",
+        )
+        if self.commit_stride > self.seq_len / 2:
+            warnings.warn(
+                f"commit_stride={self.commit_stride} > seq_len/2={self.seq_len / 2}: the learner sees new "
+                "data "
+                "in coarse chunks; lower commit_stride for fresher samples",
+                stacklevel=3,
+            )
+
+
+@dataclass(frozen=True)
+class ScheduleConfig:
+    """Replay-ratio schedule (same semantics as sheeprl's ``Ratio``).
+
+    Attributes:
+        replay_ratio (float): gradient steps per policy step (Hafner's train_ratio / (batch * seq_len)).
+        learning_starts (int): policy steps of random prefill before training.
+        pretrain_steps (int): gradient steps taken on the first training call.
+        rollout_window (int): env steps the actor runs between two policy refreshes.
+    """
+
+    replay_ratio: float = 0.5
+    learning_starts: int = 1024
+    pretrain_steps: int = 1
+    rollout_window: int = 1
+
+    def __post_init__(self) -> None:
+        _check(self.replay_ratio >= 0, "replay_ratio", self.replay_ratio, "must be >= 0")
+        _check(self.learning_starts >= 0, "learning_starts", self.learning_starts, "must be >= 0")
+        _check(self.pretrain_steps >= 0, "pretrain_steps", self.pretrain_steps, "must be >= 0")
+        _check(self.rollout_window >= 1, "rollout_window", self.rollout_window, "must be >= 1")
+
+
+@dataclass(frozen=True)
+class LossConfig:
+    """World-model and behavior loss coefficients (DreamerV3 defaults).
+
+    Attributes:
+        kl_dynamic (float): weight of the dynamics KL (prior towards stopped posterior).
+        kl_representation (float): weight of the representation KL.
+        kl_free_nats (float): free bits clipped per sequence step.
+        gamma (float): discount (1 - 1/333).
+        lmbda (float): lambda of the lambda-returns.
+        horizon (int): imagination steps.
+        entropy_coef (float): actor entropy bonus.
+        critic_tau (float): slow-critic EMA rate.
+        return_decay (float): EMA decay of the return percentiles.
+        percentile_low (float): low return percentile.
+        percentile_high (float): high return percentile.
+    """
+
+    kl_dynamic: float = 0.5
+    kl_representation: float = 0.1
+    kl_free_nats: float = 1.0
+    gamma: float = 1 - 1 / 333
+    lmbda: float = 0.95
+    horizon: int = 15
+    entropy_coef: float = 3e-4
+    critic_tau: float = 0.02
+    return_decay: float = 0.99
+    percentile_low: float = 0.05
+    percentile_high: float = 0.95
+
+    def __post_init__(self) -> None:
+        for name in ("kl_dynamic", "kl_representation", "kl_free_nats", "entropy_coef"):
+            _check(getattr(self, name) >= 0, name, getattr(self, name), "must be >= 0")
+        for name in ("gamma", "lmbda", "critic_tau", "return_decay"):
+            _check(0 < getattr(self, name) <= 1, name, getattr(self, name), "must be in (0, 1]")
+        _check(self.horizon >= 1, "horizon", self.horizon, "must be >= 1")
+        _check(
+            0 <= self.percentile_low < self.percentile_high <= 1,
+            "percentile_low",
+            (self.percentile_low, self.percentile_high),
+            "need 0 <= percentile_low < percentile_high <= 1",
+        )
+
+
+@dataclass(frozen=True)
+class OptimConfig:
+    """Adam settings per network (DreamerV3 defaults).
+
+    Attributes:
+        world_lr (float): world-model learning rate.
+        actor_lr (float): actor learning rate.
+        critic_lr (float): critic learning rate.
+        eps (float): Adam epsilon.
+        world_clip (float): world-model gradient-norm clip.
+        behavior_clip (float): actor and critic gradient-norm clip.
+    """
+
+    world_lr: float = 1e-4
+    actor_lr: float = 8e-5
+    critic_lr: float = 8e-5
+    eps: float = 1e-8
+    world_clip: float = 1000.0
+    behavior_clip: float = 100.0
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            _check(getattr(self, f.name) > 0, f.name, getattr(self, f.name), "must be > 0")
+
+
+@dataclass(frozen=True)
+class DreamerConfig:
+    """Everything one Dreamer v3 run needs.
+
+    Attributes:
+        env_id (str): Gymnasium id of the task.
+        num_envs (int): parallel envs ``N``.
+        total_steps (int): policy steps (summed over envs) to run.
+        seed (int): seed of every generator in the run.
+        obs_kind (ObsKind): ``vector`` (MLP encoder) or ``pixels`` (2-bit packed frames, CNN encoder).
+        model (ModelConfig): network sizes.
+        replay (ReplayConfig): replay geometry.
+        schedule (ScheduleConfig): replay-ratio schedule.
+        loss (LossConfig): loss coefficients.
+        optim (OptimConfig): optimiser settings.
+        device (str): torch device of the learner.
+        log_every (int): policy steps between two JSONL metric lines.
+        checkpoint_every (int): policy steps between two checkpoints (0 = only at the end).
+        run_dir (str): where metrics, checkpoints and failure bundles go.
+    """
+
+    env_id: str = "CartPole-v1"
+    num_envs: int = 1
+    total_steps: int = 10_000
+    seed: int = 0
+    obs_kind: ObsKind = "vector"
+    model: ModelConfig = field(default_factory=lambda: model_size("XS"))
+    replay: ReplayConfig = field(default_factory=ReplayConfig)
+    schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
+    loss: LossConfig = field(default_factory=LossConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    device: str = "cpu"
+    log_every: int = 500
+    checkpoint_every: int = 0
+    run_dir: str = "runs/dreamer_v3"
+
+    def __post_init__(self) -> None:
+        _check(self.num_envs >= 1, "num_envs", self.num_envs, "must be >= 1")
+        _check(self.total_steps >= 1, "total_steps", self.total_steps, "must be >= 1")
+        _check_literal("obs_kind", self.obs_kind, ("vector", "pixels"))
+        _check(self.log_every >= 1, "log_every", self.log_every, "must be >= 1")
+        _check(self.checkpoint_every >= 0, "checkpoint_every", self.checkpoint_every, "must be >= 0")
+        for name, kind in (
+            ("model", ModelConfig),
+            ("replay", ReplayConfig),
+            ("schedule", ScheduleConfig),
+            ("loss", LossConfig),
+            ("optim", OptimConfig),
+        ):
+            value = getattr(self, name)
+            if not isinstance(value, kind):
+                raise TypeError(f"{name} must be a {kind.__name__}, got {type(value).__name__}")
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain nested dict (JSON-safe) of this config."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> DreamerConfig:
+        """Rebuild a config written by :meth:`to_dict`; unknown keys raise ``ValueError``."""
+        nested = {"model": ModelConfig, "replay": ReplayConfig, "schedule": ScheduleConfig}
+        nested |= {"loss": LossConfig, "optim": OptimConfig}
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = set(data) - known
+        if unknown:
+            raise ValueError(f"unknown DreamerConfig keys {sorted(unknown)}: valid keys are {sorted(known)}")
+        kwargs = dict(data)
+        for name, kind in nested.items():
+            if name in kwargs and isinstance(kwargs[name], dict):
+                sub_known = {f.name for f in dataclasses.fields(kind)}
+                sub_unknown = set(kwargs[name]) - sub_known
+                if sub_unknown:
+                    raise ValueError(
+                        f"unknown {name} keys {sorted(sub_unknown)}: valid keys are {sorted(sub_known)}"
+                    )
+                kwargs[name] = kind(**kwargs[name])
+        return cls(**kwargs)

@@ -1,0 +1,118 @@
+"""Dreamer v3 transforms and distributions: symlog, two-hot symlog bins, straight-through categoricals."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+
+def symlog(x: torch.Tensor) -> torch.Tensor:
+    """``sign(x) * log(1 + |x|)`` (DreamerV3 eq. 9).
+
+    >>> round(float(symlog(torch.tensor(-1.0))), 4)
+    -0.6931
+    """
+    return torch.sign(x) * torch.log1p(torch.abs(x))
+
+
+def symexp(x: torch.Tensor) -> torch.Tensor:
+    """Inverse of :func:`symlog`: ``sign(x) * (exp(|x|) - 1)``."""
+    return torch.sign(x) * torch.expm1(torch.abs(x))
+
+
+class TwoHotSymlog:
+    """Categorical over ``bins`` equally spaced points in symlog space [low, high] (DreamerV3 eq. 10-11).
+
+    Args:
+        logits (torch.Tensor): ``[..., bins]``.
+        low (float): first bin in symlog space.
+        high (float): last bin in symlog space.
+    """
+
+    def __init__(self, logits: torch.Tensor, low: float = -20.0, high: float = 20.0) -> None:
+        self.logits = logits
+        self.bins = torch.linspace(low, high, logits.shape[-1], device=logits.device, dtype=logits.dtype)
+
+    @property
+    def mean(self) -> torch.Tensor:
+        """Expected bin mapped back with symexp, ``[..., 1]``."""
+        probs = torch.softmax(self.logits, dim=-1)
+        return symexp((probs * self.bins).sum(dim=-1, keepdim=True))
+
+    def _neighbours(
+        self, value: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Bins below/above ``symlog(value)`` (``[..., 1]``) and their two-hot weights, each ``[...]``."""
+        x = symlog(value).squeeze(-1)
+        num = self.bins.shape[0]
+        count_le = torch.bucketize(x.contiguous(), self.bins, right=True)  # number of bins <= x
+        below = (count_le - 1).clamp(0, num - 1)
+        above = count_le.clamp(0, num - 1)
+        equal = below == above
+        dist_below = torch.where(equal, torch.ones_like(x), (self.bins[below] - x).abs())
+        dist_above = torch.where(equal, torch.ones_like(x), (self.bins[above] - x).abs())
+        total = dist_below + dist_above
+        return below, above, dist_above / total, dist_below / total
+
+    def two_hot(self, value: torch.Tensor) -> torch.Tensor:
+        """Two-hot target ``[..., bins]`` of ``symlog(value)`` (``value`` is ``[..., 1]``)."""
+        below, above, weight_below, weight_above = self._neighbours(value)
+        num = self.bins.shape[0]
+        return F.one_hot(below, num) * weight_below.unsqueeze(-1) + F.one_hot(
+            above, num
+        ) * weight_above.unsqueeze(-1)
+
+    def log_prob(self, value: torch.Tensor) -> torch.Tensor:
+        """Cross-entropy score of the two-hot target of ``value`` ``[..., 1]``; returns ``[...]``."""
+        below, above, weight_below, weight_above = self._neighbours(value)
+        log_pred = self.logits - torch.logsumexp(self.logits, dim=-1, keepdim=True)
+        at_below = log_pred.gather(-1, below.unsqueeze(-1)).squeeze(-1)
+        at_above = log_pred.gather(-1, above.unsqueeze(-1)).squeeze(-1)
+        return weight_below * at_below + weight_above * at_above
+
+
+def unimix_logits(logits: torch.Tensor, discrete: int, unimix: float) -> torch.Tensor:
+    """Mix ``unimix`` of a uniform distribution into each categorical of ``[..., S * D]`` logits."""
+    if unimix <= 0:
+        return logits
+    shaped = logits.view(*logits.shape[:-1], -1, discrete)
+    probs = torch.softmax(shaped, dim=-1)
+    probs = (1 - unimix) * probs + unimix / discrete
+    eps = torch.finfo(probs.dtype).eps
+    return torch.log(probs.clamp(min=eps, max=1 - eps)).view_as(logits)
+
+
+def sample_index(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+    """Class indices ``[...]`` drawn from ``[..., D]`` probabilities by inverse CDF with a given generator.
+
+    One uniform per draw and a cumulative sum: much cheaper than ``torch.multinomial`` for many small
+    categoricals.
+    """
+    uniform = torch.rand((*probs.shape[:-1], 1), generator=generator, device=probs.device, dtype=probs.dtype)
+    cdf = probs.cumsum(dim=-1)
+    return (cdf < uniform * cdf[..., -1:]).sum(dim=-1).clamp_max(probs.shape[-1] - 1)
+
+
+def straight_through_sample(logits: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+    """One-hot sample of ``[..., D]`` logits, straight-through gradients (value = sample, grad = probs)."""
+    probs = torch.softmax(logits, dim=-1)
+    sample = F.one_hot(sample_index(probs.detach(), generator), probs.shape[-1]).to(probs.dtype)
+    return sample + probs - probs.detach()
+
+
+def categorical_mode(logits: torch.Tensor) -> torch.Tensor:
+    """One-hot argmax of ``[..., D]`` logits."""
+    return F.one_hot(logits.argmax(dim=-1), logits.shape[-1]).to(logits.dtype)
+
+
+def categorical_kl(p_logits: torch.Tensor, q_logits: torch.Tensor) -> torch.Tensor:
+    """``KL(p || q)`` of categoricals ``[..., S, D]`` summed over the ``S`` latents; returns ``[...]``."""
+    p_log = torch.log_softmax(p_logits, dim=-1)
+    q_log = torch.log_softmax(q_logits, dim=-1)
+    return (p_log.exp() * (p_log - q_log)).sum(dim=(-1, -2))
+
+
+def categorical_entropy(logits: torch.Tensor) -> torch.Tensor:
+    """Entropy of categoricals ``[..., D]``; returns ``[...]``."""
+    log_p = torch.log_softmax(logits, dim=-1)
+    return -(log_p.exp() * log_p).sum(dim=-1)

@@ -1,0 +1,111 @@
+"""Env side of every engine: steps a Gymnasium vector env and emits transition-aligned replay rows."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+ObsTransform = Callable[[np.ndarray], torch.Tensor]
+
+
+def default_obs_transform(obs: np.ndarray) -> torch.Tensor:
+    """Vector obs as float32 tensors; uint8 (packed pixel) obs kept as uint8."""
+    array = np.asarray(obs)
+    if array.dtype == np.uint8:
+        return torch.from_numpy(array.copy())
+    return torch.from_numpy(array.astype(np.float32))
+
+
+@dataclass
+class EpisodeStats:
+    """Returns and lengths of the episodes that ended during one env step."""
+
+    returns: list[float] = field(default_factory=list)
+    lengths: list[int] = field(default_factory=list)
+
+
+class EnvRunner:
+    """Keeps the current row of every env of a ``NEXT_STEP``-autoreset vector env.
+
+    Row ``t`` of env ``i``: the obs the env returned, whether it starts an episode, the reward and the
+    continue flag (0 only on ``terminated``) returned with it, its episode id, and the action then taken.
+    After a terminal or truncated row, the next ``step`` resets that env (the action is ignored by Gymnasium).
+
+    Args:
+        env (gym.vector.VectorEnv): a vector env with discrete actions and ``NEXT_STEP`` autoreset.
+        obs_transform (ObsTransform): numpy batch -> tensor stored in replay.
+    """
+
+    def __init__(
+        self, env: gym.vector.VectorEnv, obs_transform: ObsTransform = default_obs_transform
+    ) -> None:
+        mode = env.metadata.get("autoreset_mode", gym.vector.AutoresetMode.NEXT_STEP)
+        if mode != gym.vector.AutoresetMode.NEXT_STEP:
+            raise ValueError(f"EnvRunner needs autoreset_mode NEXT_STEP, env has {mode}")
+        if not isinstance(env.single_action_space, gym.spaces.Discrete):
+            raise TypeError(f"Dreamer here supports Discrete actions, got {env.single_action_space}")
+        self.env = env
+        self.num_envs = env.num_envs
+        self.action_dim = int(env.single_action_space.n)
+        self.obs_transform = obs_transform
+        self._next_episode = 0
+        self.obs = torch.empty(0)
+        self.is_first = torch.ones(self.num_envs)
+        self.reward = torch.zeros(self.num_envs)
+        self.cont = torch.ones(self.num_envs)
+        self.episode_id = torch.zeros(self.num_envs, dtype=torch.int64)
+        self._done = np.zeros(self.num_envs, dtype=bool)
+        self._return = np.zeros(self.num_envs)
+        self._length = np.zeros(self.num_envs, dtype=np.int64)
+
+    def _new_episodes(self, mask: np.ndarray) -> None:
+        count = int(mask.sum())
+        ids = torch.arange(self._next_episode, self._next_episode + count, dtype=torch.int64)
+        self.episode_id[torch.from_numpy(mask)] = ids
+        self._next_episode += count
+        self._return[mask] = 0.0
+        self._length[mask] = 0
+
+    def reset(self, seed: int) -> None:
+        """Reset every env (seeded) and start new episodes."""
+        obs, _ = self.env.reset(seed=seed)
+        self.obs = self.obs_transform(obs)
+        self.is_first.fill_(1.0)
+        self.reward.zero_()
+        self.cont.fill_(1.0)
+        self._done[:] = False
+        self._new_episodes(np.ones(self.num_envs, dtype=bool))
+
+    def row(self, actions: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The replay row of the current obs with the chosen ``actions [N]``."""
+        return {
+            "obs": self.obs,
+            "action": actions.to(torch.int64).cpu(),
+            "reward": self.reward.clone(),
+            "is_first": self.is_first.clone(),
+            "cont": self.cont.clone(),
+            "episode_id": self.episode_id.clone(),
+        }
+
+    def step(self, actions: torch.Tensor) -> EpisodeStats:
+        """Step every env; returns the stats of the episodes that ended with this step."""
+        obs, reward, terminated, truncated, _ = self.env.step(actions.cpu().numpy())
+        was_done = self._done
+        self.obs = self.obs_transform(obs)
+        self.reward = torch.as_tensor(np.where(was_done, 0.0, reward), dtype=torch.float32)
+        self.cont = torch.as_tensor(1.0 - terminated.astype(np.float32))
+        self.is_first = torch.as_tensor(was_done.astype(np.float32))
+        if was_done.any():
+            self._new_episodes(was_done)
+        self._return += np.where(was_done, 0.0, reward)
+        self._length += ~was_done
+        self._done = np.logical_or(terminated, truncated)
+        stats = EpisodeStats()
+        for i in np.flatnonzero(self._done):
+            stats.returns.append(float(self._return[i]))
+            stats.lengths.append(int(self._length[i]))
+        return stats
