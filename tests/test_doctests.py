@@ -5,7 +5,7 @@ import importlib
 
 import pytest
 
-MODULES = ["worldgym", "worldgym.spaces", "worldgym.wrappers.tool_call_text"]
+MODULES = ["worldgym", "worldgym.config", "worldgym.spaces", "worldgym.wrappers.tool_call_text"]
 
 
 @pytest.mark.parametrize("module_name", MODULES)

@@ -7,18 +7,10 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from worldgym.config import check_choice, check_field
+
 SizeName = Literal["tiny", "XS", "S", "M"]
 ObsKind = Literal["vector", "pixels"]
-
-
-def _check(condition: bool, name: str, value: Any, fix: str) -> None:
-    """Raise ``ValueError`` naming the field, its value and the fix when ``condition`` is false."""
-    if not condition:
-        raise ValueError(f"{name}={value!r} is invalid: {fix}")
-
-
-def _check_literal(name: str, value: Any, allowed: tuple[Any, ...]) -> None:
-    _check(value in allowed, name, value, f"use one of {list(allowed)}")
 
 
 @dataclass(frozen=True)
@@ -49,11 +41,11 @@ class ModelConfig:
 
     def __post_init__(self) -> None:
         for name in ("recurrent_size", "dense_units", "mlp_layers", "cnn_multiplier", "stochastic_size"):
-            _check(getattr(self, name) >= 1, name, getattr(self, name), "must be >= 1")
-        _check(self.discrete_size >= 2, "discrete_size", self.discrete_size, "must be >= 2")
-        _check(0.0 <= self.unimix < 1.0, "unimix", self.unimix, "must be in [0, 1)")
-        _check(self.bins >= 3 and self.bins % 2 == 1, "bins", self.bins, "use an odd number >= 3 (255)")
-        _check(self.layer_norm_eps > 0, "layer_norm_eps", self.layer_norm_eps, "must be > 0")
+            check_field(getattr(self, name) >= 1, name, getattr(self, name), "must be >= 1")
+        check_field(self.discrete_size >= 2, "discrete_size", self.discrete_size, "must be >= 2")
+        check_field(0.0 <= self.unimix < 1.0, "unimix", self.unimix, "must be in [0, 1)")
+        check_field(self.bins >= 3 and self.bins % 2 == 1, "bins", self.bins, "use an odd number >= 3 (255)")
+        check_field(self.layer_norm_eps > 0, "layer_norm_eps", self.layer_norm_eps, "must be > 0")
 
     @property
     def latent_size(self) -> int:
@@ -77,7 +69,7 @@ def model_size(name: SizeName, **overrides: Any) -> ModelConfig:
     >>> model_size("XS").recurrent_size
     256
     """
-    _check_literal("size", name, tuple(MODEL_SIZES))
+    check_choice("size", name, tuple(MODEL_SIZES))
     return dataclasses.replace(MODEL_SIZES[name], **overrides)
 
 
@@ -104,28 +96,28 @@ class ReplayConfig:
     safety_margin: int = 64
 
     def __post_init__(self) -> None:
-        _check(self.commit_stride >= 1, "commit_stride", self.commit_stride, "must be >= 1")
-        _check(self.seq_len >= 2, "seq_len", self.seq_len, "must be >= 2 (a transition needs two steps)")
-        _check(self.batch_size >= 1, "batch_size", self.batch_size, "must be >= 1")
-        _check(
+        check_field(self.commit_stride >= 1, "commit_stride", self.commit_stride, "must be >= 1")
+        check_field(self.seq_len >= 2, "seq_len", self.seq_len, "must be >= 2 (a transition needs two steps)")
+        check_field(self.batch_size >= 1, "batch_size", self.batch_size, "must be >= 1")
+        check_field(
             self.min_ready_steps >= self.seq_len,
             "min_ready_steps",
             self.min_ready_steps,
             f"must be >= seq_len={self.seq_len} so a first sequence fits",
         )
-        _check(
+        check_field(
             self.safety_margin >= self.seq_len,
             "safety_margin",
             self.safety_margin,
             f"must be >= seq_len={self.seq_len}",
         )
-        _check(
+        check_field(
             self.safety_margin >= self.commit_stride,
             "safety_margin",
             self.safety_margin,
             f"must be >= commit_stride={self.commit_stride} (the writer runs up to one stride ahead)",
         )
-        _check(
+        check_field(
             self.capacity >= self.min_ready_steps + self.safety_margin,
             "capacity",
             self.capacity,
@@ -157,10 +149,10 @@ class ScheduleConfig:
     rollout_window: int = 1
 
     def __post_init__(self) -> None:
-        _check(self.replay_ratio >= 0, "replay_ratio", self.replay_ratio, "must be >= 0")
-        _check(self.learning_starts >= 0, "learning_starts", self.learning_starts, "must be >= 0")
-        _check(self.pretrain_steps >= 0, "pretrain_steps", self.pretrain_steps, "must be >= 0")
-        _check(self.rollout_window >= 1, "rollout_window", self.rollout_window, "must be >= 1")
+        check_field(self.replay_ratio >= 0, "replay_ratio", self.replay_ratio, "must be >= 0")
+        check_field(self.learning_starts >= 0, "learning_starts", self.learning_starts, "must be >= 0")
+        check_field(self.pretrain_steps >= 0, "pretrain_steps", self.pretrain_steps, "must be >= 0")
+        check_field(self.rollout_window >= 1, "rollout_window", self.rollout_window, "must be >= 1")
 
 
 @dataclass(frozen=True)
@@ -195,11 +187,11 @@ class LossConfig:
 
     def __post_init__(self) -> None:
         for name in ("kl_dynamic", "kl_representation", "kl_free_nats", "entropy_coef"):
-            _check(getattr(self, name) >= 0, name, getattr(self, name), "must be >= 0")
+            check_field(getattr(self, name) >= 0, name, getattr(self, name), "must be >= 0")
         for name in ("gamma", "lmbda", "critic_tau", "return_decay"):
-            _check(0 < getattr(self, name) <= 1, name, getattr(self, name), "must be in (0, 1]")
-        _check(self.horizon >= 1, "horizon", self.horizon, "must be >= 1")
-        _check(
+            check_field(0 < getattr(self, name) <= 1, name, getattr(self, name), "must be in (0, 1]")
+        check_field(self.horizon >= 1, "horizon", self.horizon, "must be >= 1")
+        check_field(
             0 <= self.percentile_low < self.percentile_high <= 1,
             "percentile_low",
             (self.percentile_low, self.percentile_high),
@@ -229,7 +221,7 @@ class OptimConfig:
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
-            _check(getattr(self, f.name) > 0, f.name, getattr(self, f.name), "must be > 0")
+            check_field(getattr(self, f.name) > 0, f.name, getattr(self, f.name), "must be > 0")
 
 
 @dataclass(frozen=True)
@@ -269,11 +261,11 @@ class DreamerConfig:
     run_dir: str = "runs/dreamer_v3"
 
     def __post_init__(self) -> None:
-        _check(self.num_envs >= 1, "num_envs", self.num_envs, "must be >= 1")
-        _check(self.total_steps >= 1, "total_steps", self.total_steps, "must be >= 1")
-        _check_literal("obs_kind", self.obs_kind, ("vector", "pixels"))
-        _check(self.log_every >= 1, "log_every", self.log_every, "must be >= 1")
-        _check(self.checkpoint_every >= 0, "checkpoint_every", self.checkpoint_every, "must be >= 0")
+        check_field(self.num_envs >= 1, "num_envs", self.num_envs, "must be >= 1")
+        check_field(self.total_steps >= 1, "total_steps", self.total_steps, "must be >= 1")
+        check_choice("obs_kind", self.obs_kind, ("vector", "pixels"))
+        check_field(self.log_every >= 1, "log_every", self.log_every, "must be >= 1")
+        check_field(self.checkpoint_every >= 0, "checkpoint_every", self.checkpoint_every, "must be >= 0")
         for name, kind in (
             ("model", ModelConfig),
             ("replay", ReplayConfig),

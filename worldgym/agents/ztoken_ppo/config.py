@@ -5,16 +5,12 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
+from worldgym.config import check_field
+
 DigitActions = Literal["sample", "greedy"]
 AdvantageMode = Literal["terminal", "gae"]
 TokenDecoding = Literal["greedy", "sample"]
 LrSchedule = Literal["onecycle", "constant"]
-
-
-def _require(condition: bool, name: str, value: Any, fix: str) -> None:
-    """Raise a ValueError naming the field, the value received and how to fix it."""
-    if not condition:
-        raise ValueError(f"{name}={value!r} is invalid: {fix}")
 
 
 @dataclass
@@ -50,8 +46,8 @@ class ModelConfig:
             "intermediate_size",
         ):
             value = getattr(self, name)
-            _require(isinstance(value, int) and value >= 1, name, value, "use a positive integer")
-        _require(
+            check_field(isinstance(value, int) and value >= 1, name, value, "use a positive integer")
+        check_field(
             self.num_heads % self.num_kv_heads == 0,
             "num_kv_heads",
             self.num_kv_heads,
@@ -91,7 +87,7 @@ class WarmStartConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        _require(
+        check_field(
             self.lr_schedule in ("onecycle", "constant"),
             "lr_schedule",
             self.lr_schedule,
@@ -99,16 +95,16 @@ class WarmStartConfig:
         )
         for name in ("steps", "batch_size", "num_envs"):
             value = getattr(self, name)
-            _require(isinstance(value, int) and value >= 1, name, value, "use a positive integer")
-        _require(self.lr > 0, "lr", self.lr, "use a positive learning rate")
-        _require(0 <= self.z_min <= self.z_max, "z_min", (self.z_min, self.z_max), "need 0 <= z_min <= z_max")
-        _require(
+            check_field(isinstance(value, int) and value >= 1, name, value, "use a positive integer")
+        check_field(self.lr > 0, "lr", self.lr, "use a positive learning rate")
+        check_field(0 <= self.z_min <= self.z_max, "z_min", (self.z_min, self.z_max), "need 0 <= z_min <= z_max")
+        check_field(
             self.token_loss_coef >= 0 and self.digit_loss_coef >= 0,
             "loss coefs",
             (self.token_loss_coef, self.digit_loss_coef),
             "use non-negative weights",
         )
-        _require(self.max_grad_norm > 0, "max_grad_norm", self.max_grad_norm, "use a positive norm")
+        check_field(self.max_grad_norm > 0, "max_grad_norm", self.max_grad_norm, "use a positive norm")
 
 
 @dataclass
@@ -184,42 +180,42 @@ class ZTokenPPOConfig:
             "checkpoint_every",
         ):
             value = getattr(self, name)
-            _require(isinstance(value, int) and value >= 1, name, value, "use a positive integer")
-        _require(
+            check_field(isinstance(value, int) and value >= 1, name, value, "use a positive integer")
+        check_field(
             self.episodes_per_rollout % self.num_envs == 0,
             "episodes_per_rollout",
             self.episodes_per_rollout,
             f"use a multiple of num_envs={self.num_envs}",
         )
-        _require(
+        check_field(
             self.eval_episodes >= 0 and self.eval_episodes % self.num_envs == 0,
             "eval_episodes",
             self.eval_episodes,
             f"use 0 (off) or a multiple of num_envs={self.num_envs}",
         )
-        _require(self.lr > 0, "lr", self.lr, "use a positive learning rate")
-        _require(self.max_grad_norm > 0, "max_grad_norm", self.max_grad_norm, "use a positive norm")
-        _require(0 < self.clip_eps < 1, "clip_eps", self.clip_eps, "use a value in (0, 1), e.g. 0.2")
-        _require(self.value_coef >= 0, "value_coef", self.value_coef, "use a non-negative weight")
-        _require(self.entropy_coef >= 0, "entropy_coef", self.entropy_coef, "use a non-negative weight")
-        _require(
+        check_field(self.lr > 0, "lr", self.lr, "use a positive learning rate")
+        check_field(self.max_grad_norm > 0, "max_grad_norm", self.max_grad_norm, "use a positive norm")
+        check_field(0 < self.clip_eps < 1, "clip_eps", self.clip_eps, "use a value in (0, 1), e.g. 0.2")
+        check_field(self.value_coef >= 0, "value_coef", self.value_coef, "use a non-negative weight")
+        check_field(self.entropy_coef >= 0, "entropy_coef", self.entropy_coef, "use a non-negative weight")
+        check_field(
             self.advantage in ("terminal", "gae"), "advantage", self.advantage, "use 'terminal' or 'gae'"
         )
-        _require(0 <= self.gamma <= 1, "gamma", self.gamma, "use a value in [0, 1]")
-        _require(0 <= self.gae_lambda <= 1, "gae_lambda", self.gae_lambda, "use a value in [0, 1]")
-        _require(
+        check_field(0 <= self.gamma <= 1, "gamma", self.gamma, "use a value in [0, 1]")
+        check_field(0 <= self.gae_lambda <= 1, "gae_lambda", self.gae_lambda, "use a value in [0, 1]")
+        check_field(
             self.digit_actions in ("sample", "greedy"),
             "digit_actions",
             self.digit_actions,
             "use 'sample' or 'greedy'",
         )
-        _require(
+        check_field(
             self.eval_token_decoding in ("greedy", "sample"),
             "eval_token_decoding",
             self.eval_token_decoding,
             "use 'greedy' or 'sample'",
         )
-        _require(
+        check_field(
             isinstance(self.env_kwargs, dict), "env_kwargs", self.env_kwargs, "use a dict of gym.make kwargs"
         )
 
