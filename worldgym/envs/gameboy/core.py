@@ -1,0 +1,90 @@
+"""Warp kernels: advance N emulators by k frames in one launch, and downsample their screens."""
+
+# ruff: noqa: SIM102, UP018, RUF046  (Warp kernels: no `and`/`or`; int(0) declares a loop variable)
+
+from __future__ import annotations
+
+import warp as wp
+
+from worldgym.envs.gameboy.cpu import cpu_step
+from worldgym.envs.gameboy.machine import BREAK_, BUTTONS_, FRAME_, HALTED_, PC_, Machines, io, set_io
+from worldgym.envs.gameboy.ppu import ppu_advance
+from worldgym.envs.gameboy.timers import cycles_to_event, serial_advance, timer_advance
+
+wp.set_module_options({"enable_backward": False})
+
+
+@wp.func
+def press_buttons(m: Machines, e: int, buttons: int):
+    newly = buttons & ~m.st[e, BUTTONS_]
+    m.st[e, BUTTONS_] = buttons
+    if newly != 0:
+        set_io(m, e, 0xFF0F, io(m, e, 0xFF0F) | 0x10)
+
+
+@wp.kernel
+def run_frames(
+    m: Machines,
+    buttons: wp.array(dtype=wp.int32),
+    frames: int,
+    press_frames: int,
+    render: int,
+    break_pc: int,
+    max_cycles: wp.int64,
+):
+    """Advance each emulator by ``frames`` VBlanks, holding ``buttons[e]`` for the first ``press_frames``.
+
+    Rendering happens only in the last frame when ``render`` is 1. Stops early at ``break_pc`` (>= 0) or after
+    ``max_cycles`` (> 0) T-cycles; ``st[e, BREAK_HIT]`` records 1 for a break, 2 for the cycle limit.
+    """
+    e = wp.tid()
+    done = int(0)
+    if press_frames > 0:
+        press_buttons(m, e, buttons[e])
+    else:
+        m.st[e, BUTTONS_] = 0
+    m.st[e, BREAK_] = 0
+    spent = wp.int64(0)
+    start_cycles = m.cycles[e]
+    while done < frames:
+        cycles = cpu_step(m, e)
+        if cycles < 0:
+            cycles = cycles_to_event(m, e)
+        timer_advance(m, e, cycles)
+        serial_advance(m, e, cycles)
+        draw = False
+        if render == 1:
+            if done == frames - 1:
+                draw = True
+        ppu_advance(m, e, cycles, draw)
+        spent = spent + wp.int64(cycles)
+        if m.st[e, FRAME_] == 1:
+            m.st[e, FRAME_] = 0
+            done = done + 1
+            if done == press_frames:
+                m.st[e, BUTTONS_] = 0
+        if break_pc >= 0:
+            if m.st[e, PC_] == break_pc:
+                if m.st[e, HALTED_] == 0:
+                    m.st[e, BREAK_] = 1
+                    m.cycles[e] = start_cycles + spent
+                    return
+        if max_cycles > wp.int64(0):
+            if spent >= max_cycles:
+                m.st[e, BREAK_] = 2
+                m.cycles[e] = start_cycles + spent
+                return
+    m.cycles[e] = start_cycles + spent
+
+
+@wp.kernel
+def downsample(screen: wp.array3d(dtype=wp.uint8), obs: wp.array3d(dtype=wp.uint8), packed: int):
+    """Shrink 144x160 shades to 72x80 by taking the top-left pixel of each 2x2 block; packed: 4 px per byte."""
+    e, y, x = wp.tid()
+    if packed == 0:
+        obs[e, y, x] = screen[e, 2 * y, 2 * x]
+    elif x < 20:
+        value = int(0)
+        for k in range(4):
+            value = value | (wp.int32(screen[e, 2 * y, 8 * x + 2 * k]) << (6 - 2 * k))
+        obs[e, y, x] = wp.uint8(value)

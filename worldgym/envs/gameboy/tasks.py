@@ -1,0 +1,157 @@
+"""Tasks for GameBoyVecEnv: reward and termination read from emulator RAM or the screen, one row per env.
+
+A task sees the batched emulator state after every step as numpy views: ``memory`` (N, 0x8000) covering
+0x8000-0xFFFF and ``observations`` (N, 72, 80) shades. Tasks never call into the emulator's kernels.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+
+from worldgym.envs.gameboy import homebrew
+from worldgym.envs.gameboy.layout import MEM_BASE
+
+ACTIONS: tuple[str, ...] = ("noop", "a", "b", "start", "select", "up", "down", "left", "right")
+
+
+class Task(Protocol):
+    """What GameBoyVecEnv needs from a task."""
+
+    name: str
+    max_steps: int
+    # WRAM/HRAM/IO addresses the task reads or writes; None means all of 0x8000-0xFFFF. On a GPU only these
+    # bytes are copied to the host each step, and on_reset may only change these.
+    ram_addresses: tuple[int, ...] | None
+
+    def on_reset(self, memory: np.ndarray, env_mask: np.ndarray, rng: np.random.Generator) -> None:
+        """Called after envs in ``env_mask`` were restored from the start snapshot; may edit their WRAM."""
+
+    def evaluate(self, memory: np.ndarray, observations: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Return (reward float32 (N,), terminated bool (N,)) for the state after a step."""
+
+
+def _byte(memory: np.ndarray, addr: int) -> np.ndarray:
+    return memory[:, addr - MEM_BASE].astype(np.int32)
+
+
+@dataclass
+class SpriteGoalTask:
+    """Homebrew task: move the block sprite onto the ring. Reward: -0.01 per step, +0.01 per pixel of
+    Manhattan progress toward the goal, +10 on reaching it (distance <= ``tolerance``), which terminates.
+
+    ``randomize_start`` places the block at a seeded random position on every reset.
+    """
+
+    name: str = "SpriteGoal"
+    max_steps: int = 128
+    ram_addresses: tuple[int, ...] | None = (
+        homebrew.PLAYER_Y,
+        homebrew.PLAYER_X,
+        homebrew.GOAL_Y,
+        homebrew.GOAL_X,
+    )
+    tolerance: int = 4
+    randomize_start: bool = True
+    _distance: np.ndarray | None = field(default=None, repr=False)
+
+    @staticmethod
+    def rom() -> bytes:
+        """The task's ROM, assembled from source."""
+        return homebrew.sprite_goal_rom()
+
+    def distance(self, memory: np.ndarray) -> np.ndarray:
+        """Manhattan distance in pixels between the block and the ring, per env."""
+        dy = _byte(memory, homebrew.PLAYER_Y) - _byte(memory, homebrew.GOAL_Y)
+        dx = _byte(memory, homebrew.PLAYER_X) - _byte(memory, homebrew.GOAL_X)
+        return np.abs(dy) + np.abs(dx)
+
+    def on_reset(self, memory: np.ndarray, env_mask: np.ndarray, rng: np.random.Generator) -> None:
+        rows = np.flatnonzero(env_mask)
+        if self.randomize_start and rows.size:
+            memory[rows, homebrew.PLAYER_Y - MEM_BASE] = rng.integers(16, 80, rows.size, dtype=np.uint8)
+            memory[rows, homebrew.PLAYER_X - MEM_BASE] = rng.integers(8, 80, rows.size, dtype=np.uint8)
+        distance = self.distance(memory)
+        if self._distance is None or self._distance.shape != distance.shape:
+            self._distance = distance
+        self._distance[rows] = distance[rows]
+
+    def evaluate(self, memory: np.ndarray, observations: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        distance = self.distance(memory)
+        previous = distance if self._distance is None else self._distance
+        reached = distance <= self.tolerance
+        reward = -0.01 + 0.01 * (previous - distance) + 10.0 * reached
+        self._distance = distance
+        return reward.astype(np.float32), reached
+
+
+# Pokémon Red (user-supplied ROM) RAM addresses, from the public pret/pokered disassembly symbols.
+POKEMON_CURRENT_MAP = 0xD35E
+POKEMON_PLAYER_Y, POKEMON_PLAYER_X = 0xD361, 0xD362
+OAKS_LAB_MAP = 0x28
+
+
+@dataclass
+class StandingStillTask:
+    """Pokémon Red: the agent should keep still (constant action). Reward 0; episodes end by truncation."""
+
+    name: str = "StandingStill"
+    max_steps: int = 128
+    ram_addresses: tuple[int, ...] | None = ()
+
+    def on_reset(self, memory: np.ndarray, env_mask: np.ndarray, rng: np.random.Generator) -> None:
+        return None
+
+    def evaluate(self, memory: np.ndarray, observations: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        n = memory.shape[0]
+        return np.zeros(n, dtype=np.float32), np.zeros(n, dtype=bool)
+
+
+@dataclass
+class ExitOakTask:
+    """Pokémon Red: leave Oak's lab. Reward -0.01 per step, + progress toward a goal image (decrease of the
+    mean absolute shade difference, scaled by ``progress_scale``), +10 and termination once the map id at
+    0xD35E is no longer Oak's lab. ``goal_image`` is a (72, 80) shade array or a path to a ``.npy`` file.
+    """
+
+    goal_image: np.ndarray | str | Path | None = None
+    name: str = "ExitOak"
+    max_steps: int = 128
+    ram_addresses: tuple[int, ...] | None = (POKEMON_CURRENT_MAP,)
+    progress_scale: float = 1.0
+    _difference: np.ndarray | None = field(default=None, repr=False)
+    _fresh: np.ndarray | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.goal_image, (str, Path)):
+            self.goal_image = np.load(self.goal_image)
+        if self.goal_image is not None and np.asarray(self.goal_image).shape != (72, 80):
+            raise ValueError(f"goal_image must have shape (72, 80), got {np.asarray(self.goal_image).shape}")
+
+    def _image_difference(self, observations: np.ndarray) -> np.ndarray:
+        if self.goal_image is None:
+            return np.zeros(observations.shape[0], dtype=np.float32)
+        goal = np.asarray(self.goal_image, dtype=np.float32)
+        return np.abs(observations.astype(np.float32) - goal).mean(axis=(1, 2)) / 3.0
+
+    def on_reset(self, memory: np.ndarray, env_mask: np.ndarray, rng: np.random.Generator) -> None:
+        if self._fresh is None or self._fresh.shape != env_mask.shape:
+            self._fresh = np.ones_like(env_mask, dtype=bool)
+        self._fresh |= env_mask  # progress of these envs restarts from their next observation
+
+    def evaluate(self, memory: np.ndarray, observations: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        difference = self._image_difference(observations)
+        previous = difference if self._difference is None else self._difference
+        if self._fresh is not None:
+            previous = np.where(self._fresh, difference, previous)
+            self._fresh[:] = False
+        self._difference = difference
+        left = _byte(memory, POKEMON_CURRENT_MAP) != OAKS_LAB_MAP
+        reward = -0.01 + self.progress_scale * (previous - difference) + 10.0 * left
+        return reward.astype(np.float32), left
+
+
+TASKS = {"sprite_goal": SpriteGoalTask, "standing_still": StandingStillTask, "exit_oak": ExitOakTask}

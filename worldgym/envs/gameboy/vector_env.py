@@ -1,0 +1,255 @@
+"""GameBoyVecEnv: N Game Boys stepped by one Warp kernel launch, as a Gymnasium vector env (GameBoy-v0)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+
+import gymnasium as gym
+import numpy as np
+import torch
+from gymnasium.vector import AutoresetMode, VectorEnv
+
+from worldgym.envs.gameboy import layout as L
+from worldgym.envs.gameboy.emulator import GameBoyEmulator
+from worldgym.envs.gameboy.tasks import ACTIONS, TASKS, SpriteGoalTask, Task
+
+OBS_H, OBS_W = 72, 80
+_ACTION_BUTTONS = np.array([0] + [1 << L.BUTTON_BITS[name] for name in ACTIONS[1:]], dtype=np.int32)
+
+
+@dataclass
+class GameBoyEnvConfig:
+    """Settings of GameBoyVecEnv (validated on construction).
+
+    Args:
+        rom_path: ROM file; None uses the task's own ROM (the homebrew task assembles one).
+        task: A task name (``"sprite_goal"``, ``"standing_still"``, ``"exit_oak"``) or a Task object.
+        savestate: Optional ``.npz`` written by ``GameBoyVecEnv.save_start_state`` to start episodes from.
+        frames_per_step: Frames emulated per env step (24 as in the Pokémon Red RL setups).
+        press_frames: Frames the chosen button is held at the start of a step (then released).
+        boot_frames: Frames run after power-on to build the start snapshot when no savestate is given.
+        packed_obs: Return observations packed 4 pixels per byte, shape (72, 20), instead of (72, 80).
+        device: Warp device (``"cpu"`` or ``"cuda:0"``).
+        max_episode_steps: Truncation limit; None uses the task's ``max_steps``.
+    """
+
+    rom_path: str | os.PathLike[str] | None = None
+    task: str | Task = "sprite_goal"
+    savestate: str | os.PathLike[str] | None = None
+    frames_per_step: int = 24
+    press_frames: int = 8
+    boot_frames: int = 10
+    packed_obs: bool = False
+    device: str = "cpu"
+    max_episode_steps: int | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.task, str) and self.task not in TASKS:
+            raise ValueError(
+                f"task={self.task!r} is unknown; choose one of {sorted(TASKS)} or pass a Task object"
+            )
+        if self.frames_per_step < 1:
+            raise ValueError(f"frames_per_step must be >= 1, got {self.frames_per_step}")
+        if not 0 <= self.press_frames <= self.frames_per_step:
+            raise ValueError(
+                f"press_frames must be in [0, frames_per_step={self.frames_per_step}], got {self.press_frames}"
+            )
+        if self.boot_frames < 0:
+            raise ValueError(f"boot_frames must be >= 0, got {self.boot_frames}")
+        if self.max_episode_steps is not None and self.max_episode_steps < 1:
+            raise ValueError(f"max_episode_steps must be >= 1 or None, got {self.max_episode_steps}")
+        if self.rom_path is None and not (
+            self.task == "sprite_goal" or isinstance(self.task, SpriteGoalTask)
+        ):
+            raise ValueError(
+                f"task={self.task!r} needs rom_path (a ROM you own); only sprite_goal ships its ROM"
+            )
+
+
+class GameBoyVecEnv(VectorEnv):
+    """Batched Game Boy environment.
+
+    ## Description
+    ``num_envs`` emulators share one ROM and advance together in one Warp kernel launch per step. An action
+    presses one button (``ACTIONS``) for ``press_frames`` frames out of ``frames_per_step``.
+
+    ## Observation
+    The last frame of each step, downsampled to 72x80 shades 0 (white) to 3 (black), uint8; or packed
+    (72, 20) bytes, 4 pixels per byte, first pixel in the high bits. ``observation_tensor`` is a zero-copy
+    torch view of the same buffer (on the emulator's device).
+
+    ## Rewards and episode end
+    From the task object (see ``tasks.py``). Finished envs are reset in the same step from the cached start
+    snapshot (``AutoresetMode.SAME_STEP``); their last observation is in ``info["final_obs"]``.
+
+    ## Version History
+    * v0: initial version.
+    """
+
+    metadata: ClassVar[dict[str, Any]] = {
+        "autoreset_mode": AutoresetMode.SAME_STEP,
+        "render_modes": ["rgb_array"],
+    }
+
+    def __init__(
+        self,
+        num_envs: int = 1,
+        render_mode: Literal["rgb_array"] | None = None,
+        config: GameBoyEnvConfig | None = None,
+        **settings: Any,
+    ) -> None:
+        if config is not None and settings:
+            raise ValueError(f"pass either config or keyword settings, not both (got {sorted(settings)})")
+        if not isinstance(num_envs, int) or num_envs < 1:
+            raise ValueError(f"num_envs must be a positive int, got {num_envs!r}")
+        config = config or GameBoyEnvConfig(**settings)
+        self.config = config
+        self.num_envs = num_envs
+        self.render_mode = render_mode
+        self.task: Task = TASKS[config.task]() if isinstance(config.task, str) else config.task
+        rom = Path(config.rom_path) if config.rom_path is not None else SpriteGoalTask.rom()
+        self.emulator = GameBoyEmulator(rom, num_envs=num_envs, device=config.device)
+        self.max_episode_steps = config.max_episode_steps or self.task.max_steps
+        self._build_spaces()
+        self._start = self._load_start_snapshot()
+        self._rng = np.random.default_rng()
+        self._steps = np.zeros(num_envs, dtype=np.int64)
+        # On a GPU, tasks get only their ram_addresses copied to the host (not N x 32 KiB per step).
+        self._gather_task_bytes = config.device != "cpu"
+        self._buttons = self.emulator._wp.zeros(num_envs, dtype=self.emulator._wp.int32, device=config.device)
+
+    # -------------------------------------------------------------------------------------------- setup
+
+    def _build_spaces(self) -> None:
+        wp = self.emulator._wp
+        width = OBS_W // 4 if self.config.packed_obs else OBS_W
+        high = 255 if self.config.packed_obs else 3
+        self.single_observation_space = gym.spaces.Box(0, high, (OBS_H, width), np.uint8)
+        self.single_action_space = gym.spaces.Discrete(len(ACTIONS))
+        self.observation_space = gym.vector.utils.batch_space(self.single_observation_space, self.num_envs)
+        self.action_space = gym.vector.utils.batch_space(self.single_action_space, self.num_envs)
+        self._obs = wp.zeros((self.num_envs, OBS_H, width), dtype=wp.uint8, device=self.config.device)
+        self.observation_tensor = wp.to_torch(self._obs)
+
+    def _load_start_snapshot(self) -> dict[str, np.ndarray]:
+        if self.config.savestate is not None:
+            with np.load(self.config.savestate) as data:
+                snapshot = {name: data[name] for name in data.files}
+            self.emulator.restore(snapshot)
+            return snapshot
+        self.emulator.power_on()
+        if self.config.boot_frames:
+            self.emulator.run_frames(self.config.boot_frames)
+        return self.emulator.snapshot(0)
+
+    def save_start_state(self, path: str | os.PathLike[str], env: int = 0) -> Path:
+        """Save env ``env``'s current emulator state as a ``.npz`` usable as ``savestate``."""
+        path = Path(path)
+        np.savez_compressed(path, **self.emulator.snapshot(env))
+        return path
+
+    # -------------------------------------------------------------------------------------------- API
+
+    def _memory(self) -> np.ndarray:
+        """Host view of 0x8000-0xFFFF for the task: zero-copy on CPU; on a GPU only ``task.ram_addresses``."""
+        if not self._gather_task_bytes:
+            return self.emulator.machines.mem.numpy()
+        host = np.zeros((self.num_envs, L.MEM_SIZE), dtype=np.uint8)
+        columns = self._task_columns()
+        host[:, columns] = self.emulator.memory_tensor[:, columns].cpu().numpy()
+        return host
+
+    def _task_columns(self) -> np.ndarray:
+        addresses = getattr(self.task, "ram_addresses", None)
+        if addresses is None:
+            return np.arange(L.MEM_SIZE)
+        return np.asarray(addresses, dtype=np.int64) - L.MEM_BASE
+
+    def _observe(self) -> np.ndarray:
+        wp = self.emulator._wp
+        wp.launch(self.emulator._core.downsample, dim=(self.num_envs, OBS_H, OBS_W),
+                  inputs=[self.emulator.machines.screen, self._obs, int(self.config.packed_obs)],
+                  device=self.config.device)  # fmt: skip
+        return self._obs.numpy()
+
+    def _reset_envs(self, mask: np.ndarray) -> None:
+        self.emulator.restore(self._start, mask)
+        memory = self._memory()
+        self.task.on_reset(memory, mask, self._rng)
+        if self._gather_task_bytes:  # write the task's bytes back to the device
+            columns = self._task_columns()
+            rows = np.flatnonzero(mask)
+            tensor = self.emulator.memory_tensor
+            values = torch.as_tensor(memory[np.ix_(rows, columns)], device=tensor.device)
+            tensor[
+                torch.as_tensor(rows, device=tensor.device)[:, None],
+                torch.as_tensor(columns, device=tensor.device),
+            ] = values
+        self._steps[mask] = 0
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray, dict]:
+        """Restore every env (or ``options["reset_mask"]``) from the start snapshot."""
+        super().reset(seed=seed)
+        if seed is not None:
+            self._rng = np.random.default_rng(seed)
+            self.action_space.seed(seed)
+        mask = np.ones(self.num_envs, dtype=bool)
+        if options and "reset_mask" in options:
+            mask = np.asarray(options["reset_mask"], dtype=bool)
+        self._reset_envs(mask)
+        self.emulator.run_frames(1, render=True)
+        observations = self._observe().copy()
+        self.task.evaluate(self._memory(), observations)
+        return observations, {}
+
+    def step(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict]:
+        """Press the chosen buttons, run ``frames_per_step`` frames in one launch, score, auto-reset."""
+        actions = np.asarray(actions, dtype=np.int64).reshape(self.num_envs)
+        if actions.min() < 0 or actions.max() >= len(ACTIONS):
+            raise ValueError(f"actions must be in [0, {len(ACTIONS)}), got {actions}")
+        self._buttons.assign(_ACTION_BUTTONS[actions])
+        self.emulator.run_frames(self.config.frames_per_step, buttons=self._buttons,
+                                 press_frames=self.config.press_frames, render=True)  # fmt: skip
+        observations = self._observe().copy()
+        rewards, terminated = self.task.evaluate(self._memory(), observations)
+        self._steps += 1
+        truncated = (self._steps >= self.max_episode_steps) & ~terminated
+        infos: dict[str, Any] = {}
+        done = terminated | truncated
+        if done.any():
+            infos = {"final_obs": observations.copy(), "_final_obs": done.copy()}
+            self._reset_envs(done)
+            self.emulator.run_frames(1, render=True)
+            fresh = self._observe()
+            observations[done] = fresh[done]
+        return observations, rewards, terminated, truncated, infos
+
+    def render(self) -> np.ndarray | None:
+        """RGB frames (N, 144, 160, 3) of the last step when ``render_mode="rgb_array"``."""
+        if self.render_mode != "rgb_array":
+            return None
+        shades = np.array([255, 170, 85, 0], dtype=np.uint8)
+        return np.repeat(shades[self.emulator.screens()][..., None], 3, axis=-1)
+
+    def save_state(self, path: str | os.PathLike[str]) -> Path:
+        """Save every emulator, the step counters and the RNG to a ``.npz``."""
+        path = Path(path)
+        state = self.emulator.save_state()
+        np.savez_compressed(path, steps=self._steps, rng=np.frombuffer(
+            repr(self._rng.bit_generator.state).encode(), dtype=np.uint8), **state)  # fmt: skip
+        return path
+
+    def load_state(self, path: str | os.PathLike[str]) -> None:
+        """Restore a state written by ``save_state`` (same num_envs and ROM)."""
+        import ast
+
+        with np.load(path) as data:
+            state = {name: data[name] for name in data.files}
+        self.emulator.load_state(state)
+        self._steps = state["steps"].copy()
+        self._rng.bit_generator.state = ast.literal_eval(state["rng"].tobytes().decode())
