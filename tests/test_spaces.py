@@ -140,3 +140,37 @@ def test_validator_agrees_with_jsonschema_on_sampled_calls():
 def test_numpy_rng_accepted_as_seed():
     space = ToolCallSpace(TOOLS, seed=np.random.default_rng(5))
     assert space.sample() in space
+
+
+def test_contains_never_raises_on_odd_values():
+    space = ToolCallSpace([Tool("t", "", {"type": "object", "properties": {
+        "xs": {"type": "array", "uniqueItems": True}}})])
+    assert ToolCall("t", {"xs": [object(), 1]}) in space  # untyped items, unique by repr
+    assert ToolCall(["t"], {}) not in space  # unhashable name
+    assert ToolCall("t", {"xs": [1, 1.0]}) not in space  # JSON-equal items are duplicates (as jsonschema says)
+    assert ToolCall("t", {"xs": [{"a": 1}, {"a": 1.0}]}) not in space
+    assert ToolCall("t", {"xs": [True, 1]}) in space  # true and 1 differ in JSON
+
+
+def test_tool_call_equality_and_hash_follow_json_semantics():
+    assert ToolCall("a", {"x": 1}) == ToolCall("a", {"x": 1.0})
+    assert hash(ToolCall("a", {"x": 1})) == hash(ToolCall("a", {"x": 1.0}))
+    assert ToolCall("a", {"x": True}) != ToolCall("a", {"x": 1})
+    assert len({ToolCall("a", {"x": 1}), ToolCall("a", {"x": 1.0})}) == 1
+
+
+@pytest.mark.parametrize("schema", [
+    {"type": "integer", "minimum": 2000},
+    {"type": "integer", "maximum": -5000},
+    {"type": "number", "minimum": 5000},
+    {"type": "integer", "minimum": 0.5, "maximum": 1.5},
+    {"type": "string", "maxLength": 0},
+    {"type": "string", "minLength": 40},
+])
+def test_sample_respects_one_sided_bounds(schema):
+    space = ToolCallSpace([Tool("t", "", {"type": "object", "properties": {"v": schema}, "required": ["v"]})],
+                          seed=0)
+    for _ in range(50):
+        call = space.sample()
+        assert call in space
+        jsonschema.validate(dict(call.arguments), space.tools["t"].parameters)

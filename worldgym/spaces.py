@@ -18,6 +18,7 @@ True
 from __future__ import annotations
 
 import json
+import math
 import string
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -43,9 +44,12 @@ _JSON_TYPES: dict[str, tuple[type, ...]] = {
 }
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class ToolCall:
-    """One call of a named tool with JSON-compatible keyword arguments."""
+    """One call of a named tool with JSON-compatible keyword arguments.
+
+    Equality and hashing follow JSON semantics: ``1`` and ``1.0`` are the same argument, ``True`` and ``1`` are not.
+    """
 
     name: str
     arguments: Mapping[str, Any] = field(default_factory=dict)
@@ -55,8 +59,14 @@ class ToolCall:
         arguments = dict(self.arguments) if isinstance(self.arguments, Mapping) else self.arguments
         return json.dumps({"name": self.name, "arguments": arguments}, sort_keys=True, default=repr)
 
+    def _key(self) -> str:
+        return _canonical_json({"name": self.name, "arguments": self.arguments})
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ToolCall) and self._key() == other._key()
+
     def __hash__(self) -> int:
-        return hash(self.to_json())
+        return hash(self._key())
 
 
 @dataclass(frozen=True)
@@ -94,6 +104,22 @@ class Tool:
             "type": "function",
             "function": {"name": self.name, "description": self.description, "parameters": dict(self.parameters)},
         }
+
+
+def _canonical(value: Any) -> Any:
+    """``value`` with integral floats as ints and mappings as dicts, so JSON-equal values serialise alike."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, Mapping):
+        return {str(k): _canonical(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_canonical(v) for v in value]
+    return value
+
+
+def _canonical_json(value: Any) -> str:
+    """One string per JSON value (never raises: unknown objects are written with ``repr``)."""
+    return json.dumps(_canonical(value), sort_keys=True, default=repr)
 
 
 def validate_json(value: Any, schema: Mapping[str, Any], path: str = "") -> list[str]:
@@ -145,7 +171,7 @@ def _validate_array(value: Sequence[Any], schema: Mapping[str, Any], where: str)
         errors.append(f"{where} must have at least {schema['minItems']} items, got {len(value)}")
     if "maxItems" in schema and len(value) > schema["maxItems"]:
         errors.append(f"{where} must have at most {schema['maxItems']} items, got {len(value)}")
-    if schema.get("uniqueItems") and len({json.dumps(v, sort_keys=True) for v in value}) != len(value):
+    if schema.get("uniqueItems") and len({_canonical_json(v) for v in value}) != len(value):
         errors.append(f"{where} must not contain duplicate items")
     if "items" in schema:
         for i, item in enumerate(value):
@@ -223,7 +249,7 @@ class ToolCallSpace(Space[ToolCall]):
         """Why ``call`` is not a valid element of this space (an empty list when it is)."""
         if not isinstance(call, ToolCall):
             return [f"expected a ToolCall, got {type(call).__name__}"]
-        tool = self.tools.get(call.name)
+        tool = self.tools.get(call.name) if isinstance(call.name, str) else None
         if tool is None:
             return [f"unknown tool {call.name!r}; available tools: {list(self.tools)}"]
         if not isinstance(call.arguments, Mapping):
@@ -283,12 +309,16 @@ def _sample_json(schema: Mapping[str, Any], rng: np.random.Generator) -> Any:
     if not isinstance(kind, str):
         kind = list(kind)[int(rng.integers(len(kind)))]
     if kind == "string":
-        low, high = schema.get("minLength", 1), schema.get("maxLength", max(schema.get("minLength", 1), 16))
+        high = schema.get("maxLength", max(schema.get("minLength", 1), 16))
+        low = min(schema.get("minLength", 1), high)
         length = int(rng.integers(low, high + 1))
         return "".join(_SAMPLE_CHARSET[i] for i in rng.integers(len(_SAMPLE_CHARSET), size=length))
     if kind in ("integer", "number"):
-        low, high = schema.get("minimum", -1000), schema.get("maximum", 1000)
-        return int(rng.integers(low, high + 1)) if kind == "integer" else float(rng.uniform(low, high))
+        low = schema.get("minimum", schema.get("maximum", 1000) - 2000)
+        high = schema.get("maximum", low + 2000)
+        if kind == "integer":
+            return int(rng.integers(math.ceil(low), math.floor(high) + 1))
+        return float(rng.uniform(low, high))
     if kind == "boolean":
         return bool(rng.integers(2))
     if kind == "null":

@@ -73,3 +73,30 @@ def test_constructor_validates():
 def test_to_observation_text():
     assert to_observation_text("abc", 10) == "abc"
     assert to_observation_text("a\u2014b", 10) == "a?b"
+
+
+def test_stepping_an_ended_episode_raises_until_reset():
+    env = GuessEnv()
+    env.reset(seed=0)
+    _, reward, terminated, _, info = env.step(ToolCall("guess", {"number": env.secret}))
+    assert (reward, terminated) == (1.0, True)
+    with pytest.raises(gym.error.ResetNeeded, match="episode has ended"):
+        env.step(ToolCall("guess", {"number": env.secret}))  # no reward farming after the end
+    env.reset(seed=0)
+    assert env.step(ToolCall("guess", {"number": env.secret}))[1] == 1.0
+
+
+def test_invalid_text_keeps_the_raw_reply_in_info():
+    env = ParseToolCall(GuessEnv())
+    env.reset(seed=0)
+    *_, info = env.step("I think it is 3")
+    assert info["raw_text"] == "I think it is 3" and info["response_type"] == "invalid_call"
+
+
+def test_small_observation_limit_rejected():
+    class Tiny(GuessEnv):
+        def __init__(self):
+            ToolEnv.__init__(self, [], max_turns=1, max_observation_chars=10)
+
+    with pytest.raises(ValueError, match="max_observation_chars must be >= 32, got 10"):
+        Tiny()

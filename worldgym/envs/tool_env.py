@@ -44,13 +44,15 @@ class ToolEnv(gym.Env[str, ToolCall]):
 
     Subclasses describe their task in :meth:`_reset_task` and answer valid calls in :meth:`_call_tool`; this class
     owns what every such env shares: the :class:`ToolCallSpace` action space and ``Text`` observation space, the
-    turn counter and turn limit (``truncated`` after ``max_turns`` calls), and the answer to invalid actions — a
+    turn counter and turn limit (``truncated`` after ``max_turns`` calls; stepping an ended episode raises
+    ``ResetNeeded``), and the answer to invalid actions — a
     :class:`ToolCallError` from a text wrapper or a call that fails its schema costs a turn and yields an error
     observation, never an exception.
 
     Observations are printable-ASCII strings of at most ``max_observation_chars``. ``info`` on reset carries
     ``tools`` (OpenAI format, for a chat template); on every step it carries ``turn`` and ``response_type``
-    (``"invalid_call"`` for an invalid action).
+    (``"invalid_call"`` for an invalid action, with ``errors`` and, for unparsable text, ``raw_text``;
+    ``"tool_result"`` unless the subclass names a finer type).
     """
 
     metadata = {"render_modes": ["ansi"], "render_fps": 4}
@@ -59,6 +61,8 @@ class ToolEnv(gym.Env[str, ToolCall]):
                  render_mode: str | None = None):
         if max_turns < 1:
             raise ValueError(f"max_turns must be >= 1, got {max_turns}")
+        if max_observation_chars < 32:
+            raise ValueError(f"max_observation_chars must be >= 32, got {max_observation_chars}")
         if render_mode not in (None, "ansi"):
             raise ValueError(f"render_mode must be None or 'ansi', got {render_mode!r}")
         self.action_space = ToolCallSpace(tools)
@@ -66,7 +70,8 @@ class ToolEnv(gym.Env[str, ToolCall]):
         self.max_turns = max_turns
         self.max_observation_chars = max_observation_chars
         self.render_mode = render_mode
-        self._turn: int | None = None
+        self._turn: int | None = None  # None until reset
+        self._ended = False  # the episode terminated or was truncated; step() needs a reset first
         self._transcript: list[tuple[Any, str]] = []  # (action, observation); formatted only by render()
 
     @abstractmethod
@@ -81,6 +86,7 @@ class ToolEnv(gym.Env[str, ToolCall]):
         super().reset(seed=seed)
         prompt, info = self._reset_task(options)
         self._turn = 0
+        self._ended = False
         prompt = to_observation_text(prompt, self.max_observation_chars)
         self._transcript = [(None, prompt)]
         return prompt, {**info, "tools": self.action_space.openai_tools(), "turn": 0}
@@ -88,17 +94,23 @@ class ToolEnv(gym.Env[str, ToolCall]):
     def step(self, action: ToolCall | ToolCallError) -> tuple[str, float, bool, bool, dict[str, Any]]:
         if self._turn is None:
             raise gym.error.ResetNeeded("Call reset() before step().")
+        if self._ended:
+            raise gym.error.ResetNeeded("The episode has ended (terminated or truncated): call reset() first.")
         self._turn += 1
         errors = [action.message] if isinstance(action, ToolCallError) else self.action_space.validate(action)
         if errors:
-            result = ToolResult(self._error_text(errors), info={"response_type": "invalid_call", "errors": errors})
+            info = {"response_type": "invalid_call", "errors": errors}
+            if isinstance(action, ToolCallError):
+                info["raw_text"] = action.raw_text
+            result = ToolResult(self._error_text(errors), info=info)
         else:
             result = self._call_tool(action)
         text = to_observation_text(result.text, self.max_observation_chars)
         terminated = result.terminated
         truncated = not terminated and self._turn >= self.max_turns
+        self._ended = terminated or truncated
         self._transcript.append((action, text))
-        info = {"turn": self._turn, **result.info}
+        info = {"turn": self._turn, "response_type": "tool_result", **result.info}
         return text, float(result.reward), terminated, truncated, info
 
     @staticmethod

@@ -80,7 +80,8 @@ class CSRPhoneEnv(ToolEnv):
 
     ## Info
     Reset: ``tools`` (OpenAI format), ``difficulty``, ``company``, ``goal``, ``split``. Step: ``turn``,
-    ``tool``, ``response_type`` (``search_results``, ``company_not_found``, ``auth_form``, one of
+    ``tool``, for phone calls the ``company`` and ``department`` reached (None for unknown numbers),
+    ``response_type`` (``search_results``, ``company_not_found``, ``auth_form``, one of
     :data:`worldgym.envs.csr_phone.phrases.RESPONSE_TYPES`, or ``invalid_call``) and ``task_complete``.
 
     ## Arguments
@@ -194,5 +195,6 @@ class CSRPhoneEnv(ToolEnv):
         if outcome.completed_prerequisite is not None:
             reward += self.prerequisite_bonus
         info = {"tool": "make_phone_call", "response_type": outcome.response_type,
-                "task_complete": outcome.task_complete}
+                "task_complete": outcome.task_complete, "company": outcome.company,
+                "department": outcome.department}
         return ToolResult(outcome.text, reward=reward, terminated=outcome.task_complete, info=info)
