@@ -36,7 +36,7 @@ from worldgym.agents.ztoken_ppo import (
     warm_start,
 )
 from worldgym.agents.ztoken_ppo.evaluate import episode_metrics
-from worldgym.agents.ztoken_ppo.rollout import Episode, final_info_of
+from worldgym.agents.ztoken_ppo.rollout import Episode, run_until_episodes
 from worldgym.envs.ztoken import FlattenTokenDigitsAction, ZTokenVocab
 
 ENV_ID = "ZTokenDigits-v0"
@@ -73,17 +73,13 @@ def evaluate_sb3(
         ],
         autoreset_mode=AutoresetMode.SAME_STEP,
     )
-    obs, _ = envs.reset(seed=seed)
-    per_env = num_episodes // num_envs
-    finished: list[list[Episode]] = [[] for _ in range(num_envs)]
-    while min(map(len, finished)) < per_env:
-        actions, _ = model.predict(obs, deterministic=True)
-        obs, _, terminated, truncated, infos = envs.step(actions)
-        for i in np.flatnonzero(terminated | truncated):
-            if len(finished[i]) < per_env:
-                finished[i].append(Episode(f"sb3-{i}", breakdown=final_info_of(infos, i)))
+    finished, _ = run_until_episodes(
+        envs, num_episodes // num_envs, seed, lambda obs: model.predict(obs, deterministic=True)[0]
+    )
     envs.close()
-    return episode_metrics([e for per in finished for e in per], "eval")
+    return episode_metrics(
+        [Episode(f"sb3-{i}", breakdown=e.info) for i, per in enumerate(finished) for e in per], "eval"
+    )
 
 
 def run_sb3(

@@ -5,7 +5,8 @@
     python examples/train_ztoken_ppo.py --pretrained Qwen/Qwen3-0.6B --device cuda   # any HF causal LM
 
 Writes ``<out>/warm_start/`` (checkpoint), ``<out>/warm_start.jsonl``, ``<out>/ppo/metrics.jsonl``,
-``<out>/ppo/rollouts.jsonl`` and ``<out>/ppo/checkpoint/``.
+``<out>/ppo/rollouts.jsonl`` and ``<out>/ppo/checkpoint/``. A run without ``--resume`` starts these logs afresh;
+``--resume`` continues them (and just reports the final metrics if the run already finished).
 """
 
 from __future__ import annotations
@@ -103,8 +104,14 @@ def main() -> None:
         )
         trainer = ZTokenPPOTrainer.from_checkpoint(ppo_config, out / "warm_start")
 
+    if trainer.rollout_index >= ppo_config.num_rollouts:
+        print(
+            f"run already finished at rollout {trainer.rollout_index} of {ppo_config.num_rollouts}: "
+            "raise --rollouts to train further"
+        )
     start = time.perf_counter()
     final = trainer.train()
+    trainer.close()
     summary = {key: round(value, 4) for key, value in final.items() if key.startswith("eval/")}
     print(f"PPO ({time.perf_counter() - start:.0f}s, {final['env_steps']} env steps): {json.dumps(summary)}")
 

@@ -43,9 +43,8 @@ def tiny_policy():
     return build_policy(TINY_MODEL, ZTokenVocab(ENV_KWARGS["num_z_tokens"]))
 
 
-@pytest.fixture(scope="session")
-def hf_model_dir(tmp_path_factory) -> Path:
-    """A tiny Qwen3 causal LM + byte-level BPE tokenizer (no pad token) written with ``save_pretrained``."""
+def save_tiny_hf_model(root: Path, **config_overrides) -> Path:
+    """Write a tiny Qwen3 causal LM + byte-level BPE tokenizer (no pad token) with ``save_pretrained``."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
 
@@ -58,19 +57,31 @@ def hf_model_dir(tmp_path_factory) -> Path:
     corpus = [f"{a}+{b}={a + b} {a}*{b}={a * b}" for a in range(30) for b in range(30)]
     tokenizer.train_from_iterator(corpus, trainer)
     fast = PreTrainedTokenizerFast(tokenizer_object=tokenizer, eos_token="<eos>")
-    config = Qwen3Config(
-        vocab_size=len(fast),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        head_dim=16,
-        tie_word_embeddings=True,
-    )
-    root = tmp_path_factory.mktemp("hf_tiny")
+    settings = {
+        "vocab_size": len(fast),
+        "hidden_size": 32,
+        "intermediate_size": 64,
+        "num_hidden_layers": 1,
+        "num_attention_heads": 2,
+        "num_key_value_heads": 1,
+        "head_dim": 16,
+        "tie_word_embeddings": True,
+    }
+    config = Qwen3Config(**{**settings, **config_overrides})
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
         Qwen3ForCausalLM(config).save_pretrained(root)
     fast.save_pretrained(root)
     return root
+
+
+@pytest.fixture(scope="session")
+def hf_model_dir(tmp_path_factory) -> Path:
+    """A tiny Qwen3 causal LM + tokenizer saved to a tmp dir (see :func:`save_tiny_hf_model`)."""
+    return save_tiny_hf_model(tmp_path_factory.mktemp("hf_tiny"))
+
+
+@pytest.fixture(scope="session")
+def hf_dropout_model_dir(tmp_path_factory) -> Path:
+    """The same tiny Qwen3 with attention dropout 0.5, as pretrained LMs often ship with dropout."""
+    return save_tiny_hf_model(tmp_path_factory.mktemp("hf_dropout"), attention_dropout=0.5)

@@ -29,6 +29,9 @@ def test_example_trains_then_resumes(monkeypatch, tmp_path, capsys) -> None:
     assert rollouts == [0, 1, 2]
     assert (out / "warm_start" / "policy.safetensors").is_file()
     assert len((out / "warm_start.jsonl").read_text().splitlines()) == 3
+    _run(monkeypatch, [*TINY_ARGS, "--output-dir", str(out), "--rollouts", "2", "--resume"])
+    assert "already finished" in capsys.readouterr().out
+    assert (out / "ppo" / "metrics.jsonl").read_text().splitlines() == lines
 
 
 def test_example_resume_without_a_run_fails_clearly(monkeypatch, tmp_path) -> None:

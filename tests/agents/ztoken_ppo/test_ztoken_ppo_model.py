@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import torch
 
 from worldgym.agents.ztoken_ppo import (
     ModelConfig,
+    ZTokenPPOConfig,
+    ZTokenPPOTrainer,
     build_policy,
     load_policy,
     masked_token_log_probs,
@@ -150,6 +154,55 @@ def test_pretrained_policy_warm_start_step_and_checkpoint_round_trip(
     torch.testing.assert_close(
         loaded(loaded_encoder.encode(obs)).token_log_probs, policy(batch).token_log_probs
     )
+
+
+def test_building_and_loading_a_policy_leave_the_global_torch_rng_alone(
+    hf_model_dir, tiny_model, tmp_path, env_kwargs
+) -> None:
+    vocab = ZTokenVocab(env_kwargs["num_z_tokens"])
+    for name, model_config in (
+        ("native", tiny_model),
+        ("pretrained", ModelConfig(pretrained=str(hf_model_dir))),
+    ):
+        torch.manual_seed(0)
+        state = torch.get_rng_state()
+        policy, encoder = build_policy(model_config, vocab)
+        assert torch.equal(torch.get_rng_state(), state), f"build_policy ({name}) used the global RNG"
+        save_checkpoint(tmp_path / name, policy, encoder, vocab.num_z_tokens)
+        load_policy(tmp_path / name)
+        assert torch.equal(torch.get_rng_state(), state), f"load_policy ({name}) used the global RNG"
+
+
+def test_dropout_is_disabled_so_the_first_minibatch_ratio_is_one(
+    hf_dropout_model_dir, tmp_path, env_kwargs
+) -> None:
+    vocab = ZTokenVocab(env_kwargs["num_z_tokens"])
+    policy, encoder = build_policy(ModelConfig(pretrained=str(hf_dropout_model_dir)), vocab)
+    assert policy.lm.config.attention_dropout == 0.0
+    config = ZTokenPPOConfig(
+        env_kwargs=env_kwargs,
+        num_envs=4,
+        episodes_per_rollout=16,
+        update_epochs=1,
+        num_minibatches=1,
+        eval_episodes=0,
+        output_dir=str(tmp_path / "run"),
+        progress=False,
+    )
+    trainer = ZTokenPPOTrainer(config, policy, encoder)
+    parts = trainer.update(trainer.collect())
+    assert parts["losses/clip_fraction"] == 0.0 and abs(parts["losses/approx_kl"]) < 1e-6
+
+    save_checkpoint(tmp_path / "ckpt", policy, encoder, vocab.num_z_tokens)
+    spec_file = tmp_path / "ckpt" / "policy.json"
+    spec = json.loads(spec_file.read_text())
+    spec["lm_config"]["attention_dropout"] = 0.5  # a checkpoint written before dropout was disabled
+    spec_file.write_text(json.dumps(spec))
+    loaded, _, _ = load_policy(tmp_path / "ckpt")
+    assert loaded.lm.config.attention_dropout == 0.0
+    loaded.train()
+    obs = np.stack(trainer.collect()[0].observations)
+    torch.testing.assert_close(loaded(encoder.encode(obs)).values, loaded(encoder.encode(obs)).values)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import replace
+from dataclasses import fields, replace
 
 import numpy as np
 import pytest
@@ -22,32 +22,19 @@ from worldgym.agents.ztoken_ppo import (
 )
 from worldgym.agents.ztoken_ppo.rollout import make_vector_env
 from worldgym.agents.ztoken_ppo.warm_start import collect_scripted_episodes, warm_start_loss
-from worldgym.envs.ztoken import ZTokenVocab
+from worldgym.envs.ztoken import RewardBreakdown, ZTokenVocab
 
 ROLLOUT_KEYS = {
     "id",
     "input_ids",
     "generated_ids",
-    "terminated_by",
-    "num_generated",
     "digit_logits",
     "digit_probs",
-    "digit_pred",
-    "digit_true",
-    "reward_full",
-    "partial_scale",
-    "keep_prob",
-    "applied_mask",
-    "applied_count",
-    "correct_count",
-    "reward_partial",
-    "length_penalty",
-    "reward_final",
     "actions",
     "logp_old",
     "entropy",
     "values",
-}
+} | {field.name for field in fields(RewardBreakdown)}
 
 
 def _ppo_config(tmp_path, env_kwargs: dict, **overrides) -> ZTokenPPOConfig:
@@ -139,17 +126,52 @@ def test_resume_continues_the_same_run(tmp_path, env_kwargs, tiny_model) -> None
         *build_policy(tiny_model, vocab),
     )
     first.train()
+    for name in ("metrics.jsonl", "rollouts.jsonl"):  # a crash mid-write leaves a torn last line
+        with (tmp_path / "b" / "run" / name).open("a") as handle:
+            handle.write('{"rollout": 2, "env_st')
     resumed = ZTokenPPOTrainer.from_checkpoint(
         _ppo_config(tmp_path / "b", env_kwargs, eval_episodes=0), first.checkpoint_path, resume=True
     )
     assert resumed.rollout_index == 1
-    resumed.train()
+    result = resumed.train()
     for (name, a), (_, b) in zip(
         straight.policy.named_parameters(), resumed.policy.named_parameters(), strict=True
     ):
         torch.testing.assert_close(a, b, msg=name)
+    for name in ("metrics.jsonl", "rollouts.jsonl"):
+        lines = (tmp_path / "b" / "run" / name).read_text().splitlines()
+        assert [json.loads(line)["rollout"] for line in lines] == [
+            json.loads(line)["rollout"] for line in (tmp_path / "a" / "run" / name).read_text().splitlines()
+        ]
     lines = (tmp_path / "b" / "run" / "rollouts.jsonl").read_text()
     assert lines == (tmp_path / "a" / "run" / "rollouts.jsonl").read_text()
+
+    finished = ZTokenPPOTrainer.from_checkpoint(
+        _ppo_config(tmp_path / "b", env_kwargs, eval_episodes=0), resumed.checkpoint_path, resume=True
+    )
+    last = json.loads((tmp_path / "b" / "run" / "metrics.jsonl").read_text().splitlines()[-1])
+    assert finished.train() == last == result
+    assert last["rollout"] == 2 and last["env_steps"] == resumed.env_steps
+
+
+def test_a_fresh_run_in_a_used_output_dir_starts_new_logs(tiny_policy, tmp_path, env_kwargs) -> None:
+    config = _ppo_config(tmp_path, env_kwargs, num_rollouts=1, eval_episodes=0)
+    for _ in range(2):
+        trainer = ZTokenPPOTrainer(config, *tiny_policy)
+        trainer.train()
+        trainer.close()
+    metrics = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(line)["rollout"] for line in metrics] == [1]
+    assert len((tmp_path / "run" / "rollouts.jsonl").read_text().splitlines()) == 16
+
+
+def test_warm_start_log_starts_fresh_on_every_run(tiny_policy, tmp_path, env_kwargs) -> None:
+    config = WarmStartConfig(steps=2, batch_size=4, num_envs=2, z_max=2)
+    for _ in range(2):
+        warm_start(
+            *tiny_policy, "ZTokenDigits-v0", env_kwargs, config, tmp_path / "warm.jsonl", progress=False
+        )
+    assert [json.loads(line)["step"] for line in (tmp_path / "warm.jsonl").read_text().splitlines()] == [0, 1]
 
 
 def test_bad_checkpoints_raise_typed_errors(tiny_policy, tmp_path, env_kwargs) -> None:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import doctest
+import math
 import re
+from dataclasses import fields
 
 import gymnasium as gym
 import numpy as np
@@ -15,6 +17,7 @@ from worldgym.envs.ztoken import (
     ArithmeticProblem,
     FlattenTokenDigitsAction,
     ProblemSampler,
+    RewardBreakdown,
     RewardConfig,
     ZTokenDigitsEnv,
     ZTokenVocab,
@@ -33,21 +36,7 @@ from worldgym.envs.ztoken import (
     wrappers as wrappers_module,
 )
 
-BREAKDOWN_KEYS = {
-    "terminated_by",
-    "num_generated",
-    "digit_pred",
-    "digit_true",
-    "reward_full",
-    "partial_scale",
-    "keep_prob",
-    "applied_mask",
-    "applied_count",
-    "correct_count",
-    "reward_partial",
-    "length_penalty",
-    "reward_final",
-}
+BREAKDOWN_KEYS = {field.name for field in fields(RewardBreakdown)}
 
 
 @pytest.mark.parametrize("module", [env_module, problems_module, vocab_module, wrappers_module])
@@ -137,11 +126,19 @@ def test_reward_mask_follows_the_seeded_rng() -> None:
     assert same[0] == same[1]
 
 
-def test_truncation_gives_zero_reward() -> None:
-    result = _score(
-        [0, 1, 2, 3, 4], [0, 1, 2, 3, 4], by="max_new_tokens", config=RewardConfig(length_penalty=0.1)
-    )
+def test_truncation_gives_zero_reward_without_a_length_penalty() -> None:
+    result = _score([0, 1, 2, 3, 4], [0, 1, 2, 3, 4], by="max_new_tokens")
     assert result.reward_final == 0.0 and result.reward_full == 1.0
+    assert math.copysign(1.0, result.reward_final) == 1.0, "logs must show 0.0, not -0.0"
+
+
+def test_truncation_is_charged_the_length_penalty_so_it_never_beats_answering() -> None:
+    config = RewardConfig(length_penalty=0.1)
+    truncated = _score([0, 1, 2, 3, 4], [0, 1, 2, 3, 4], n=3, by="max_new_tokens", config=config)
+    assert truncated.length_penalty == pytest.approx(0.3)
+    assert truncated.reward_final == pytest.approx(-0.3) and truncated.reward_full == 1.0
+    all_wrong = _score([9, 9, 9, 9, 9], [0, 1, 2, 3, 4], n=3, config=config)
+    assert all_wrong.reward_partial == 0.0 and all_wrong.reward_final >= truncated.reward_final
 
 
 def test_reward_config_validation() -> None:
@@ -181,6 +178,14 @@ def test_env_truncates_at_max_new_tokens_with_zero_reward() -> None:
         _, reward, terminated, truncated, info = env.step({"token": 0, "digits": [0] * 5})
     assert truncated and not terminated and reward == 0.0
     assert info["terminated_by"] == "max_new_tokens" and info["num_generated"] == 3
+
+
+def test_env_truncation_with_a_length_penalty_returns_the_penalty() -> None:
+    env = ZTokenDigitsEnv(num_z_tokens=2, max_new_tokens=2, length_penalty=0.05)
+    env.reset(seed=0)
+    env.step({"token": 0, "digits": [0] * 5})
+    _, reward, _, truncated, info = env.step({"token": 1, "digits": [0] * 5})
+    assert truncated and reward == pytest.approx(-0.1) and reward == info["reward_final"]
 
 
 def test_env_same_seed_same_problems_and_masks() -> None:
@@ -236,6 +241,28 @@ def test_env_pins_a_problem_through_options() -> None:
     assert info["reward_full"] == 1.0
     with pytest.raises(TypeError, match="must be an ArithmeticProblem"):
         env.reset(options={"problem": "12*34="})
+
+
+@pytest.mark.parametrize(
+    ("problem", "message"),
+    [
+        (ArithmeticProblem(999, 999, "*"), "'999*999=' has answer 998001, more than 5 digits"),
+        (
+            ArithmeticProblem(1234, 5, "+"),
+            "'1234+5=' is 7 characters long; operand_digits=2 allows at most 6",
+        ),
+        (ArithmeticProblem(-1, 2, "+"), "'-1+2=' has characters outside the vocabulary"),
+    ],
+)
+def test_env_rejects_a_pinned_problem_it_cannot_pose_without_touching_the_episode(problem, message) -> None:
+    env = ZTokenDigitsEnv(operand_digits=2)
+    obs, _ = env.reset(seed=0, options={"problem": ArithmeticProblem(12, 34, "*")})
+    with pytest.raises(ValueError, match=re.escape(message)):
+        env.reset(options={"problem": problem})
+    obs_after, _, _, _, _ = env.step({"token": 0, "digits": [0] * 5})
+    np.testing.assert_array_equal(obs_after[: len("12*34=")], obs[: len("12*34=")])
+    *_, info = env.step({"token": env.answer_action, "digits": [0, 0, 4, 0, 8]})
+    assert info["question"] == "12*34=" and info["reward_full"] == 1.0
 
 
 def test_env_rejects_bad_constructor_arguments() -> None:

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
-from worldgym.config import check_field
+from worldgym.config import check_choice, check_field, check_positive_int
 
 DigitActions = Literal["sample", "greedy"]
 AdvantageMode = Literal["terminal", "gae"]
@@ -45,8 +45,7 @@ class ModelConfig:
             "head_dim",
             "intermediate_size",
         ):
-            value = getattr(self, name)
-            check_field(isinstance(value, int) and value >= 1, name, value, "use a positive integer")
+            check_positive_int(name, getattr(self, name))
         check_field(
             self.num_heads % self.num_kv_heads == 0,
             "num_kv_heads",
@@ -70,7 +69,8 @@ class WarmStartConfig:
         max_grad_norm (float): gradient clipping. num_envs (int): vector env width for data collection.
         lr_schedule (Literal["onecycle", "constant"]): both warm up over the first 10% of steps; "onecycle"
             then anneals to ~0, "constant" holds ``lr`` (better here at 1000 steps; PPO anneals later).
-        seed (int): seeds the env resets and the shuffling.
+        seed (int): seeds the env resets and the scripted Z-trace lengths (the batches are fresh episodes
+            each step, so there is nothing to shuffle).
     """
 
     steps: int = 1000
@@ -87,17 +87,13 @@ class WarmStartConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        check_field(
-            self.lr_schedule in ("onecycle", "constant"),
-            "lr_schedule",
-            self.lr_schedule,
-            "use 'onecycle' (warm up, then anneal to ~0) or 'constant' (warm up, then hold)",
-        )
+        check_choice("lr_schedule", self.lr_schedule, get_args(LrSchedule))
         for name in ("steps", "batch_size", "num_envs"):
-            value = getattr(self, name)
-            check_field(isinstance(value, int) and value >= 1, name, value, "use a positive integer")
+            check_positive_int(name, getattr(self, name))
         check_field(self.lr > 0, "lr", self.lr, "use a positive learning rate")
-        check_field(0 <= self.z_min <= self.z_max, "z_min", (self.z_min, self.z_max), "need 0 <= z_min <= z_max")
+        check_field(
+            0 <= self.z_min <= self.z_max, "z_min", (self.z_min, self.z_max), "need 0 <= z_min <= z_max"
+        )
         check_field(
             self.token_loss_coef >= 0 and self.digit_loss_coef >= 0,
             "loss coefs",
@@ -179,8 +175,7 @@ class ZTokenPPOConfig:
             "eval_every",
             "checkpoint_every",
         ):
-            value = getattr(self, name)
-            check_field(isinstance(value, int) and value >= 1, name, value, "use a positive integer")
+            check_positive_int(name, getattr(self, name))
         check_field(
             self.episodes_per_rollout % self.num_envs == 0,
             "episodes_per_rollout",
@@ -188,7 +183,10 @@ class ZTokenPPOConfig:
             f"use a multiple of num_envs={self.num_envs}",
         )
         check_field(
-            self.eval_episodes >= 0 and self.eval_episodes % self.num_envs == 0,
+            isinstance(self.eval_episodes, int)
+            and not isinstance(self.eval_episodes, bool)
+            and self.eval_episodes >= 0
+            and self.eval_episodes % self.num_envs == 0,
             "eval_episodes",
             self.eval_episodes,
             f"use 0 (off) or a multiple of num_envs={self.num_envs}",
@@ -198,23 +196,11 @@ class ZTokenPPOConfig:
         check_field(0 < self.clip_eps < 1, "clip_eps", self.clip_eps, "use a value in (0, 1), e.g. 0.2")
         check_field(self.value_coef >= 0, "value_coef", self.value_coef, "use a non-negative weight")
         check_field(self.entropy_coef >= 0, "entropy_coef", self.entropy_coef, "use a non-negative weight")
-        check_field(
-            self.advantage in ("terminal", "gae"), "advantage", self.advantage, "use 'terminal' or 'gae'"
-        )
+        check_choice("advantage", self.advantage, get_args(AdvantageMode))
         check_field(0 <= self.gamma <= 1, "gamma", self.gamma, "use a value in [0, 1]")
         check_field(0 <= self.gae_lambda <= 1, "gae_lambda", self.gae_lambda, "use a value in [0, 1]")
-        check_field(
-            self.digit_actions in ("sample", "greedy"),
-            "digit_actions",
-            self.digit_actions,
-            "use 'sample' or 'greedy'",
-        )
-        check_field(
-            self.eval_token_decoding in ("greedy", "sample"),
-            "eval_token_decoding",
-            self.eval_token_decoding,
-            "use 'greedy' or 'sample'",
-        )
+        check_choice("digit_actions", self.digit_actions, get_args(DigitActions))
+        check_choice("eval_token_decoding", self.eval_token_decoding, get_args(TokenDecoding))
         check_field(
             isinstance(self.env_kwargs, dict), "env_kwargs", self.env_kwargs, "use a dict of gym.make kwargs"
         )

@@ -3,7 +3,14 @@
 from __future__ import annotations
 
 import torch
-from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, Qwen3Config
+from transformers import (
+    AutoConfig,
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    PretrainedConfig,
+    PreTrainedModel,
+    Qwen3Config,
+)
 
 from worldgym.agents.ztoken_ppo.config import ModelConfig
 from worldgym.agents.ztoken_ppo.encoding import (
@@ -34,10 +41,36 @@ def tiny_qwen3_config(config: ModelConfig, vocab: ZTokenVocab) -> Qwen3Config:
     )
 
 
-def _seeded_from_config(lm_config, seed: int) -> PreTrainedModel:
+def disable_dropout(lm_config: PretrainedConfig) -> PretrainedConfig:
+    """Set every dropout probability in an LM config (and its sub-configs) to 0, in place; return it.
+
+    PPO's old log-probs come from the rollout and the new ones from the update's forward pass; dropout would
+    make them differ before any update (ratio != 1 on the first minibatch), so the policy's LM never uses it
+    (as TRL's ``disable_dropout_in_model``). It is done on the config, before the model is built, because
+    some models (Qwen3, Llama) copy ``attention_dropout`` into their attention layers rather than using
+    ``nn.Dropout`` modules.
+    """
+    for name, value in vars(lm_config).items():
+        if isinstance(value, PretrainedConfig):
+            disable_dropout(value)
+        elif ("dropout" in name or name.endswith("pdrop")) and isinstance(value, float):
+            setattr(lm_config, name, 0.0)
+    return lm_config
+
+
+def _without_dropout_modules(lm: PreTrainedModel) -> PreTrainedModel:
+    """Zero any ``nn.Dropout`` left whose rate does not come from a config field."""
+    for module in lm.modules():
+        if isinstance(module, torch.nn.Dropout):
+            module.p = 0.0
+    return lm
+
+
+def _seeded_from_config(lm_config: PretrainedConfig, seed: int) -> PreTrainedModel:
+    """Build an LM from its config without dropout, initialised from ``seed`` (the global RNG is untouched)."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        return AutoModelForCausalLM.from_config(lm_config)
+        return _without_dropout_modules(AutoModelForCausalLM.from_config(disable_dropout(lm_config)))
 
 
 def build_policy(config: ModelConfig, vocab: ZTokenVocab) -> tuple[ZTokenPolicy, ObservationEncoder]:
@@ -45,7 +78,8 @@ def build_policy(config: ModelConfig, vocab: ZTokenVocab) -> tuple[ZTokenPolicy,
 
     ``config.pretrained=None`` builds the tiny Qwen3 (CPU default). Otherwise the tokenizer and model are
     loaded with ``from_pretrained`` (a hub name or a local directory), the Z tokens and ``<ANSWER>`` are
-    added, and the embeddings are resized to the new vocabulary.
+    added, and the embeddings are resized to the new vocabulary (new rows drawn from ``config.seed``).
+    Dropout is switched off in either case (see :func:`disable_dropout`); the global torch RNG is untouched.
     """
     if config.pretrained is None:
         lm = _seeded_from_config(tiny_qwen3_config(config, vocab), config.seed)
@@ -53,8 +87,12 @@ def build_policy(config: ModelConfig, vocab: ZTokenVocab) -> tuple[ZTokenPolicy,
     else:
         tokenizer = AutoTokenizer.from_pretrained(config.pretrained)
         add_ztoken_tokens(tokenizer, vocab.num_z_tokens)
-        lm = AutoModelForCausalLM.from_pretrained(config.pretrained)
-        lm.resize_token_embeddings(len(tokenizer))
+        lm_config = disable_dropout(AutoConfig.from_pretrained(config.pretrained))
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(config.seed)
+            lm = AutoModelForCausalLM.from_pretrained(config.pretrained, config=lm_config)
+            lm.resize_token_embeddings(len(tokenizer))
+        _without_dropout_modules(lm)
         encoder = TokenizerEncoder(tokenizer, vocab)
     return ZTokenPolicy(lm, encoder.action_token_ids, seed=config.seed), encoder
 
@@ -62,10 +100,10 @@ def build_policy(config: ModelConfig, vocab: ZTokenVocab) -> tuple[ZTokenPolicy,
 def rebuild_policy(
     lm_config_dict: dict, vocab: ZTokenVocab, tokenizer_dir: str | None
 ) -> tuple[ZTokenPolicy, ObservationEncoder]:
-    """Rebuild an (untrained) policy of a saved architecture; the caller loads the weights."""
+    """Rebuild an (untrained, dropout-free) policy of a saved architecture; the caller loads the weights."""
     settings = dict(lm_config_dict)
     lm_config = AutoConfig.for_model(settings.pop("model_type"), **settings)
-    lm = AutoModelForCausalLM.from_config(lm_config)
+    lm = _seeded_from_config(lm_config, seed=0)
     if tokenizer_dir is None:
         encoder: ObservationEncoder = NativeEncoder(vocab)
     else:

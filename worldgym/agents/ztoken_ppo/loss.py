@@ -19,7 +19,8 @@ def episode_advantages(
     ``"terminal"``: the return is the undiscounted reward-to-go (the terminal reward R for a terminal-only
     reward), ``A_t = R - V_t``. ``"gae"``: ``delta_t = r_t + gamma V_{t+1} - V_t`` with ``V_T = 0``,
     ``A_t = sum_k (gamma lambda)^k delta_{t+k}`` (Schulman et al. 2016, eq. 16), target ``A_t + V_t``.
-    Truncation is an env-defined end with reward 0 here, so no step bootstraps.
+    Truncation is an env-defined end with its own terminal reward (0, or minus the length penalty), so no
+    step bootstraps.
     """
     if mode == "terminal":
         returns = torch.flip(torch.cumsum(torch.flip(rewards, [0]), 0), [0])

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -13,8 +14,11 @@ import torch
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
 from worldgym.agents.ztoken_ppo.encoding import ObservationEncoder
-from worldgym.agents.ztoken_ppo.model import Decoding, ZTokenPolicy
+from worldgym.agents.ztoken_ppo.model import ActionSample, Decoding, ZTokenPolicy
+from worldgym.envs.ztoken.reward import RewardBreakdown
 from worldgym.envs.ztoken.vocab import ZTokenVocab
+
+BREAKDOWN_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(RewardBreakdown))
 
 
 def make_vector_env(env_id: str, env_kwargs: dict[str, Any], num_envs: int) -> SyncVectorEnv:
@@ -55,28 +59,15 @@ class Episode:
         return int(self.breakdown["num_generated"]) - int(self.breakdown["terminated_by"] == "answer")
 
     def to_record(self, vocab: ZTokenVocab) -> dict[str, Any]:
-        """The rollout-log line (the seed's schema)."""
+        """The rollout-log line (the seed's schema): every :class:`RewardBreakdown` field, plus the policy's."""
         logits = torch.tensor(self.digit_logits)
-        b = self.breakdown
         return {
             "id": self.episode_id,
             "input_ids": [int(i) for i in self.observations[0] if int(i) != vocab.pad_id],
             "generated_ids": [vocab.action_to_id(t) for t in self.tokens],
-            "terminated_by": b["terminated_by"],
-            "num_generated": b["num_generated"],
+            **{name: self.breakdown[name] for name in BREAKDOWN_FIELDS},
             "digit_logits": [[round(x, 5) for x in row] for row in self.digit_logits],
             "digit_probs": [[round(x, 5) for x in row] for row in logits.softmax(-1).tolist()],
-            "digit_pred": b["digit_pred"],
-            "digit_true": b["digit_true"],
-            "reward_full": b["reward_full"],
-            "partial_scale": b["partial_scale"],
-            "keep_prob": b["keep_prob"],
-            "applied_mask": b["applied_mask"],
-            "applied_count": b["applied_count"],
-            "correct_count": b["correct_count"],
-            "reward_partial": b["reward_partial"],
-            "length_penalty": b["length_penalty"],
-            "reward_final": b["reward_final"],
             "actions": self.tokens,
             "digit_actions": self.digits,
             "logp_old": self.log_probs,
@@ -100,6 +91,51 @@ def final_info_of(infos: dict[str, Any], index: int) -> dict[str, Any]:
     return {key: _python(values[index]) for key, values in batched.items() if not key.startswith("_")}
 
 
+@dataclass
+class FinishedEpisode:
+    """What a SAME_STEP vector env reports for a sub-env's finished episode."""
+
+    info: dict[str, Any]
+    observation: np.ndarray
+
+
+StepHook = Callable[[np.ndarray, Any, np.ndarray, dict[str, Any]], None]
+
+
+def run_until_episodes(
+    envs: gym.vector.VectorEnv,
+    episodes_per_env: int,
+    seed: int,
+    act: Callable[[np.ndarray], Any],
+    on_step: StepHook | None = None,
+) -> tuple[list[list[FinishedEpisode]], int]:
+    """Step a SAME_STEP vector env with ``act(observations)`` until every sub-env has finished
+    ``episodes_per_env`` episodes.
+
+    The envs are reset with ``seed`` (sub-env ``i`` gets ``seed + i``). After each step,
+    ``on_step(observations_before, action, done, infos)`` sees the batch (``done`` = terminated or
+    truncated). Sub-envs that reach their quota early keep stepping in lockstep; their extra episodes are
+    not returned. Returns, per sub-env, its first ``episodes_per_env`` finished episodes (final info and
+    final observation, from ``final_info`` / ``final_obs``) and the env steps taken.
+    """
+    num_envs = envs.num_envs
+    observations, _ = envs.reset(seed=seed)
+    finished: list[list[FinishedEpisode]] = [[] for _ in range(num_envs)]
+    env_steps = 0
+    while min(map(len, finished)) < episodes_per_env:
+        action = act(observations)
+        next_observations, _, terminated, truncated, infos = envs.step(action)
+        env_steps += num_envs
+        done = terminated | truncated
+        if on_step is not None:
+            on_step(observations, action, done, infos)
+        for i in np.flatnonzero(done):
+            if len(finished[i]) < episodes_per_env:
+                finished[i].append(FinishedEpisode(final_info_of(infos, i), infos["final_obs"][i]))
+        observations = next_observations
+    return finished, env_steps
+
+
 @torch.no_grad()
 def collect_episodes(
     policy: ZTokenPolicy,
@@ -119,33 +155,38 @@ def collect_episodes(
     partial episodes are discarded. Returns the episodes ordered by (sub-env, episode) and the env steps.
     """
     num_envs = envs.num_envs
-    observations, _ = envs.reset(seed=seed)
     builders = [Episode(f"{id_prefix}-e{i}-0") for i in range(num_envs)]
-    finished: list[list[Episode]] = [[] for _ in range(num_envs)]
-    env_steps = 0
-    was_training = policy.training
-    policy.eval()
-    while min(len(done) for done in finished) < episodes_per_env:
-        sample = policy.act(encoder.encode(observations), generator, token_decoding, digit_decoding)
-        tokens, digits = sample.tokens.cpu().numpy(), sample.digits.cpu().numpy()
-        next_observations, _, terminated, truncated, infos = envs.step({"token": tokens, "digits": digits})
-        env_steps += num_envs
+    completed: list[list[Episode]] = [[] for _ in range(num_envs)]
+    pending: list[ActionSample] = []  # the sample behind the action being stepped, for ``record``
+
+    def act(observations: np.ndarray) -> dict[str, np.ndarray]:
+        pending.append(policy.act(encoder.encode(observations), generator, token_decoding, digit_decoding))
+        return {"token": pending[-1].tokens.cpu().numpy(), "digits": pending[-1].digits.cpu().numpy()}
+
+    def record(observations: np.ndarray, action: dict[str, np.ndarray], done: np.ndarray, _: dict) -> None:
+        sample = pending.pop()
         for i, builder in enumerate(builders):
             builder.observations.append(observations[i].copy())
-            builder.tokens.append(int(tokens[i]))
-            builder.digits.append(digits[i].tolist())
+            builder.tokens.append(int(action["token"][i]))
+            builder.digits.append(action["digits"][i].tolist())
             builder.log_probs.append(float(sample.log_probs[i]))
             builder.values.append(float(sample.values[i]))
             builder.entropy.append(float(sample.entropy[i]))
-            if terminated[i] or truncated[i]:
+            if done[i]:
                 builder.digit_logits = sample.digit_logits[i].tolist()
-                builder.breakdown = final_info_of(infos, i)
-                if len(finished[i]) < episodes_per_env:
-                    finished[i].append(builder)
-                builders[i] = Episode(f"{id_prefix}-e{i}-{len(finished[i])}")
-        observations = next_observations
+                completed[i].append(builder)
+                builders[i] = Episode(f"{id_prefix}-e{i}-{len(completed[i])}")
+
+    was_training = policy.training
+    policy.eval()
+    finished, env_steps = run_until_episodes(envs, episodes_per_env, seed, act, record)
     policy.train(was_training)
-    return [episode for per_env in finished for episode in per_env], env_steps
+    episodes = []
+    for per_env, reports in zip(completed, finished, strict=True):
+        for episode, report in zip(per_env, reports, strict=False):  # per_env may hold extra episodes
+            episode.breakdown = report.info
+            episodes.append(episode)
+    return episodes, env_steps
 
 
 def append_jsonl(path: Path, records: list[dict[str, Any]]) -> None:

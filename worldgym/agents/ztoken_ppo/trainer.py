@@ -196,12 +196,25 @@ class ZTokenPPOTrainer:
             records = [{"rollout": metrics["rollout"], **e.to_record(self.vocab)} for e in episodes]
             append_jsonl(self.output_dir / ROLLOUTS_FILE, records)
 
+    def _last_logged_metrics(self) -> dict[str, Any]:
+        """The latest ``metrics.jsonl`` record, or the run's counters if nothing was logged."""
+        records = _read_jsonl(self.output_dir / METRICS_FILE)
+        return records[-1] if records else {"rollout": self.rollout_index, "env_steps": self.env_steps}
+
     def train(self) -> dict[str, Any]:
-        """Run the remaining rollouts; return the last metrics (with ``eval/*`` from the final evaluation)."""
+        """Run the remaining rollouts; return the last metrics (with ``eval/*`` from the final evaluation).
+
+        A fresh run (rollout 0) starts new ``metrics.jsonl`` / ``rollouts.jsonl`` files, replacing any left in
+        ``output_dir`` by an earlier run; a resumed run appends to its own. When no rollout is left (the run
+        already finished), the last logged metrics are returned.
+        """
         cfg = self.config
         self.output_dir.mkdir(parents=True, exist_ok=True)
-        if self.rollout_index == 0 and cfg.eval_episodes:
-            self._log({"rollout": 0, "env_steps": 0, **self.evaluate()}, None)
+        if self.rollout_index == 0:
+            for name in (METRICS_FILE, ROLLOUTS_FILE):
+                (self.output_dir / name).unlink(missing_ok=True)
+            if cfg.eval_episodes:
+                self._log({"rollout": 0, "env_steps": 0, **self.evaluate()}, None)
         metrics: dict[str, Any] = {}
         bar = tqdm(
             range(self.rollout_index, cfg.num_rollouts),
@@ -237,14 +250,32 @@ class ZTokenPPOTrainer:
             )
             if self.rollout_index % cfg.checkpoint_every == 0 or last:
                 self.save()
-        return metrics
+        return metrics or self._last_logged_metrics()
+
+
+def _parse_line(line: str) -> dict[str, Any] | None:
+    """One JSONL record, or ``None`` for a torn or blank line (a crash mid-write)."""
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError:
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """Every parsable record of a JSONL log (none if the file is missing)."""
+    if not path.is_file():
+        return []
+    return [record for line in path.read_text().splitlines() if (record := _parse_line(line)) is not None]
 
 
 def _drop_lines_after(path: Path, rollout_index: int) -> None:
-    """On resume, drop log lines written after the checkpoint (a crash between checkpoints)."""
+    """On resume, drop log lines written after the checkpoint (a crash between checkpoints) and torn ones."""
     if not path.is_file():
         return
     kept = [
-        line for line in path.read_text().splitlines() if json.loads(line).get("rollout", 0) <= rollout_index
+        line
+        for line in path.read_text().splitlines()
+        if (record := _parse_line(line)) is not None and record.get("rollout", 0) <= rollout_index
     ]
     path.write_text("".join(line + "\n" for line in kept))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +14,12 @@ from tqdm.auto import tqdm
 from worldgym.agents.ztoken_ppo.config import WarmStartConfig
 from worldgym.agents.ztoken_ppo.encoding import EncodedBatch, ObservationEncoder
 from worldgym.agents.ztoken_ppo.model import ZTokenPolicy
-from worldgym.agents.ztoken_ppo.rollout import final_info_of, make_vector_env, vocab_of
+from worldgym.agents.ztoken_ppo.rollout import (
+    append_jsonl,
+    make_vector_env,
+    run_until_episodes,
+    vocab_of,
+)
 
 
 def collect_scripted_episodes(
@@ -32,23 +36,22 @@ def collect_scripted_episodes(
     """
     num_z = vocab_of(envs).num_z_tokens
     num_envs = envs.num_envs
-    observations, _ = envs.reset(seed=seed)
     targets = rng.integers(z_min, z_max + 1, size=num_envs)
     emitted = np.zeros(num_envs, dtype=np.int64)
-    final_obs: list[list[np.ndarray]] = [[] for _ in range(num_envs)]
-    digit_true: list[list[list[int]]] = [[] for _ in range(num_envs)]
-    while min(map(len, final_obs)) < episodes_per_env:
+
+    def act(_: np.ndarray) -> dict[str, np.ndarray]:
         tokens = np.where(emitted >= targets, num_z, emitted % num_z)
-        action = {"token": tokens, "digits": np.zeros((num_envs, 5), dtype=np.int64)}
-        observations, _, terminated, truncated, infos = envs.step(action)
-        emitted += 1
-        for i in np.flatnonzero(terminated | truncated):
-            final_obs[i].append(infos["final_obs"][i])
-            digit_true[i].append(final_info_of(infos, i)["digit_true"])
+        return {"token": tokens, "digits": np.zeros((num_envs, 5), dtype=np.int64)}
+
+    def advance(_obs: np.ndarray, _action: dict, done: np.ndarray, _infos: dict) -> None:
+        emitted[:] += 1
+        for i in np.flatnonzero(done):
             targets[i], emitted[i] = rng.integers(z_min, z_max + 1), 0
-    obs = [o for per_env in final_obs for o in per_env[:episodes_per_env]]
-    digits = [d for per_env in digit_true for d in per_env[:episodes_per_env]]
-    return np.stack(obs), np.asarray(digits, dtype=np.int64)
+
+    finished, _ = run_until_episodes(envs, episodes_per_env, seed, act, advance)
+    episodes = [episode for per_env in finished for episode in per_env]
+    obs = np.stack([episode.observation for episode in episodes])
+    return obs, np.asarray([episode.info["digit_true"] for episode in episodes], dtype=np.int64)
 
 
 def warm_start_loss(
@@ -96,10 +99,8 @@ def warm_start(
     optimizer = torch.optim.AdamW(policy.parameters(), lr=config.lr, weight_decay=config.weight_decay)
     schedule = _lr_schedule(optimizer, config)
     metrics: dict[str, float] = {}
-    log = None
-    if metrics_path is not None:
-        Path(metrics_path).parent.mkdir(parents=True, exist_ok=True)
-        log = Path(metrics_path).open("a")
+    if metrics_path is not None:  # a warm start has no resume: every run starts a fresh log
+        Path(metrics_path).unlink(missing_ok=True)
     policy.train()
     for step in tqdm(range(config.steps), desc="warm start", disable=not progress):
         obs, digits = collect_scripted_episodes(
@@ -117,10 +118,8 @@ def warm_start(
         torch.nn.utils.clip_grad_norm_(policy.parameters(), config.max_grad_norm)
         optimizer.step()
         schedule.step()
-        if log is not None:
-            log.write(json.dumps({"step": step, **metrics}) + "\n")
-    if log is not None:
-        log.close()
+        if metrics_path is not None:
+            append_jsonl(Path(metrics_path), [{"step": step, **metrics}])
     envs.close()
     return metrics
 

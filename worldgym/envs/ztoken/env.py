@@ -8,7 +8,14 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from worldgym.envs.ztoken.problems import NUM_DIGITS, ArithmeticProblem, Operator, ProblemSampler, Split
+from worldgym.envs.ztoken.problems import (
+    MAX_ANSWER,
+    NUM_DIGITS,
+    ArithmeticProblem,
+    Operator,
+    ProblemSampler,
+    Split,
+)
 from worldgym.envs.ztoken.reward import RewardConfig, score_answer
 from worldgym.envs.ztoken.vocab import ZTokenVocab
 
@@ -32,8 +39,9 @@ class ZTokenDigitsEnv(gym.Env[np.ndarray, dict[str, Any]]):
 
     ## Rewards
     Only the last step is rewarded: 1.0 if all digits are right, else ``partial_scale * correct / applied``
-    over the positions in a seeded keep-prob mask, minus ``length_penalty`` per generated token; truncation
-    gives 0.
+    over the positions in a seeded keep-prob mask, minus ``length_penalty`` per generated token. Truncation
+    gives ``-length_penalty * max_new_tokens`` (0 with the default penalty of 0), so running out of tokens
+    never pays better than a wrong answer.
     The final step's ``info`` holds every term (see :class:`RewardBreakdown`).
 
     ## Episode End
@@ -45,7 +53,8 @@ class ZTokenDigitsEnv(gym.Env[np.ndarray, dict[str, Any]]):
     ``keep_prob``, ``length_penalty``, ``render_mode`` ("ansi").
 
     ## Version History
-    * v0: initial version.
+    * v0: initial version. Later fix, same id: truncation is charged ``length_penalty`` per token like an
+      answer is (it used to give exactly 0); rewards with the default ``length_penalty=0`` are unchanged.
 
     >>> import gymnasium as gym, worldgym
     >>> env = gym.make("ZTokenDigits-v0", num_z_tokens=4, max_new_tokens=3)
@@ -105,16 +114,38 @@ class ZTokenDigitsEnv(gym.Env[np.ndarray, dict[str, Any]]):
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[np.ndarray, dict[str, Any]]:
-        """Draw a problem of this env's split; ``options={"problem": ArithmeticProblem}`` pins one instead."""
-        super().reset(seed=seed)
+        """Draw a problem of this env's split; ``options={"problem": ArithmeticProblem}`` pins one instead.
+
+        A pinned problem is checked before anything changes: a ``TypeError`` or ``ValueError`` leaves the
+        current episode as it was.
+        """
         problem = (options or {}).get("problem")
-        if problem is not None and not isinstance(problem, ArithmeticProblem):
-            raise TypeError(f"options['problem'] must be an ArithmeticProblem, got {type(problem).__name__}")
+        if problem is not None:
+            self._check_pinned(problem)
+        super().reset(seed=seed)
         self._problem = problem if problem is not None else self.sampler.sample(self.np_random)
         self._tokens = self.vocab.encode_question(self._problem.question)
         self._generated = []
         self._done = False
         return self._observation(), {"question": self._problem.question, "num_generated": 0}
+
+    def _check_pinned(self, problem: Any) -> None:
+        """Raise a typed error naming a pinned problem this env cannot pose or score."""
+        if not isinstance(problem, ArithmeticProblem):
+            raise TypeError(f"options['problem'] must be an ArithmeticProblem, got {type(problem).__name__}")
+        question = problem.question
+        tokens = self.vocab.encode_question(question)
+        if not 0 <= problem.answer <= MAX_ANSWER:
+            raise ValueError(
+                f"options['problem'] {question!r} has answer {problem.answer}, more than {NUM_DIGITS} digits: "
+                f"pin a problem whose answer is in [0, {MAX_ANSWER}]"
+            )
+        if len(tokens) > self.sampler.max_question_length:
+            raise ValueError(
+                f"options['problem'] {question!r} is {len(tokens)} characters long; "
+                f"operand_digits={self.sampler.operand_digits} allows at most "
+                f"{self.sampler.max_question_length}: raise operand_digits or pin a shorter problem"
+            )
 
     def step(self, action: dict[str, Any]) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
         """Emit one token; at ``<ANSWER>`` (or the token limit) score the digits and end the episode."""

@@ -20,7 +20,8 @@ class RewardConfig:
         partial_scale (float): scale of the partial credit ``correct / applied`` when some digit is wrong.
         keep_prob (tuple[float, ...]): per position (MSB first), probability that a position whose true digit
             is 0 counts towards partial credit; positions with a non-zero true digit always count.
-        length_penalty (float): subtracted once per generated token (Z tokens and ``<ANSWER>``).
+        length_penalty (float): subtracted once per generated token (Z tokens and ``<ANSWER>``), on
+            truncation as well.
     """
 
     partial_scale: float = 0.5
@@ -40,7 +41,12 @@ class RewardConfig:
 
 @dataclass(frozen=True)
 class RewardBreakdown:
-    """Every term of one episode's reward; ``reward_final`` is what ``step`` returns."""
+    """Every term of one episode's reward; ``reward_final`` is what ``step`` returns.
+
+    ``length_penalty`` is the total charged (``RewardConfig.length_penalty * num_generated``), on truncation
+    too: a truncated episode's ``reward_final`` is ``-length_penalty``, whatever ``reward_full`` and
+    ``reward_partial`` (logged for the digits it would have given) say.
+    """
 
     terminated_by: TerminatedBy
     num_generated: int
@@ -72,9 +78,11 @@ def score_answer(
     """Score predicted digits against the truth.
 
     ``reward_final = (1 if all digits match else partial_scale * correct / applied) - length_penalty * n``;
-    ``applied == 0`` gives zero partial credit, and truncation (``terminated_by == "max_new_tokens"``) gives a
-    final reward of exactly 0. The keep-prob mask is drawn from ``rng`` (the env's seeded generator) on
-    every call, so the RNG stream does not depend on the prediction.
+    ``applied == 0`` gives zero partial credit. Truncation (``terminated_by == "max_new_tokens"``) earns no
+    credit but is charged the same penalty, ``reward_final = -length_penalty * n``, so it never beats a wrong
+    answer of the same length (with the default penalty of 0 it is exactly 0). The full and partial terms
+    are still filled in for logging. The keep-prob mask is drawn from ``rng`` (the env's seeded generator)
+    on every call, so the RNG stream does not depend on the prediction.
     """
     pred = [int(d) for d in digit_pred]
     true = list(digit_true)
@@ -86,7 +94,7 @@ def score_answer(
     reward_partial = config.partial_scale * correct_count / applied_count if applied_count else 0.0
     penalty = config.length_penalty * num_generated
     if terminated_by == "max_new_tokens":
-        reward_final = 0.0
+        reward_final = 0.0 - penalty  # not -penalty: keeps 0.0 (not -0.0) in the logs when the penalty is 0
     else:
         reward_final = (reward_full if reward_full == 1.0 else reward_partial) - penalty
     return RewardBreakdown(
