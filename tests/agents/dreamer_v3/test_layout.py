@@ -30,9 +30,9 @@ def test_pack_unpack_game_boy_frame():
     packed = pack_2bit(frames)
     assert packed.shape == (5, 1, 72, 20) and packed.dtype == torch.uint8
     assert torch.equal(unpack_2bit(packed), frames)
-    # Pixel 4j+k sits in bits 2k..2k+1 of byte j
+    # Pixel 4j+k sits in bits 6-2k..7-2k of byte j (GameBoy-v0's packed_obs order)
     row = torch.tensor([[3, 0, 0, 0, 0, 0, 0, 2]], dtype=torch.uint8)
-    assert pack_2bit(row).tolist() == [[3, 128]]
+    assert pack_2bit(row).tolist() == [[192, 2]]
     assert shades_to_float(torch.tensor([0, 3], dtype=torch.uint8)).tolist() == [-0.5, 0.5]
 
 

@@ -29,14 +29,25 @@ class EpisodeStats:
 
 
 class EnvRunner:
-    """Keeps the current row of every env of a ``NEXT_STEP``-autoreset vector env.
+    """Keeps the current row of every env of a ``NEXT_STEP``- or ``SAME_STEP``-autoreset vector env.
 
     Row ``t`` of env ``i``: the obs the env returned, whether it starts an episode, the reward and the
     continue flag (0 only on ``terminated``) returned with it, its episode id, and the action then taken.
     After a terminal or truncated row, the next ``step`` resets that env (the action is ignored by Gymnasium).
 
+    ``SAME_STEP`` envs (e.g. GameBoy-v0) reset inside the finishing step and return the final obs in
+    ``info["final_obs"]``; the runner stores that final obs (so terminal rewards and ``cont = 0`` reach the
+    replay) and starts the next episode at the obs after the following step: the reset obs itself is not
+    stored, and the reward of that first step is not counted in episode returns.
+
+    If ``obs_transform`` has a ``read_view()`` method returning a tensor (see
+    :class:`~worldgym.agents.dreamer_v3.pixels.PackedFrames`), the current obs are read from the env's own
+    buffer through it (on the env's device) whenever they equal the step's returned obs, i.e. after a reset
+    and after steps in which no env finished.
+
     Args:
-        env (gym.vector.VectorEnv): a vector env with discrete actions and ``NEXT_STEP`` autoreset.
+        env (gym.vector.VectorEnv): a vector env with discrete actions and ``NEXT_STEP`` or ``SAME_STEP``
+            autoreset.
         obs_transform (ObsTransform): numpy batch -> tensor stored in replay.
     """
 
@@ -44,8 +55,10 @@ class EnvRunner:
         self, env: gym.vector.VectorEnv, obs_transform: ObsTransform = default_obs_transform
     ) -> None:
         mode = env.metadata.get("autoreset_mode", gym.vector.AutoresetMode.NEXT_STEP)
-        if mode != gym.vector.AutoresetMode.NEXT_STEP:
-            raise ValueError(f"EnvRunner needs autoreset_mode NEXT_STEP, env has {mode}")
+        supported = (gym.vector.AutoresetMode.NEXT_STEP, gym.vector.AutoresetMode.SAME_STEP)
+        if mode not in supported:
+            raise ValueError(f"EnvRunner needs autoreset_mode NEXT_STEP or SAME_STEP, env has {mode}")
+        self.same_step = mode == gym.vector.AutoresetMode.SAME_STEP
         if not isinstance(env.single_action_space, gym.spaces.Discrete):
             raise TypeError(f"Dreamer here supports Discrete actions, got {env.single_action_space}")
         self.env = env
@@ -73,12 +86,24 @@ class EnvRunner:
     def reset(self, seed: int) -> None:
         """Reset every env (seeded) and start new episodes."""
         obs, _ = self.env.reset(seed=seed)
-        self.obs = self.obs_transform(obs)
+        self.obs = self._observe(obs, {}, np.zeros(self.num_envs, dtype=bool))
         self.is_first.fill_(1.0)
         self.reward.zero_()
         self.cont.fill_(1.0)
         self._done[:] = False
         self._new_episodes(np.ones(self.num_envs, dtype=bool))
+
+    def _observe(self, obs: np.ndarray, info: dict, finished: np.ndarray) -> torch.Tensor:
+        """The obs to store for this step: final obs of envs a ``SAME_STEP`` env just reset, else ``obs``."""
+        if self.same_step and finished.any():
+            final, mask = info["final_obs"], info.get("_final_obs", finished)
+            obs = np.array(obs, copy=True)
+            for i in np.flatnonzero(mask):
+                obs[i] = final[i]
+            return self.obs_transform(obs)
+        read_view = getattr(self.obs_transform, "read_view", None)
+        frames = read_view() if read_view is not None else None
+        return frames if frames is not None else self.obs_transform(obs)
 
     def row(self, actions: torch.Tensor) -> dict[str, torch.Tensor]:
         """The replay row of the current obs with the chosen ``actions [N]``."""
@@ -93,9 +118,9 @@ class EnvRunner:
 
     def step(self, actions: torch.Tensor) -> EpisodeStats:
         """Step every env; returns the stats of the episodes that ended with this step."""
-        obs, reward, terminated, truncated, _ = self.env.step(actions.cpu().numpy())
+        obs, reward, terminated, truncated, info = self.env.step(actions.cpu().numpy())
         was_done = self._done
-        self.obs = self.obs_transform(obs)
+        self.obs = self._observe(obs, info, np.logical_or(terminated, truncated))
         self.reward = torch.as_tensor(np.where(was_done, 0.0, reward), dtype=torch.float32)
         self.cont = torch.as_tensor(1.0 - terminated.astype(np.float32))
         self.is_first = torch.as_tensor(was_done.astype(np.float32))
