@@ -8,6 +8,7 @@ import gymnasium as gym
 ENV_SPECS: dict[str, dict] = {
     "ZTokenDigits-v0": {"entry_point": "worldgym.envs.ztoken.env:ZTokenDigitsEnv", "max_episode_steps": None},
     "CSRPhone-v0": {"entry_point": "worldgym.envs.csr_phone.env:CSRPhoneEnv", "max_episode_steps": None},
+    "MathQA-v0": {"entry_point": "worldgym.envs.math_qa.env:MathQAEnv", "max_episode_steps": None},
     "GameBoy-v0": {"vector_entry_point": "worldgym.envs.gameboy.vector_env:GameBoyVecEnv"},
 }
 

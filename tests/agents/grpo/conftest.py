@@ -1,0 +1,23 @@
+"""Shared tiny tokenizer/model fixtures (built once per session: the tests stay fast on 2 cores)."""
+
+import pytest
+import torch
+
+from worldgym.agents.llm.models import build_tiny_model
+from worldgym.agents.llm.tokenizer import train_chat_tokenizer
+from worldgym.envs.math_qa import generate_problems
+
+torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="session")
+def tokenizer():
+    problems = generate_problems(300, seed=0)
+    corpus = [p.question + "\n" + p.solution for p in problems]
+    corpus += ['<tool_call>{"name": "add", "arguments": {"a": 1, "b": 2}}</tool_call>'] * 20
+    return train_chat_tokenizer(corpus, vocab_size=600)
+
+
+@pytest.fixture()
+def model(tokenizer):
+    return build_tiny_model(tokenizer, seed=0)

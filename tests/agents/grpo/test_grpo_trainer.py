@@ -1,0 +1,224 @@
+"""GRPOTrainer: params move, exact resume, KL reference, config/checkpoint errors, a learning check."""
+
+import json
+from typing import Any
+
+import gymnasium as gym
+import pytest
+import torch
+from gymnasium import spaces
+
+from worldgym.agents.grpo import GRPOConfig, GRPOTrainer
+from worldgym.agents.llm.checkpoint import CheckpointError
+from worldgym.envs.math_qa import MathQAEnv
+
+
+def _config(tmp_path, **overrides: Any) -> GRPOConfig:
+    settings = dict(
+        num_steps=2,
+        prompts_per_step=2,
+        group_size=4,
+        max_new_tokens=8,
+        eval_every=0,
+        eval_episodes=4,
+        progress=False,
+        output_dir=str(tmp_path / "run"),
+        learning_rate=1e-2,
+        minibatch_size=4,
+    )
+    return GRPOConfig(**{**settings, **overrides})
+
+
+def _trainer(tmp_path, model, tokenizer, **overrides):
+    return GRPOTrainer(
+        _config(tmp_path, **overrides),
+        model=model,
+        tokenizer=tokenizer,
+        make_env=lambda: MathQAEnv(num_problems=30),
+        make_eval_env=lambda: MathQAEnv("test", num_problems=8),
+    )
+
+
+class SevensEnv(gym.Env):
+    """Reward = share of '7' characters in the reply: a task a tiny random model can learn in a few steps."""
+
+    observation_space = spaces.Text(64)
+    action_space = spaces.Text(256)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return "Say 7.", {}
+
+    def step(self, action):
+        return "", action.count("7") / max(len(action), 1), True, False, {}
+
+
+@pytest.mark.parametrize("finetune", ["lora", "full"])
+def test_training_changes_every_trainable_parameter(tmp_path, model, tokenizer, finetune):
+    env = lambda: SevensEnv()
+    trainer = GRPOTrainer(
+        _config(tmp_path, finetune=finetune, kl_coef=0.05),
+        model=model,
+        tokenizer=tokenizer,
+        make_env=env,
+        make_eval_env=env,
+    )
+    before = {name: p.detach().clone() for name, p in trainer.trainable.items()}
+    frozen = {
+        name: p.detach().clone() for name, p in trainer.policy.named_parameters() if not p.requires_grad
+    }
+    history = trainer.train()
+    assert len(history) == 2 and trainer.step == 2
+    unchanged = [name for name, p in trainer.trainable.items() if torch.equal(p, before[name])]
+    assert not unchanged
+    assert all(torch.equal(p, frozen[n]) for n, p in trainer.policy.named_parameters() if n in frozen)
+    assert (finetune == "lora") == all("lora_" in name for name in trainer.trainable)
+    lines = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(line)["step"] for line in lines] == [1, 2]
+    assert {"loss/kl", "loss/entropy", "loss/clip_fraction", "perf/train_tokens_per_s"} <= set(
+        json.loads(lines[0])
+    )
+
+
+def test_resume_continues_the_same_run_exactly(tmp_path, tokenizer):
+    from worldgym.agents.llm.models import build_tiny_model
+
+    straight = _trainer(
+        tmp_path / "a",
+        build_tiny_model(tokenizer, seed=0),
+        tokenizer,
+        num_steps=3,
+        dynamic_sampling=True,
+        max_resample_rounds=1,
+    )
+    straight.train()
+    first = _trainer(
+        tmp_path / "b",
+        build_tiny_model(tokenizer, seed=0),
+        tokenizer,
+        num_steps=2,
+        dynamic_sampling=True,
+        max_resample_rounds=1,
+    )
+    first.train()
+    resumed = _trainer(
+        tmp_path / "c",
+        build_tiny_model(tokenizer, seed=0),
+        tokenizer,
+        num_steps=3,
+        dynamic_sampling=True,
+        max_resample_rounds=1,
+    )
+    resumed.load(tmp_path / "b" / "run" / "checkpoint-last")
+    assert resumed.step == 2
+    resumed.train()
+    for name, param in straight.trainable.items():
+        assert torch.equal(param, resumed.trainable[name]), name
+    assert straight.history[-1]["rollout/reward_mean"] == resumed.history[-1]["rollout/reward_mean"]
+
+
+def test_lora_reference_is_the_base_model(tmp_path, model, tokenizer):
+    trainer = _trainer(tmp_path, model, tokenizer, kl_coef=0.1)
+    ids = torch.tensor([tokenizer("Tom has 3 pens.")["input_ids"]])
+    with torch.no_grad():
+        for p in trainer.trainable.values():  # move the adapter away from its B=0 init
+            p.add_(0.05)
+        ref = trainer._reference_logprobs(ids, torch.ones_like(ids), torch.ones_like(ids[:, 1:]))
+        base = trainer.policy.get_base_model()
+        with trainer.policy.disable_adapter():
+            expected = torch.log_softmax(base(ids).logits[:, :-1], -1).gather(-1, ids[:, 1:, None])[..., 0]
+        policy = torch.log_softmax(trainer.policy(ids).logits[:, :-1], -1).gather(-1, ids[:, 1:, None])[
+            ..., 0
+        ]
+    assert torch.allclose(ref, expected, atol=1e-5) and not torch.allclose(ref, policy, atol=1e-3)
+    assert trainer.reference is None  # no second copy in memory
+
+
+def test_validation_logs_warm_start_and_steps(tmp_path, model, tokenizer):
+    trainer = _trainer(tmp_path, model, tokenizer, num_steps=2, eval_every=2)
+    trainer.train()
+    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == [0, 1, 2]
+    assert "eval/success_rate" in records[0] and "eval/success_rate" in records[2]
+
+
+def test_grpo_learns_a_dense_reward(tmp_path, tokenizer):
+    from worldgym.agents.llm.models import build_tiny_model
+
+    env = lambda: SevensEnv()
+    trainer = GRPOTrainer(
+        _config(
+            tmp_path,
+            num_steps=12,
+            prompts_per_step=2,
+            group_size=8,
+            finetune="full",
+            learning_rate=3e-3,
+            minibatch_size=16,
+        ),
+        model=build_tiny_model(tokenizer, seed=3),
+        tokenizer=tokenizer,
+        make_env=env,
+        make_eval_env=env,
+    )
+    history = trainer.train()
+    rewards = [m["rollout/reward_mean"] for m in history]
+    assert sum(rewards[-3:]) / 3 > 2 * sum(rewards[:3]) / 3 + 0.02
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        ({"group_size": 1}, "GRPOConfig.group_size must be >= 2"),
+        ({"loss_aggregation": "mean"}, "GRPOConfig.loss_aggregation must be one of"),
+        ({"finetune": "qlora"}, "GRPOConfig.finetune must be one of"),
+        ({"eps_high": 1.5}, "GRPOConfig.eps_high must be in"),
+        ({"temperature": 0.0}, "GRPOConfig.temperature must be > 0"),
+        ({"kl_coef": -1}, "GRPOConfig.kl_coef must be >= 0"),
+        ({"overlong_buffer": 100}, "GRPOConfig.overlong_buffer"),
+        ({"device": "tpu"}, "GRPOConfig.device"),
+    ],
+)
+def test_config_errors_name_the_field(overrides, message):
+    with pytest.raises(ValueError, match=message):
+        GRPOConfig(**overrides)
+
+
+def test_corrupt_or_mismatched_checkpoint_is_refused(tmp_path, model, tokenizer):
+    trainer = _trainer(tmp_path, model, tokenizer, num_steps=1)
+    path = trainer.save(tmp_path / "ckpt")
+    full = GRPOTrainer(
+        _config(tmp_path, finetune="full"),
+        model=model,
+        tokenizer=tokenizer,
+        make_env=lambda: MathQAEnv(num_problems=5),
+    )
+    with pytest.raises(CheckpointError, match="does not fit this model"):
+        full.load(path)
+    (path / "state.json").write_text("{broken")
+    with pytest.raises(CheckpointError, match="state.json is corrupt"):
+        trainer.load(path)
+    before = {name: p.detach().clone() for name, p in trainer.trainable.items()}
+    assert all(
+        torch.equal(p, before[n]) for n, p in trainer.trainable.items()
+    )  # refused before touching state
+
+
+def test_custom_engine_factory_gets_the_policy(tmp_path, model, tokenizer):
+    from worldgym.agents.llm.engines import HFEngine, ShardedEngine
+
+    seen = []
+
+    def make_engine(policy):
+        seen.append(policy)
+        return ShardedEngine([HFEngine(policy, tokenizer.pad_token_id, [tokenizer.eos_token_id])] * 2)
+
+    trainer = GRPOTrainer(
+        _config(tmp_path, num_steps=1),
+        model=model,
+        tokenizer=tokenizer,
+        make_env=lambda: MathQAEnv(num_problems=10),
+        make_engine=make_engine,
+    )
+    assert seen == [trainer.policy] and trainer.collector.engine is trainer.engine
+    assert len(trainer.train()) == 1

@@ -1,0 +1,108 @@
+"""HFEngine: left-padded batches, determinism, stop tokens, logprobs equal to a training forward."""
+
+import importlib.util
+
+import pytest
+import torch
+
+from worldgym.agents.llm.engines import Generation, GenerationEngine, HFEngine, SamplingParams
+from worldgym.agents.llm.losses import token_logprobs
+
+
+def _engine(model, tokenizer, batch_size=4):
+    return HFEngine(model, tokenizer.pad_token_id, [tokenizer.eos_token_id], batch_size=batch_size)
+
+
+def test_logprobs_match_a_plain_forward_despite_left_padding(model, tokenizer):
+    engine = _engine(model, tokenizer)
+    assert isinstance(engine, GenerationEngine)
+    prompts = [
+        tokenizer("Tom")["input_ids"],
+        tokenizer("There are 4 boxes with 3 pens in each box.")["input_ids"],
+    ]
+    results = engine.generate(prompts, SamplingParams(temperature=0.7, max_new_tokens=12, n=3, seed=5))
+    assert [len(r) for r in results] == [3, 3]
+    for prompt, generations in zip(prompts, results):
+        for generation in generations:
+            ids = torch.tensor([prompt + generation.token_ids])
+            with torch.no_grad():
+                expected = token_logprobs(model(ids).logits[:, :-1], ids[:, 1:], temperature=0.7)
+            assert torch.allclose(
+                torch.tensor(generation.logprobs), expected[0, len(prompt) - 1 :], atol=1e-4
+            )
+
+
+def test_seeded_sampling_is_reproducible_and_batch_size_free(model, tokenizer):
+    prompts = [tokenizer("Ana has")["input_ids"]] * 3
+    params = SamplingParams(max_new_tokens=10, n=2, seed=3)
+    first = _engine(model, tokenizer).generate(prompts, params)
+    again = _engine(model, tokenizer).generate(prompts, params)
+    assert [[g.token_ids for g in r] for r in first] == [[g.token_ids for g in r] for r in again]
+    other = _engine(model, tokenizer).generate(prompts, SamplingParams(max_new_tokens=10, n=2, seed=4))
+    assert [[g.token_ids for g in r] for r in first] != [[g.token_ids for g in r] for r in other]
+
+
+def test_stop_token_ends_generation(model, tokenizer):
+    prompt = tokenizer("Tom")["input_ids"]
+    greedy = _engine(model, tokenizer).generate([prompt], SamplingParams(temperature=0, max_new_tokens=3))[0][
+        0
+    ]
+    forced_stop = greedy.token_ids[1]
+    engine = HFEngine(model, tokenizer.pad_token_id, [forced_stop])
+    cut = engine.generate([prompt], SamplingParams(temperature=0, max_new_tokens=3))[0][0]
+    assert cut.token_ids == greedy.token_ids[: greedy.token_ids.index(forced_stop) + 1]
+    assert cut.finish_reason == "stop" and greedy.finish_reason in ("stop", "length")
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"temperature": -1}, "temperature"),
+        ({"top_p": 0}, "top_p"),
+        ({"max_new_tokens": 0}, "max_new_tokens"),
+        ({"n": 0}, "n must"),
+    ],
+)
+def test_sampling_params_validation(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        SamplingParams(**kwargs)
+
+
+def test_generation_checks_lengths():
+    with pytest.raises(ValueError, match="2 token ids but 1 logprobs"):
+        Generation([1, 2], [0.0], "stop")
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("vllm") is None, reason="vllm is not installed (optional gpu extra)"
+)
+def test_vllm_engine_matches_protocol(tmp_path, model, tokenizer):
+    from worldgym.agents.llm.engines import VLLMEngine
+    from worldgym.agents.llm.models import save_model_and_tokenizer
+
+    save_model_and_tokenizer(model, tokenizer, tmp_path / "m")
+    engine = VLLMEngine(str(tmp_path / "m"))
+    out = engine.generate([tokenizer("Tom")["input_ids"]], SamplingParams(max_new_tokens=4, n=2))
+    assert len(out[0]) == 2 and all(len(g.token_ids) == len(g.logprobs) for g in out[0])
+
+
+def test_vllm_engine_without_vllm_names_the_install():
+    if importlib.util.find_spec("vllm") is not None:
+        pytest.skip("vllm is installed")
+    from gymnasium.error import DependencyNotInstalled
+
+    from worldgym.agents.llm.engines import VLLMEngine
+
+    with pytest.raises(DependencyNotInstalled, match="worldgym\\[gpu\\]"):
+        VLLMEngine("any")
+
+
+def test_sharded_engine_keeps_prompt_order(model, tokenizer):
+    from worldgym.agents.llm.engines import ShardedEngine
+
+    prompts = [tokenizer(text)["input_ids"] for text in ("Tom", "Ana has", "Ben", "Mia gives", "Sam")]
+    params = SamplingParams(temperature=0, max_new_tokens=4, n=2)
+    sharded = ShardedEngine([_engine(model, tokenizer), _engine(model, tokenizer)]).generate(prompts, params)
+    single = _engine(model, tokenizer).generate(prompts, params)
+    assert [[g.token_ids for g in r] for r in sharded] == [[g.token_ids for g in r] for r in single]
+    assert [r[0].prompt_index for r in sharded] == [0, 1, 2, 3, 4]

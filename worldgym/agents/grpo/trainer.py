@@ -1,0 +1,355 @@
+"""``GRPOTrainer``: rollout -> rewards -> group advantages -> clipped token-level updates -> weight sync."""
+
+from __future__ import annotations
+
+import copy
+import json
+import time
+from collections.abc import Callable
+from contextlib import nullcontext
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+from peft import LoraConfig, PeftModel, get_peft_model
+from tqdm.auto import tqdm
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from worldgym.agents.grpo.config import GRPOConfig
+from worldgym.agents.grpo.rewards import episode_rewards
+from worldgym.agents.llm.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from worldgym.agents.llm.engines import GenerationEngine, HFEngine, SamplingParams
+from worldgym.agents.llm.losses import (
+    dynamic_sampling_mask,
+    entropy_from_logits,
+    group_advantages,
+    policy_loss,
+)
+from worldgym.agents.llm.models import TINY_SIZES, build_tiny_model, load_model, load_tokenizer
+from worldgym.agents.llm.rollout import Episode, RolloutCollector, collate_episodes
+from worldgym.agents.llm.scoring import score_tokens
+from worldgym.agents.llm.tokenizer import env_text_corpus, train_chat_tokenizer
+
+__all__ = ["GRPOTrainer", "make_text_env"]
+
+
+def make_text_env(env_id: str, env_kwargs: dict[str, Any], wrap_tool_calls: bool) -> gym.Env:
+    """``gym.make(env_id, **env_kwargs)``, wrapped in ``ParseToolCall`` for tool-call envs."""
+    import worldgym  # noqa: F401  (registers the ids)
+    from worldgym.wrappers import ParseToolCall
+
+    env = gym.make(env_id, **env_kwargs)
+    return ParseToolCall(env) if wrap_tool_calls else env
+
+
+class GRPOTrainer:
+    """GRPO / DAPO / Dr.GRPO on any worldgym text env.
+
+    Args:
+        config: the settings.
+        model: a causal LM to train (default: built or loaded from ``config.model``).
+        tokenizer: its chat tokenizer (left padding, an eos that ends assistant turns).
+        make_env / make_eval_env: env factories (default: ``config.env_id`` with ``env_kwargs`` /
+            ``env_kwargs | eval_env_kwargs``).
+        make_engine: builds the generation engine from the policy once it exists (default:
+            :class:`HFEngine` on it), e.g. ``lambda policy: VLLMEngine("Qwen/Qwen3-8B", peft_model=policy)``.
+
+    >>> trainer = GRPOTrainer(GRPOConfig(num_steps=2, prompts_per_step=2, group_size=2, max_new_tokens=8,
+    ...                                   eval_every=0, progress=False, output_dir="/tmp/wg_grpo_doctest"))
+    >>> history = trainer.train()
+    >>> sorted(history[-1])[:3]
+    ['loss/clip_fraction', 'loss/entropy', 'loss/grad_norm']
+    """
+
+    def __init__(
+        self,
+        config: GRPOConfig,
+        model: PreTrainedModel | None = None,
+        tokenizer: PreTrainedTokenizerBase | None = None,
+        make_env: Callable[[], gym.Env] | None = None,
+        make_eval_env: Callable[[], gym.Env] | None = None,
+        make_engine: Callable[[PreTrainedModel], GenerationEngine] | None = None,
+    ):
+        self.config = config
+        self.rng = np.random.default_rng(config.seed)
+        self.make_env = make_env or (
+            lambda: make_text_env(config.env_id, config.env_kwargs, config.wrap_tool_calls)
+        )
+        eval_kwargs = {**config.env_kwargs, **config.eval_env_kwargs}
+        self.make_eval_env = make_eval_env or (
+            lambda: make_text_env(config.env_id, eval_kwargs, config.wrap_tool_calls)
+        )
+        self.tokenizer, model = self._model_and_tokenizer(model, tokenizer)
+        self.policy = self._prepare_policy(model).to(config.device)
+        self.trainable = {name: p for name, p in self.policy.named_parameters() if p.requires_grad}
+        self.optimizer = torch.optim.AdamW(
+            list(self.trainable.values()), lr=config.learning_rate, weight_decay=config.weight_decay
+        )
+        self.reference = self._frozen_reference(model)
+        eos = self.tokenizer.eos_token_id
+        self.engine = (
+            make_engine(self.policy)
+            if make_engine
+            else HFEngine(self.policy, self.tokenizer.pad_token_id, [eos])
+        )
+        limits = {"max_turns": config.max_turns, "max_episode_tokens": config.max_episode_tokens}
+        self.collector = RolloutCollector(self.engine, self.tokenizer, self.make_env, **limits)
+        self.eval_collector = RolloutCollector(self.engine, self.tokenizer, self.make_eval_env, **limits)
+        self.step = 0
+        self.output_dir = Path(config.output_dir)
+        self.history: list[dict[str, Any]] = []
+
+    # ---------------------------------------------------------------- setup
+    def _model_and_tokenizer(self, model, tokenizer):
+        name = self.config.model
+        if model is not None:
+            if tokenizer is None:
+                raise ValueError(
+                    "GRPOTrainer got a model but no tokenizer; pass the tokenizer the model was built for"
+                )
+            return tokenizer, model
+        if name in TINY_SIZES:
+            tokenizer = tokenizer or train_chat_tokenizer(env_text_corpus(self.make_env), vocab_size=2000)
+            return tokenizer, build_tiny_model(tokenizer, name, seed=self.config.seed)
+        return tokenizer or load_tokenizer(name), load_model(name)
+
+    def _prepare_policy(self, model: PreTrainedModel) -> PreTrainedModel:
+        if self.config.finetune == "full" or isinstance(model, PeftModel):
+            return model
+        lora = LoraConfig(
+            r=self.config.lora_rank,
+            lora_alpha=self.config.lora_alpha,
+            lora_dropout=0.0,
+            target_modules=list(self.config.lora_target_modules),
+            task_type="CAUSAL_LM",
+        )
+        with torch.random.fork_rng(devices=[]):  # seeded adapter init, caller's RNG untouched
+            torch.manual_seed(self.config.seed)
+            return get_peft_model(model, lora)
+
+    def _frozen_reference(self, model: PreTrainedModel) -> PreTrainedModel | None:
+        """A frozen copy for the KL term, needed only for full fine-tuning (LoRA disables its adapters
+        instead)."""
+        if self.config.kl_coef == 0 or isinstance(self.policy, PeftModel):
+            return None
+        reference = copy.deepcopy(model).eval()
+        reference.requires_grad_(False)
+        return reference
+
+    # ---------------------------------------------------------------- loop
+    def train(self) -> list[dict[str, Any]]:
+        """Run until ``config.num_steps``; returns the metrics of every step (also in ``metrics.jsonl``)."""
+        config = self.config
+        self.output_dir.mkdir(parents=True, exist_ok=True)
+        if self.step == 0:  # a fresh run starts a fresh log; a resumed one appends
+            (self.output_dir / "metrics.jsonl").write_text("")
+            if config.eval_every:
+                self._log({"step": 0, **self.evaluate()})
+        with tqdm(total=config.num_steps, initial=self.step, desc="grpo", disable=not config.progress) as bar:
+            while self.step < config.num_steps:
+                metrics = self.train_step()
+                if config.eval_every and self.step % config.eval_every == 0:
+                    metrics.update(self.evaluate())
+                self._log(metrics)
+                if config.checkpoint_every and self.step % config.checkpoint_every == 0:
+                    self.save(self.output_dir / f"checkpoint-{self.step}")
+                bar.update(1)
+                bar.set_postfix(reward=f"{metrics['rollout/reward_mean']:.3f}")
+        self.save(self.output_dir / "checkpoint-last")
+        return [m for m in self.history if "rollout/reward_mean" in m]
+
+    def train_step(self) -> dict[str, Any]:
+        """One GRPO iteration: sample groups, score them, update the policy, sync the engine."""
+        start = time.perf_counter()
+        episodes, rollout_metrics = self._collect_batch()
+        rollout_time = time.perf_counter() - start
+        max_response = self.config.max_new_tokens * self.config.max_turns
+        _, rewards = episode_rewards(
+            episodes, max_response, self.config.overlong_buffer, self.config.overlong_penalty
+        )
+        batch = collate_episodes(episodes, self.tokenizer.pad_token_id)
+        advantages = group_advantages(rewards, batch["group_ids"], self.config.advantage_norm)
+        update_start = time.perf_counter()
+        update_metrics = self._update(batch, advantages)
+        self.engine.sync_weights()
+        self.step += 1
+        end = time.perf_counter()
+        tokens = int(batch["attention_mask"].sum())
+        return {
+            "step": self.step,
+            **rollout_metrics,
+            **update_metrics,
+            "rollout/shaped_reward_mean": rewards.mean().item(),
+            "perf/gen_tokens_per_s": rollout_metrics["rollout/model_tokens"] / max(rollout_time, 1e-9),
+            "perf/train_tokens_per_s": tokens * self.config.ppo_epochs / max(end - update_start, 1e-9),
+            "perf/step_tokens_per_s": tokens / max(end - start, 1e-9),
+            "time/rollout_s": rollout_time,
+            "time/update_s": end - update_start,
+            "time/step_s": end - start,
+        }
+
+    def _collect_batch(self) -> tuple[list[Episode], dict[str, float]]:
+        """Sample ``prompts_per_step`` groups; with dynamic sampling keep only groups whose rewards differ and
+        resample (up to ``max_resample_rounds``) to refill. Rollout metrics describe the first, unfiltered
+        round."""
+        config = self.config
+        kept: list[Episode] = []
+        metrics: dict[str, float] = {}
+        group_offset = 0
+        for round_index in range(1 + (config.max_resample_rounds if config.dynamic_sampling else 0)):
+            seeds = self.rng.integers(0, 2**31 - 1, size=config.prompts_per_step).tolist()
+            params = SamplingParams(
+                config.temperature,
+                config.top_p,
+                config.max_new_tokens,
+                seed=int(self.rng.integers(0, 2**31 - 1)),
+            )
+            episodes = self.collector.collect(seeds, config.group_size, params, first_group_id=group_offset)
+            group_offset += config.prompts_per_step
+            if round_index == 0:
+                metrics = _rollout_metrics(episodes)
+            if not config.dynamic_sampling:
+                return episodes, metrics
+            informative = dynamic_sampling_mask(
+                torch.tensor([e.reward for e in episodes]), torch.tensor([e.group_id for e in episodes])
+            )
+            kept += [e for e, keep in zip(episodes, informative.tolist()) if keep]
+            if len(kept) >= config.prompts_per_step * config.group_size:
+                break
+        metrics["rollout/kept_groups"] = len(kept) / config.group_size
+        kept = kept[: config.prompts_per_step * config.group_size]
+        return (kept or episodes), metrics  # no informative group: train on the last round (zero advantages)
+
+    def _update(self, batch: dict[str, torch.Tensor], advantages: torch.Tensor) -> dict[str, float]:
+        config = self.config
+        size = batch["input_ids"].shape[0]
+        generator = torch.Generator().manual_seed(int(self.rng.integers(0, 2**31 - 1)))
+        totals: dict[str, list[float]] = {}
+        self.policy.train()
+        for _ in range(config.ppo_epochs):
+            order = torch.randperm(size, generator=generator)
+            for start in range(0, size, config.minibatch_size):
+                rows = order[start : start + config.minibatch_size]
+                for key, value in self._minibatch_step(batch, advantages, rows).items():
+                    totals.setdefault(key, []).append(value)
+        return {key: float(np.mean(values)) for key, values in totals.items()}
+
+    def _minibatch_step(
+        self, batch: dict[str, torch.Tensor], advantages: torch.Tensor, rows: torch.Tensor
+    ) -> dict[str, float]:
+        config, device = self.config, self.config.device
+        width = int(batch["attention_mask"][rows].sum(1).max())
+        input_ids = batch["input_ids"][rows, :width].to(device)
+        attention_mask = batch["attention_mask"][rows, :width].to(device)
+        mask = batch["action_mask"][rows, : width - 1].to(device)
+        old_logprobs = batch["old_logprobs"][rows, : width - 1].to(device)
+        with self._autocast():
+            scored = score_tokens(self.policy, input_ids, attention_mask, mask, config.temperature)
+        ref_logprobs = (
+            self._reference_logprobs(input_ids, attention_mask, mask) if config.kl_coef > 0 else None
+        )
+        out = policy_loss(
+            scored.logprobs,
+            old_logprobs,
+            advantages[rows].to(device),
+            mask,
+            config.eps_low,
+            config.eps_high,
+            config.loss_aggregation,
+            ref_logprobs,
+            config.kl_coef,
+            max_tokens=config.max_new_tokens * config.max_turns,
+        )
+        with torch.set_grad_enabled(config.entropy_coef > 0):  # a metric only, unless it is in the loss
+            entropy = entropy_from_logits(scored.logits).mean() if len(scored.logits) else torch.zeros(())
+        loss = out.loss - config.entropy_coef * entropy
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(list(self.trainable.values()), config.grad_clip)
+        self.optimizer.step()
+        return {
+            "loss/total": loss.item(),
+            "loss/policy": out.policy_loss.item(),
+            "loss/kl": out.kl.item(),
+            "loss/entropy": entropy.item(),
+            "loss/clip_fraction": out.clip_fraction.item(),
+            "loss/ratio_mean": out.ratio_mean.item(),
+            "loss/grad_norm": grad_norm.item(),
+        }
+
+    @torch.no_grad()
+    def _reference_logprobs(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, mask: torch.Tensor
+    ) -> torch.Tensor:
+        """Logprobs under the frozen reference: the base model with adapters disabled (LoRA) or the frozen
+        copy."""
+        context = self.policy.disable_adapter() if isinstance(self.policy, PeftModel) else nullcontext()
+        model = self.reference if self.reference is not None else self.policy
+        with context, self._autocast():
+            return score_tokens(model, input_ids, attention_mask, mask, self.config.temperature).logprobs
+
+    def _autocast(self):
+        device_type = "cuda" if self.config.device.startswith("cuda") else "cpu"
+        return torch.autocast(device_type, dtype=torch.bfloat16, enabled=self.config.bf16_autocast)
+
+    # ---------------------------------------------------------------- evaluation
+    def evaluate(self, num_episodes: int | None = None) -> dict[str, float]:
+        """Greedy episodes on a fixed set of validation seeds: mean reward and success rate."""
+        count = num_episodes or self.config.eval_episodes
+        params = SamplingParams(temperature=0.0, max_new_tokens=self.config.max_new_tokens)
+        episodes = self.eval_collector.collect(range(10**6, 10**6 + count), 1, params)
+        return {
+            "eval/reward_mean": float(np.mean([e.reward for e in episodes])),
+            "eval/success_rate": float(np.mean([e.success for e in episodes])),
+        }
+
+    # ---------------------------------------------------------------- logging and checkpoints
+    def _log(self, metrics: dict[str, Any]) -> None:
+        self.history.append(metrics)
+        with open(self.output_dir / "metrics.jsonl", "a") as file:
+            file.write(json.dumps(metrics) + "\n")
+
+    def save(self, path: str | Path) -> Path:
+        """Trainable weights + optimizer (safetensors) and step, RNG and config (JSON)."""
+        state = {"step": self.step, "rng": self.rng.bit_generator.state, "config": self.config.to_dict()}
+        return save_checkpoint(path, self.trainable, state, self.optimizer)
+
+    def load(self, path: str | Path) -> None:
+        """Restore a :meth:`save` checkpoint into this trainer so training continues the same run exactly."""
+        weights, state, optimizer_state = load_checkpoint(path)
+        missing = sorted(set(self.trainable) - set(weights))
+        unexpected = sorted(set(weights) - set(self.trainable))
+        if missing or unexpected:
+            raise CheckpointError(
+                f"checkpoint {path} does not fit this model: missing {missing[:3]}, "
+                f"unexpected {unexpected[:3]} (was it saved with another finetune mode or model?)"
+            )
+        for name, tensor in weights.items():
+            if tensor.shape != self.trainable[name].shape:
+                raise CheckpointError(
+                    f"checkpoint {path}: {name} has shape {tuple(tensor.shape)}, the model "
+                    f"expects {tuple(self.trainable[name].shape)}"
+                )
+        with torch.no_grad():
+            for name, tensor in weights.items():
+                self.trainable[name].copy_(tensor)
+        if optimizer_state is not None:
+            self.optimizer.load_state_dict(optimizer_state)
+        self.rng.bit_generator.state = state["rng"]
+        self.step = int(state["step"])
+        self.engine.sync_weights()
+
+
+def _rollout_metrics(episodes: list[Episode]) -> dict[str, float]:
+    rewards = np.array([e.reward for e in episodes])
+    lengths = np.array([e.num_model_tokens for e in episodes])
+    return {
+        "rollout/reward_mean": float(rewards.mean()),
+        "rollout/reward_std": float(rewards.std()),
+        "rollout/success_rate": float(np.mean([e.success for e in episodes])),
+        "rollout/response_tokens_mean": float(lengths.mean()),
+        "rollout/model_tokens": int(lengths.sum()),
+        "rollout/truncated_rate": float(np.mean([e.truncated for e in episodes])),
+    }

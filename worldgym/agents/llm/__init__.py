@@ -1,0 +1,33 @@
+"""Shared LLM stack: tokenizers, models, generation engines, rollouts, losses, SFT and checkpoints."""
+
+from worldgym.agents.llm.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from worldgym.agents.llm.engines import Generation, GenerationEngine, HFEngine, SamplingParams
+from worldgym.agents.llm.models import build_tiny_model, load_model, load_tokenizer, save_model_and_tokenizer
+from worldgym.agents.llm.rollout import Episode, RolloutCollector, collate_episodes, encode_chat
+from worldgym.agents.llm.sft import Chat, SFTConfig, collect_expert_chats, sft_train
+from worldgym.agents.llm.tokenizer import CHAT_TEMPLATE, env_text_corpus, train_chat_tokenizer
+
+__all__ = [
+    "CHAT_TEMPLATE",
+    "Chat",
+    "CheckpointError",
+    "Episode",
+    "Generation",
+    "GenerationEngine",
+    "HFEngine",
+    "RolloutCollector",
+    "SFTConfig",
+    "SamplingParams",
+    "build_tiny_model",
+    "collate_episodes",
+    "collect_expert_chats",
+    "encode_chat",
+    "env_text_corpus",
+    "load_checkpoint",
+    "load_model",
+    "load_tokenizer",
+    "save_checkpoint",
+    "save_model_and_tokenizer",
+    "sft_train",
+    "train_chat_tokenizer",
+]

@@ -1,0 +1,174 @@
+"""Supervised warm start: record an expert's episodes as chats and fine-tune on the assistant tokens only."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import gymnasium as gym
+import torch
+from tqdm.auto import tqdm
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+__all__ = ["Chat", "ExpertPolicy", "SFTConfig", "collect_expert_chats", "sft_train"]
+
+# An expert sees the env (to read privileged state such as the answer), the observation and the info dict.
+ExpertPolicy = Callable[[gym.Env, str, dict[str, Any]], str]
+
+
+@dataclass
+class Chat:
+    """One conversation (OpenAI-style messages) and the tools its template shows."""
+
+    messages: list[dict[str, str]]
+    tools: list[dict] | None = None
+    reward: float = 0.0
+
+
+@dataclass
+class SFTConfig:
+    """Supervised fine-tuning settings.
+
+    Args:
+        epochs: passes over the chats.
+        batch_size: chats per optimizer step.
+        learning_rate: AdamW learning rate.
+        max_length: chats are cut to this many tokens.
+        grad_clip: gradient-norm clip.
+        bucket_by_length: batch chats of similar length (much less padding for long, varied multi-turn chats;
+            batches are less diverse, which hurt a tiny model on short single-turn data).
+        seed: shuffling seed.
+        progress: show a progress bar.
+    """
+
+    epochs: int = 3
+    batch_size: int = 16
+    learning_rate: float = 1e-3
+    max_length: int = 4096
+    grad_clip: float = 1.0
+    bucket_by_length: bool = False
+    seed: int = 0
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        for name in ("epochs", "batch_size", "max_length"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"SFTConfig.{name} must be >= 1, got {getattr(self, name)}")
+        if self.learning_rate <= 0:
+            raise ValueError(f"SFTConfig.learning_rate must be > 0, got {self.learning_rate}")
+
+
+def collect_expert_chats(
+    make_env: Callable[[], gym.Env],
+    policy: ExpertPolicy,
+    env_seeds: Sequence[int],
+    max_turns: int = 16,
+    system_prompt: str | None = None,
+) -> list[Chat]:
+    """Run ``policy`` once per seed and record each episode as a chat (tool results as ``tool`` turns)."""
+    env = make_env()
+    chats = []
+    for seed in env_seeds:
+        observation, info = env.reset(seed=int(seed))
+        tools = info.get("tools") or None
+        system = info.get("system_prompt", system_prompt)
+        messages = ([{"role": "system", "content": system}] if system else []) + [
+            {"role": "user", "content": str(observation)}
+        ]
+        total = 0.0
+        for _ in range(max_turns):
+            action = policy(env, observation, info)
+            observation, reward, terminated, truncated, info = env.step(action)
+            total += float(reward)
+            messages.append({"role": "assistant", "content": action})
+            if terminated or truncated:
+                break
+            messages.append({"role": "tool" if tools else "user", "content": str(observation)})
+        chats.append(Chat(messages, tools, total))
+    env.close()
+    return chats
+
+
+def sft_train(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    chats: Sequence[Chat],
+    config: SFTConfig | None = None,
+) -> list[float]:
+    """Fine-tune ``model`` in place on the assistant tokens of ``chats`` (template ``{% generation %}``
+    masks);
+    returns the loss of every optimizer step."""
+    config = config or SFTConfig()
+    examples = [_encode(tokenizer, chat, config.max_length) for chat in chats]
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=config.learning_rate)
+    generator = torch.Generator().manual_seed(config.seed)
+    device = next(model.parameters()).device
+    losses: list[float] = []
+    steps = config.epochs * -(-len(examples) // config.batch_size)
+    model.train()
+    with tqdm(total=steps, desc="sft", disable=not config.progress) as bar:
+        for _ in range(config.epochs):
+            for batch in _batches([len(ids) for ids, _ in examples], config, generator):
+                input_ids, attention, labels = _pad([examples[i] for i in batch], tokenizer.pad_token_id)
+                loss = model(
+                    input_ids=input_ids.to(device),
+                    attention_mask=attention.to(device),
+                    labels=labels.to(device),
+                ).loss
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(params, config.grad_clip)
+                optimizer.step()
+                losses.append(loss.item())
+                bar.update(1)
+                bar.set_postfix(loss=f"{losses[-1]:.3f}")
+    return losses
+
+
+def _batches(lengths: list[int], config: SFTConfig, generator: torch.Generator) -> list[list[int]]:
+    if config.bucket_by_length:
+        return _length_bucketed_batches(lengths, config.batch_size, generator)
+    order = torch.randperm(len(lengths), generator=generator).tolist()
+    return [order[i : i + config.batch_size] for i in range(0, len(order), config.batch_size)]
+
+
+def _length_bucketed_batches(
+    lengths: list[int], batch_size: int, generator: torch.Generator
+) -> list[list[int]]:
+    """Shuffled batches of similar-length examples (sorted within windows of 8 batches): little padding."""
+    order = torch.randperm(len(lengths), generator=generator).tolist()
+    window = 8 * batch_size
+    batches = []
+    for start in range(0, len(order), window):
+        chunk = sorted(order[start : start + window], key=lengths.__getitem__)
+        batches += [chunk[i : i + batch_size] for i in range(0, len(chunk), batch_size)]
+    return [batches[i] for i in torch.randperm(len(batches), generator=generator).tolist()]
+
+
+def _encode(tokenizer: PreTrainedTokenizerBase, chat: Chat, max_length: int) -> tuple[list[int], list[int]]:
+    encoded = tokenizer.apply_chat_template(
+        chat.messages, tools=chat.tools, tokenize=True, return_dict=True, return_assistant_tokens_mask=True
+    )
+    ids, mask = list(encoded["input_ids"]), list(encoded["assistant_masks"])
+    if not any(mask):
+        raise ValueError("a chat has no assistant tokens; the chat template needs {% generation %} blocks")
+    if not any(mask[:max_length]):  # every label would be ignored: the loss would be NaN
+        raise ValueError(
+            f"a chat of {len(ids)} tokens has no assistant token within the first max_length={max_length}; "
+            "raise SFTConfig.max_length"
+        )
+    return ids[:max_length], mask[:max_length]
+
+
+def _pad(examples: list[tuple[list[int], list[int]]], pad_id: int) -> tuple[torch.Tensor, ...]:
+    width = max(len(ids) for ids, _ in examples)
+    input_ids = torch.full((len(examples), width), pad_id, dtype=torch.long)
+    attention = torch.zeros((len(examples), width), dtype=torch.long)
+    labels = torch.full((len(examples), width), -100, dtype=torch.long)
+    for row, (ids, mask) in enumerate(examples):
+        input_ids[row, : len(ids)] = torch.tensor(ids)
+        attention[row, : len(ids)] = 1
+        labels[row, : len(ids)] = torch.tensor([t if m else -100 for t, m in zip(ids, mask)])
+    return input_ids, attention, labels

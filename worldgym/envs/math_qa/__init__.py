@@ -1,0 +1,18 @@
+"""MathQA-v0: GSM8K-style word problems (template generator or a user's GSM8K file) and the answer grader."""
+
+from worldgym.envs.math_qa.env import SYSTEM_PROMPT, MathQAEnv
+from worldgym.envs.math_qa.loader import load_gsm8k
+from worldgym.envs.math_qa.problems import MathProblem, generate_problems, split_of
+from worldgym.envs.math_qa.reward import MathRewardModel, extract_answer, normalize_number
+
+__all__ = [
+    "SYSTEM_PROMPT",
+    "MathProblem",
+    "MathQAEnv",
+    "MathRewardModel",
+    "extract_answer",
+    "generate_problems",
+    "load_gsm8k",
+    "normalize_number",
+    "split_of",
+]

@@ -1,0 +1,119 @@
+"""MathQA-v0: single-turn math word problems; the answer text is the action, reward 1 if it is right."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+from gymnasium import spaces
+
+from worldgym.envs.math_qa.loader import load_gsm8k
+from worldgym.envs.math_qa.problems import MathProblem, Split, generate_problems
+from worldgym.envs.math_qa.reward import MathRewardModel, extract_answer
+from worldgym.spaces import PRINTABLE_CHARSET
+
+__all__ = ["SYSTEM_PROMPT", "MathQAEnv"]
+
+SYSTEM_PROMPT = "Solve the math problem step by step. End with the final answer as '#### <number>'."
+_CHARSET = "".join(sorted(PRINTABLE_CHARSET))
+
+
+class MathQAEnv(gym.Env[str, str]):
+    """GSM8K-style word problems, one per episode.
+
+    ## Description ``reset`` returns a question; ``step(text)`` grades the text's final answer (``#### 42``,
+    "the answer is 42", "Answer: 42", else the last number) with :class:`MathRewardModel` and ends the
+    episode. Problems come from the offline template generator (train/test splits never share a question;
+    difficulty 1-3) or from a user's GSM8K jsonl/parquet file (``dataset_path``).
+
+    ## Spaces
+    Observation and action: ``Text`` over printable ASCII (question up to ``max_question_chars``, answer up to
+    ``max_answer_chars``; longer answers are graded on their text anyway, nothing raises).
+
+    ## Rewards
+    1.0 for a correct final answer, else 0.0 (an answer with no number scores 0).
+
+    ## Episode end
+    Always ``terminated`` after one step.
+
+    ## Info
+    reset: ``system_prompt`` (the instruction a chat agent should use), ``index``, ``difficulty``, ``split``.
+    step: ``predicted`` (extracted text or None), ``answer``, ``success``.
+
+    ## Arguments
+    split, difficulty (1-3 or a list), num_problems, seed (of the problem set), dataset_path (overrides the
+    generator), problems (explicit list, overrides both). ``reset(options={"index": i})`` picks problem ``i``;
+    otherwise the problem is drawn with the env's seeded RNG.
+
+    ## Version History
+    * v0: initial version.
+    """
+
+    metadata = {"render_modes": ["ansi"]}
+
+    def __init__(
+        self,
+        split: Split = "train",
+        difficulty: int | Sequence[int] = 1,
+        num_problems: int = 1000,
+        seed: int = 0,
+        dataset_path: str | Path | None = None,
+        problems: Sequence[MathProblem] | None = None,
+        max_question_chars: int = 2048,
+        max_answer_chars: int = 4096,
+        render_mode: str | None = None,
+    ):
+        if render_mode not in (None, "ansi"):
+            raise ValueError(f"render_mode must be None or 'ansi', got {render_mode!r}")
+        if problems is not None:
+            self.problems = list(problems)
+        elif dataset_path is not None:
+            self.problems = load_gsm8k(dataset_path)
+        else:
+            self.problems = generate_problems(num_problems, split, difficulty, seed)
+        if not self.problems:
+            raise ValueError("problems must not be empty")
+        self.split = split
+        self.render_mode = render_mode
+        self.reward_model = MathRewardModel()
+        self.observation_space = spaces.Text(max_length=max_question_chars, min_length=0, charset=_CHARSET)
+        self.action_space = spaces.Text(max_length=max_answer_chars, min_length=0, charset=_CHARSET)
+        self._problem: MathProblem | None = None
+        self._last: str = ""
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[str, dict[str, Any]]:
+        super().reset(seed=seed)
+        index = (options or {}).get("index")
+        if index is None:
+            index = int(self.np_random.integers(len(self.problems)))
+        elif not 0 <= int(index) < len(self.problems):
+            raise ValueError(f"options['index'] must be in [0, {len(self.problems)}), got {index}")
+        self._problem = self.problems[int(index)]
+        self._last = f"Q: {self._problem.question}"
+        question = "".join(ch if ch in PRINTABLE_CHARSET else "?" for ch in self._problem.question)
+        question = question[: self.observation_space.max_length]
+        info = {
+            "system_prompt": SYSTEM_PROMPT,
+            "index": int(index),
+            "difficulty": self._problem.difficulty,
+            "split": self.split,
+        }
+        return question, info
+
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        if self._problem is None:
+            raise gym.error.ResetNeeded("Call reset() before step(); MathQA episodes end after one step.")
+        text = action if isinstance(action, str) else str(action)
+        reward = self.reward_model(text, self._problem.answer)
+        info = {"predicted": extract_answer(text), "answer": self._problem.answer_text, "success": reward > 0}
+        self._last += f"\nA: {text}\nreward={reward}"
+        self._problem = None
+        return ("Correct." if reward > 0 else "Incorrect."), reward, True, False, info
+
+    def render(self) -> str | None:
+        """The last question and answer as text (``render_mode="ansi"``)."""
+        return self._last if self.render_mode == "ansi" else None
