@@ -16,6 +16,7 @@ from safetensors.torch import load_file, save_file
 
 from worldgym.agents.dreamer_v3.learner import DreamerLearner
 from worldgym.agents.dreamer_v3.replay import ReplayRing
+from worldgym.checkpointing import atomic_directory, optimizer_from_tensors, optimizer_to_tensors
 
 FILES = ("model.safetensors", "optim.safetensors", "replay.safetensors", "rng.safetensors", "state.json")
 
@@ -25,26 +26,18 @@ class CheckpointError(ValueError):
 
 
 def _optimizer_tensors(learner: DreamerLearner) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
-    tensors, groups = {}, {}
+    tensors, structures = {}, {}
     for name, optimizer in learner.optimizers.items():
-        state = optimizer.state_dict()
-        groups[name] = state["param_groups"]
-        for index, param_state in state["state"].items():
-            for key, value in param_state.items():
-                tensors[f"{name}.{index}.{key}"] = torch.as_tensor(value).detach().cpu().contiguous()
-    return tensors, groups
+        named_tensors, structures[name] = optimizer_to_tensors(optimizer.state_dict(), prefix=f"{name}.")
+        tensors.update(named_tensors)
+    return tensors, structures
 
 
 def _load_optimizers(
-    learner: DreamerLearner, tensors: dict[str, torch.Tensor], groups: dict[str, Any]
+    learner: DreamerLearner, tensors: dict[str, torch.Tensor], structures: dict[str, Any]
 ) -> None:
     for name, optimizer in learner.optimizers.items():
-        state: dict[int, dict[str, torch.Tensor]] = {}
-        for key, value in tensors.items():
-            opt_name, index, field = key.split(".", 2)
-            if opt_name == name:
-                state.setdefault(int(index), {})[field] = value
-        optimizer.load_state_dict({"state": state, "param_groups": groups[name]})
+        optimizer.load_state_dict(optimizer_from_tensors(tensors, structures[name], prefix=f"{name}."))
 
 
 def save_checkpoint(
@@ -54,9 +47,20 @@ def save_checkpoint(
     generators: dict[str, torch.Generator],
     state: dict[str, Any],
 ) -> Path:
-    """Write a checkpoint into ``directory`` (``state.json`` last, so a partial write is detectable)."""
-    path = Path(directory)
-    path.mkdir(parents=True, exist_ok=True)
+    """Write a checkpoint into ``directory`` atomically (a temporary sibling renamed over it when complete)."""
+    final = Path(directory)
+    with atomic_directory(final) as path:
+        _write_checkpoint(path, learner, replay, generators, state)
+    return final
+
+
+def _write_checkpoint(
+    path: Path,
+    learner: DreamerLearner,
+    replay: ReplayRing,
+    generators: dict[str, torch.Generator],
+    state: dict[str, Any],
+) -> None:
     model = {k: v.detach().cpu().contiguous() for k, v in learner.state_dict().items()}
     save_file(model, str(path / "model.safetensors"))
     optim_tensors, groups = _optimizer_tensors(learner)
@@ -73,10 +77,7 @@ def save_checkpoint(
         "committed_t": replay.committed_t,
         "gradient_steps": learner.gradient_steps,
     }
-    tmp = path / "state.json.tmp"
-    tmp.write_text(json.dumps(payload, indent=1) + "\n")
-    tmp.replace(path / "state.json")
-    return path
+    (path / "state.json").write_text(json.dumps(payload, indent=1) + "\n")
 
 
 def load_checkpoint(

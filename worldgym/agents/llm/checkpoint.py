@@ -5,13 +5,14 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 from pathlib import Path
 from typing import Any
 
 import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
+
+from worldgym.checkpointing import atomic_directory, optimizer_from_tensors, optimizer_to_tensors
 
 __all__ = ["CheckpointError", "load_checkpoint", "save_checkpoint"]
 
@@ -40,20 +41,16 @@ def save_checkpoint(
     file's SHA-256, so an interrupted save never leaves a checkpoint that loads.
     """
     path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    save_file({k: v.detach().contiguous().cpu() for k, v in weights.items()}, str(tmp / _WEIGHTS))
-    full_state = {"format_version": FORMAT_VERSION, "state": state, "optimizer": None}
-    if optimizer is not None:
-        tensors, structure = _flatten_optimizer(optimizer.state_dict())
-        save_file(tensors, str(tmp / _OPTIMIZER))
-        full_state["optimizer"] = structure
-    (tmp / _STATE).write_text(json.dumps(full_state, indent=1))
-    manifest = {name: _sha256(tmp / name) for name in sorted(os.listdir(tmp))}
-    (tmp / _MANIFEST).write_text(json.dumps(manifest, indent=1))
-    shutil.rmtree(path, ignore_errors=True)
-    tmp.rename(path)
+    with atomic_directory(path) as tmp:
+        save_file({k: v.detach().contiguous().cpu() for k, v in weights.items()}, str(tmp / _WEIGHTS))
+        full_state = {"format_version": FORMAT_VERSION, "state": state, "optimizer": None}
+        if optimizer is not None:
+            tensors, structure = optimizer_to_tensors(optimizer.state_dict())
+            save_file(tensors, str(tmp / _OPTIMIZER))
+            full_state["optimizer"] = structure
+        (tmp / _STATE).write_text(json.dumps(full_state, indent=1))
+        manifest = {name: _sha256(tmp / name) for name in sorted(os.listdir(tmp))}
+        (tmp / _MANIFEST).write_text(json.dumps(manifest, indent=1))
     return path
 
 
@@ -88,7 +85,7 @@ def load_checkpoint(
         full_state = json.loads((path / _STATE).read_text())
         optimizer = None
         if full_state.get("optimizer") is not None:
-            optimizer = _unflatten_optimizer(load_file(str(path / _OPTIMIZER)), full_state["optimizer"])
+            optimizer = optimizer_from_tensors(load_file(str(path / _OPTIMIZER)), full_state["optimizer"])
     except (SafetensorError, json.JSONDecodeError, KeyError, OSError) as error:
         raise CheckpointError(f"checkpoint {path} does not parse: {error}") from None
     if full_state.get("format_version") != FORMAT_VERSION:
@@ -105,30 +102,3 @@ def _sha256(path: Path) -> str:
         for block in iter(lambda: file.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
-
-
-def _flatten_optimizer(state_dict: dict[str, Any]) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
-    """Tensors keyed ``"<param id>.<name>"`` for safetensors; the rest (scalars, param groups) for JSON."""
-    tensors: dict[str, torch.Tensor] = {}
-    scalars: dict[str, dict[str, Any]] = {}
-    for param_id, values in state_dict["state"].items():
-        for name, value in values.items():
-            if isinstance(value, torch.Tensor):
-                tensors[f"{param_id}.{name}"] = value.detach().contiguous().cpu()
-            else:
-                scalars.setdefault(str(param_id), {})[name] = value
-    return tensors, {
-        "param_groups": state_dict["param_groups"],
-        "scalars": scalars,
-        "param_ids": [str(k) for k in state_dict["state"]],
-    }
-
-
-def _unflatten_optimizer(tensors: dict[str, torch.Tensor], structure: dict[str, Any]) -> dict[str, Any]:
-    state: dict[int, dict[str, Any]] = {
-        int(k): dict(structure["scalars"].get(k, {})) for k in structure["param_ids"]
-    }
-    for key, value in tensors.items():
-        param_id, name = key.split(".", 1)
-        state[int(param_id)][name] = value
-    return {"state": state, "param_groups": structure["param_groups"]}

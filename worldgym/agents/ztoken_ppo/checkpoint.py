@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +12,7 @@ from safetensors.torch import load_file, load_model, save_file, save_model
 from worldgym.agents.ztoken_ppo.encoding import ObservationEncoder, TokenizerEncoder
 from worldgym.agents.ztoken_ppo.factory import rebuild_policy
 from worldgym.agents.ztoken_ppo.model import ZTokenPolicy
+from worldgym.checkpointing import atomic_directory, optimizer_from_tensors, optimizer_to_tensors
 from worldgym.envs.ztoken.vocab import ZTokenVocab
 
 FORMAT_VERSION = 1
@@ -37,9 +37,20 @@ def save_checkpoint(
 ) -> Path:
     """Write a checkpoint atomically (into ``<path>.tmp``, then renamed over ``path``)."""
     final = Path(path)
-    tmp = final.with_name(final.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
+    with atomic_directory(final) as tmp:
+        _write_checkpoint(tmp, policy, encoder, num_z_tokens, optimizer, generator, trainer_state)
+    return final
+
+
+def _write_checkpoint(
+    tmp: Path,
+    policy: ZTokenPolicy,
+    encoder: ObservationEncoder,
+    num_z_tokens: int,
+    optimizer: torch.optim.Optimizer | None,
+    generator: torch.Generator | None,
+    trainer_state: dict[str, Any] | None,
+) -> None:
     save_model(policy, str(tmp / POLICY_WEIGHTS))
     tokenizer_dir = None
     if isinstance(encoder, TokenizerEncoder):
@@ -53,17 +64,15 @@ def save_checkpoint(
     }
     (tmp / POLICY_SPEC).write_text(json.dumps(spec, indent=1, default=str))
     if optimizer is not None or generator is not None:
-        tensors, groups = _flatten_optimizer(optimizer) if optimizer is not None else ({}, [])
+        tensors, structure = {}, None
+        if optimizer is not None:
+            tensors, structure = optimizer_to_tensors(optimizer.state_dict(), prefix="optim.")
         if generator is not None:
             tensors["rng.torch"] = generator.get_state()
         save_file(tensors, str(tmp / OPTIMIZER_TENSORS))
-        trainer_state = {**(trainer_state or {}), "optimizer_param_groups": groups}
+        trainer_state = {**(trainer_state or {}), "optimizer": structure}
     if trainer_state is not None:
         (tmp / TRAINER_STATE).write_text(json.dumps(trainer_state, indent=1))
-    if final.exists():
-        shutil.rmtree(final)
-    tmp.rename(final)
-    return final
 
 
 def load_policy(path: str | Path) -> tuple[ZTokenPolicy, ObservationEncoder, int]:
@@ -104,23 +113,5 @@ def load_training_state(
     state = json.loads((root / TRAINER_STATE).read_text())
     tensors = load_file(str(root / OPTIMIZER_TENSORS))
     generator.set_state(tensors.pop("rng.torch"))
-    optimizer.load_state_dict(_unflatten_optimizer(tensors, state["optimizer_param_groups"]))
+    optimizer.load_state_dict(optimizer_from_tensors(tensors, state["optimizer"], prefix="optim."))
     return state
-
-
-def _flatten_optimizer(optimizer: torch.optim.Optimizer) -> tuple[dict[str, torch.Tensor], list[dict]]:
-    state_dict = optimizer.state_dict()
-    tensors = {
-        f"optim.{index}.{name}": value.detach().clone().contiguous()
-        for index, per_param in state_dict["state"].items()
-        for name, value in per_param.items()
-    }
-    return tensors, state_dict["param_groups"]
-
-
-def _unflatten_optimizer(tensors: dict[str, torch.Tensor], groups: list[dict]) -> dict[str, Any]:
-    state: dict[int, dict[str, torch.Tensor]] = {}
-    for key, value in tensors.items():
-        _, index, name = key.split(".", 2)
-        state.setdefault(int(index), {})[name] = value
-    return {"state": state, "param_groups": groups}
