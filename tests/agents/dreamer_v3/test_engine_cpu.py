@@ -2,6 +2,7 @@
 
 import json
 import re
+import shutil
 
 import gymnasium as gym
 import pytest
@@ -87,6 +88,19 @@ def test_resume_continues_the_replay_ratio(reference_run, tmp_path, make_config)
     assert record["gradient_steps"] == final["gradient_steps"]
     assert record["replay/committed_t"] == final["replay/committed_t"]
     assert latest_checkpoint(resumed.core.run_dir).name == "iter_80"
+
+
+def test_resume_in_the_same_run_dir_does_not_duplicate_log_lines(reference_run, tmp_path, make_config):
+    cfg, engine, _, _ = reference_run
+    run_dir = tmp_path / "run"
+    shutil.copytree(engine.core.run_dir, run_dir)
+    with (run_dir / "metrics.jsonl").open("a") as log:
+        log.write('{"policy_step": 99')  # a line torn by a crash
+    resumed = CPUEngine(make_config(tmp_path, checkpoint_every=80, run_dir=str(run_dir)))
+    resumed.core.resume(run_dir / "checkpoints" / "iter_40")
+    resumed.run(progress=False)
+    steps = [r["policy_step"] for r in read_jsonl(run_dir / "metrics.jsonl")]
+    assert steps == [r["policy_step"] for r in read_jsonl(engine.core.run_dir / "metrics.jsonl")]
 
 
 def test_resume_rejects_bad_checkpoints(reference_run, tmp_path, make_config):

@@ -20,19 +20,6 @@ class TrainingFailure(RuntimeError):
         self.bundle = bundle
 
 
-class JsonlLogger:
-    """Appends one JSON object per call to ``path`` (created with its parents)."""
-
-    def __init__(self, path: str | Path) -> None:
-        self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-
-    def log(self, record: dict[str, Any]) -> None:
-        clean = {k: to_float(v) for k, v in record.items()}
-        with self.path.open("a") as handle:
-            handle.write(json.dumps(clean) + "\n")
-
-
 def to_float(value: Any) -> Any:
     """Tensors and numpy scalars to Python floats (this syncs a device: call it only at log time)."""
     if isinstance(value, torch.Tensor):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -187,11 +186,3 @@ def collect_episodes(
             episode.breakdown = report.info
             episodes.append(episode)
     return episodes, env_steps
-
-
-def append_jsonl(path: Path, records: list[dict[str, Any]]) -> None:
-    """Append one JSON line per record."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a") as handle:
-        for record in records:
-            handle.write(json.dumps(record) + "\n")

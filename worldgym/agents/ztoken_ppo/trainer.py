@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import Any
@@ -19,11 +18,11 @@ from worldgym.agents.ztoken_ppo.loss import episode_advantages, ppo_loss
 from worldgym.agents.ztoken_ppo.model import ZTokenPolicy, joint_entropy, joint_log_prob
 from worldgym.agents.ztoken_ppo.rollout import (
     Episode,
-    append_jsonl,
     collect_episodes,
     make_vector_env,
     vocab_of,
 )
+from worldgym.jsonl import append_jsonl, read_jsonl, truncate_jsonl
 
 CHECKPOINT_DIR = "checkpoint"
 METRICS_FILE = "metrics.jsonl"
@@ -62,7 +61,7 @@ class ZTokenPPOTrainer:
             state = load_training_state(path, trainer.optimizer, trainer.generator)
             trainer.rollout_index, trainer.env_steps = int(state["rollout_index"]), int(state["env_steps"])
             for name in (METRICS_FILE, ROLLOUTS_FILE):
-                _drop_lines_after(trainer.output_dir / name, trainer.rollout_index)
+                truncate_jsonl(trainer.output_dir / name, "rollout", trainer.rollout_index)
         return trainer
 
     @property
@@ -191,14 +190,14 @@ class ZTokenPPOTrainer:
         self.envs.close()
 
     def _log(self, metrics: dict[str, Any], episodes: list[Episode] | None) -> None:
-        append_jsonl(self.output_dir / METRICS_FILE, [metrics])
+        append_jsonl(self.output_dir / METRICS_FILE, metrics)
         if episodes is not None and self.config.log_rollouts:
             records = [{"rollout": metrics["rollout"], **e.to_record(self.vocab)} for e in episodes]
-            append_jsonl(self.output_dir / ROLLOUTS_FILE, records)
+            append_jsonl(self.output_dir / ROLLOUTS_FILE, *records)
 
     def _last_logged_metrics(self) -> dict[str, Any]:
         """The latest ``metrics.jsonl`` record, or the run's counters if nothing was logged."""
-        records = _read_jsonl(self.output_dir / METRICS_FILE)
+        records = read_jsonl(self.output_dir / METRICS_FILE)
         return records[-1] if records else {"rollout": self.rollout_index, "env_steps": self.env_steps}
 
     def train(self) -> dict[str, Any]:
@@ -253,29 +252,3 @@ class ZTokenPPOTrainer:
         return metrics or self._last_logged_metrics()
 
 
-def _parse_line(line: str) -> dict[str, Any] | None:
-    """One JSONL record, or ``None`` for a torn or blank line (a crash mid-write)."""
-    try:
-        record = json.loads(line)
-    except json.JSONDecodeError:
-        return None
-    return record if isinstance(record, dict) else None
-
-
-def _read_jsonl(path: Path) -> list[dict[str, Any]]:
-    """Every parsable record of a JSONL log (none if the file is missing)."""
-    if not path.is_file():
-        return []
-    return [record for line in path.read_text().splitlines() if (record := _parse_line(line)) is not None]
-
-
-def _drop_lines_after(path: Path, rollout_index: int) -> None:
-    """On resume, drop log lines written after the checkpoint (a crash between checkpoints) and torn ones."""
-    if not path.is_file():
-        return
-    kept = [
-        line
-        for line in path.read_text().splitlines()
-        if (record := _parse_line(line)) is not None and record.get("rollout", 0) <= rollout_index
-    ]
-    path.write_text("".join(line + "\n" for line in kept))

@@ -14,12 +14,8 @@ from tqdm.auto import tqdm
 from worldgym.agents.ztoken_ppo.config import WarmStartConfig
 from worldgym.agents.ztoken_ppo.encoding import EncodedBatch, ObservationEncoder
 from worldgym.agents.ztoken_ppo.model import ZTokenPolicy
-from worldgym.agents.ztoken_ppo.rollout import (
-    append_jsonl,
-    make_vector_env,
-    run_until_episodes,
-    vocab_of,
-)
+from worldgym.agents.ztoken_ppo.rollout import make_vector_env, run_until_episodes, vocab_of
+from worldgym.jsonl import append_jsonl
 
 
 def collect_scripted_episodes(
@@ -119,7 +115,7 @@ def warm_start(
         optimizer.step()
         schedule.step()
         if metrics_path is not None:
-            append_jsonl(Path(metrics_path), [{"step": step, **metrics}])
+            append_jsonl(metrics_path, {"step": step, **metrics})
     envs.close()
     return metrics
 

@@ -22,10 +22,11 @@ from worldgym.agents.dreamer_v3.checkpoint import load_checkpoint, save_checkpoi
 from worldgym.agents.dreamer_v3.config import DreamerConfig
 from worldgym.agents.dreamer_v3.engine.rollout import EnvRunner, ObsTransform, default_obs_transform
 from worldgym.agents.dreamer_v3.learner import DreamerLearner
-from worldgym.agents.dreamer_v3.metrics import JsonlLogger, check_batch, check_metrics
+from worldgym.agents.dreamer_v3.metrics import check_batch, check_metrics, to_float
 from worldgym.agents.dreamer_v3.policy import DreamerPolicy
 from worldgym.agents.dreamer_v3.replay import ReplayRing, dreamer_schema
 from worldgym.agents.dreamer_v3.scheduler import TrainSchedule
+from worldgym.jsonl import append_jsonl, truncate_jsonl
 
 
 @dataclass
@@ -115,7 +116,7 @@ class EngineCore:
         self.counters = Counters()
         self.total_iters = max(1, cfg.total_steps // cfg.num_envs)
         self.run_dir = Path(cfg.run_dir)
-        self.logger = JsonlLogger(self.run_dir / "metrics.jsonl")
+        self.metrics_path = self.run_dir / "metrics.jsonl"
         self._metric_sums: dict[str, torch.Tensor] = {}
         self._metric_count = 0
         self._sampled = [None, None]
@@ -241,7 +242,7 @@ class EngineCore:
             check_metrics(means, self.run_dir, {"policy_step": policy_step}, {})
             record |= means
         record |= extra or {}
-        self.logger.log(record)
+        append_jsonl(self.metrics_path, {k: to_float(v) for k, v in record.items()})
         self._metric_sums, self._metric_count, self._sampled = {}, 0, [None, None]
         return {k: v.item() if isinstance(v, torch.Tensor) else v for k, v in record.items()}
 
@@ -281,3 +282,5 @@ class EngineCore:
         self.publish_policy()
         self.policy.version = int(state["policy_version"])
         self._needs_reset = True
+        # lines logged after this checkpoint (before a crash) would otherwise appear twice
+        truncate_jsonl(self.metrics_path, "policy_step", c.iter_num * self.cfg.num_envs)
