@@ -77,3 +77,10 @@ def test_dict_round_trip_and_unknown_keys():
         DreamerConfig.from_dict({"nmu_envs": 2})
     with pytest.raises(ValueError, match=re.escape("unknown model keys ['units']")):
         DreamerConfig.from_dict({"model": {"units": 2}})
+
+
+def test_checkpoint_every_below_num_envs_is_rejected():
+    with pytest.raises(ValueError, match=r"checkpoint_every=2 is invalid: must be 0 \(only at the end\) or >= num_envs=4"):
+        DreamerConfig(num_envs=4, checkpoint_every=2)
+    with pytest.raises(ValueError, match="total_steps=10.5 is invalid"):
+        DreamerConfig(total_steps=10.5)

@@ -7,7 +7,7 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from worldgym.config import check_choice, check_field
+from worldgym.config import check_choice, check_field, check_positive_int
 
 SizeName = Literal["tiny", "XS", "S", "M"]
 ObsKind = Literal["vector", "pixels"]
@@ -261,11 +261,16 @@ class DreamerConfig:
     run_dir: str = "runs/dreamer_v3"
 
     def __post_init__(self) -> None:
-        check_field(self.num_envs >= 1, "num_envs", self.num_envs, "must be >= 1")
-        check_field(self.total_steps >= 1, "total_steps", self.total_steps, "must be >= 1")
+        for name in ("num_envs", "total_steps", "log_every"):
+            check_positive_int(name, getattr(self, name))
         check_choice("obs_kind", self.obs_kind, ("vector", "pixels"))
-        check_field(self.log_every >= 1, "log_every", self.log_every, "must be >= 1")
         check_field(self.checkpoint_every >= 0, "checkpoint_every", self.checkpoint_every, "must be >= 0")
+        check_field(
+            self.checkpoint_every == 0 or self.checkpoint_every >= self.num_envs,
+            "checkpoint_every",
+            self.checkpoint_every,
+            f"must be 0 (only at the end) or >= num_envs={self.num_envs} (one iteration steps every env once)",
+        )
         for name, kind in (
             ("model", ModelConfig),
             ("replay", ReplayConfig),
