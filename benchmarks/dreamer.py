@@ -6,7 +6,8 @@
 
 Each writes ``benchmarks/results/dreamer_<name>.json`` (and a PNG for cartpole) and prints the figures.
 The sheeprl 0.8.4 figures default to the ones in /work/shared/FIELD_NOTES.md; measure fresh ones side by side
-with ``benchmarks/sheeprl_dreamer_step.py`` and pass them as ``--sheeprl-s-per-step``. Set ``--label``
+with ``benchmarks/sheeprl_dreamer_step.py`` and pass them as ``--sheeprl-s-per-step`` (wall) and
+``--sheeprl-cpu-s-per-step`` (process CPU time, the steadier figure on a shared machine). Set ``--label``
 (e.g. ``shared-load``) when the machine is busy: the label is stored with the figures.
 """
 
@@ -81,24 +82,30 @@ def speed(args: argparse.Namespace) -> None:
             ring.commit()
         batch, _ = ring.sample(args.batch_size, args.seq_len, gen)
         learner.train_step(batch, gen)  # warm-up
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), time.process_time()
         for _ in range(args.steps):
             learner.train_step(batch, gen)
         seconds = (time.perf_counter() - start) / args.steps
+        cpu_seconds = (time.process_time() - cpu_start) / args.steps  # less sensitive to other jobs
         fresh = size in args.sheeprl_s_per_step
         theirs = args.sheeprl_s_per_step.get(size, SHEEPRL_S_PER_STEP.get(size))
+        theirs_cpu = args.sheeprl_cpu_s_per_step.get(size)
         rows.append(
             {
                 "sheeprl_source": "measured side by side" if fresh else ("FIELD_NOTES" if theirs else None),
                 "size": size,
                 "s_per_step": seconds,
+                "cpu_s_per_step": cpu_seconds,
                 "sheeprl_s_per_step": theirs,
+                "sheeprl_cpu_s_per_step": theirs_cpu,
                 "speedup": theirs / seconds if theirs else None,
+                "cpu_speedup": theirs_cpu / cpu_seconds if theirs_cpu else None,
             }
         )
         print(
-            f"{size:>4}: {seconds:.3f} s/step  sheeprl {theirs} s/step  speedup "
-            f"{(theirs / seconds) if theirs else float('nan'):.1f}x"
+            f"{size:>4}: {seconds:.3f} s/step ({cpu_seconds:.3f} CPU s)  sheeprl {theirs} s/step "
+            f"({theirs_cpu} CPU s)  speedup {(theirs / seconds) if theirs else float('nan'):.1f}x wall, "
+            f"{(theirs_cpu / cpu_seconds) if theirs_cpu else float('nan'):.1f}x CPU"
         )
     write_result(
         "speed",
@@ -259,6 +266,7 @@ def main() -> None:
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--seq-len", type=int, default=64)
     p.add_argument("--sheeprl-s-per-step", type=json.loads, default={}, help="e.g. '{\"XS\": 18.7}'")
+    p.add_argument("--sheeprl-cpu-s-per-step", type=json.loads, default={}, help="CPU seconds, same form")
     p = sub.add_parser("cartpole")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--agents", nargs="+", choices=["dreamer", "ppo"], default=["dreamer", "ppo"])

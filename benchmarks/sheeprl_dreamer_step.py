@@ -4,8 +4,8 @@
 
 Builds sheeprl's own agent from its Hydra configs (vector obs of CartPole shape, 2 discrete actions) and
 times its ``train`` (world model + behavior) on a random batch of ``batch_size x seq_len``, the shape
-``benchmarks/dreamer.py speed`` uses. Prints one JSON line; pass its figure to ``dreamer.py speed
---sheeprl-s-per-step``.
+``benchmarks/dreamer.py speed`` uses. Prints one JSON line (wall and CPU seconds per step); pass its figures
+to ``dreamer.py speed --sheeprl-s-per-step`` and ``--sheeprl-cpu-s-per-step``.
 """
 
 from __future__ import annotations
@@ -85,16 +85,18 @@ def main() -> None:
         )
 
     step()  # warm-up
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     for _ in range(args.steps):
         step()
     seconds = (time.perf_counter() - start) / args.steps
+    cpu_seconds = (time.process_time() - cpu_start) / args.steps  # CPU time: less sensitive to other jobs
     print(
         json.dumps(
             {
                 "sheeprl": "0.8.4",
                 "size": args.size,
                 "s_per_step": seconds,
+                "cpu_s_per_step": cpu_seconds,
                 "batch_size": B,
                 "seq_len": T,
                 "threads": args.threads,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from functools import cached_property
+
 import torch
 import torch.nn.functional as F
 
@@ -32,6 +34,11 @@ class TwoHotSymlog:
     def __init__(self, logits: torch.Tensor, low: float = -20.0, high: float = 20.0) -> None:
         self.logits = logits
         self.bins = torch.linspace(low, high, logits.shape[-1], device=logits.device, dtype=logits.dtype)
+
+    @cached_property
+    def log_probs(self) -> torch.Tensor:
+        """Normalised log-probabilities ``[..., bins]`` (computed once per distribution)."""
+        return self.logits - torch.logsumexp(self.logits, dim=-1, keepdim=True)
 
     @property
     def mean(self) -> torch.Tensor:
@@ -65,21 +72,32 @@ class TwoHotSymlog:
     def log_prob(self, value: torch.Tensor) -> torch.Tensor:
         """Cross-entropy score of the two-hot target of ``value`` ``[..., 1]``; returns ``[...]``."""
         below, above, weight_below, weight_above = self._neighbours(value)
-        log_pred = self.logits - torch.logsumexp(self.logits, dim=-1, keepdim=True)
+        log_pred = self.log_probs
         at_below = log_pred.gather(-1, below.unsqueeze(-1)).squeeze(-1)
         at_above = log_pred.gather(-1, above.unsqueeze(-1)).squeeze(-1)
         return weight_below * at_below + weight_above * at_above
+
+
+def unimix_probs(logits: torch.Tensor, discrete: int, unimix: float) -> torch.Tensor:
+    """Probabilities ``[..., S, D]`` of ``[..., S * D]`` logits with ``unimix`` of a uniform mixed in.
+
+    They are clamped to ``[eps, 1 - eps]`` (so may miss summing to 1 by a few eps); ``softmax`` of
+    :func:`unimix_logits` renormalises exactly these values.
+    """
+    shaped = logits.view(*logits.shape[:-1], -1, discrete)
+    probs = torch.softmax(shaped, dim=-1)
+    if unimix <= 0:
+        return probs
+    probs = (1 - unimix) * probs + unimix / discrete
+    eps = torch.finfo(probs.dtype).eps
+    return probs.clamp(min=eps, max=1 - eps)
 
 
 def unimix_logits(logits: torch.Tensor, discrete: int, unimix: float) -> torch.Tensor:
     """Mix ``unimix`` of a uniform distribution into each categorical of ``[..., S * D]`` logits."""
     if unimix <= 0:
         return logits
-    shaped = logits.view(*logits.shape[:-1], -1, discrete)
-    probs = torch.softmax(shaped, dim=-1)
-    probs = (1 - unimix) * probs + unimix / discrete
-    eps = torch.finfo(probs.dtype).eps
-    return torch.log(probs.clamp(min=eps, max=1 - eps)).view_as(logits)
+    return torch.log(unimix_probs(logits, discrete, unimix)).view_as(logits)
 
 
 def sample_index(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:

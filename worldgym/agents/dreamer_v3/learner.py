@@ -11,7 +11,8 @@ from torch import nn
 from worldgym.agents.dreamer_v3.behavior import behavior_losses, imagine, update_slow_critic
 from worldgym.agents.dreamer_v3.config import DreamerConfig
 from worldgym.agents.dreamer_v3.loss import ReturnNormalizer, world_model_loss
-from worldgym.agents.dreamer_v3.model import Actor, Critic, RSSMState, WorldModel
+from worldgym.agents.dreamer_v3.model import Actor, Critic, ObserveOutput, RSSMState, WorldModel
+from worldgym.agents.dreamer_v3.onehot import one_hot_mlp
 from worldgym.agents.dreamer_v3.pixels import shades_to_float, unpack_2bit
 
 
@@ -57,6 +58,17 @@ class DreamerLearner(nn.Module):
         """The decoder target: raw vectors (symlog in the loss) or unpacked pixels in [-0.5, 0.5]."""
         return shades_to_float(unpack_2bit(obs)) if self.pixels else obs.float()
 
+    def _head(self, net: nn.Sequential, posterior: ObserveOutput) -> torch.Tensor:
+        """``net(posterior.features())`` with the one-hot latents gathered (gradients reach ``z`` too)."""
+        columns = self.world_model.rssm.latent_columns(posterior.z.detach())
+        return one_hot_mlp(net, columns, posterior.h, one_hot=posterior.z.flatten(-2))
+
+    def _decode(self, posterior: ObserveOutput) -> torch.Tensor:
+        """Reconstruction means ``[T, B, ...]`` (the pixel decoder takes dense features)."""
+        if self.pixels:
+            return self.world_model.decode(posterior.features())
+        return self._head(self.world_model.decoder, posterior)  # type: ignore[arg-type]
+
     def _step(self, name: str, loss: torch.Tensor, module: nn.Module, clip: float) -> torch.Tensor:
         optimizer = self.optimizers[name]
         optimizer.zero_grad(set_to_none=True)
@@ -76,15 +88,14 @@ class DreamerLearner(nn.Module):
         wm = self.world_model
         embed = wm.encode(batch["obs"])
         posterior = wm.rssm.observe(embed, prev_action, is_first, generator=generator)
-        features = posterior.features()
         losses = world_model_loss(
-            wm.decode(features),
+            self._decode(posterior),
             self.observation_target(batch["obs"]),
-            wm.reward(features),
+            self._head(wm.reward, posterior),
             batch["reward"].unsqueeze(-1),
             posterior.prior_logits,
             posterior.post_logits,
-            wm.cont(features),
+            self._head(wm.cont, posterior),
             batch["cont"].unsqueeze(-1).float(),
             symlog_obs=not self.pixels,
             kl_dynamic=cfg.loss.kl_dynamic,

@@ -6,15 +6,19 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from worldgym.agents.dreamer_v3.config import ModelConfig
 from worldgym.agents.dreamer_v3.distributions import (
     categorical_mode,
+    sample_index,
     straight_through_sample,
     symlog,
     unimix_logits,
+    unimix_probs,
 )
+from worldgym.agents.dreamer_v3.onehot import one_hot_columns, one_hot_mlp
 from worldgym.agents.dreamer_v3.pixels import shades_to_float, unpack_2bit
 from worldgym.agents.dreamer_v3.timemajor import flatten_time, unflatten_time
 
@@ -152,16 +156,25 @@ class RSSM(nn.Module):
         init = self.initial_state(batch)
         if state is None:
             state = init
+        # On CPU, steps without any reset skip the (identity) blend; on accelerators a host sync would cost more
+        resets = is_first.flatten(1).any(1).tolist() if is_first.device.type == "cpu" else [True] * time
+        # representation(cat(h, e)): the embedding half of its first layer, for the whole sequence at once
+        first, rest = self.representation[0], self.representation[1:]
+        hidden = self.cfg.recurrent_size
+        embed_part = F.linear(embed, first.weight[:, hidden:])
+        h_weight = first.weight[:, :hidden].t()
         hs, zs, posts = [], [], []
         for t in range(time):
-            keep = 1.0 - is_first[t]
-            action = prev_action[t] * keep
-            state = RSSMState(
-                h=state.h * keep + init.h * is_first[t],
-                z=state.z * keep.unsqueeze(-1) + init.z * is_first[t].unsqueeze(-1),
-            )
+            action = prev_action[t]
+            if resets[t]:
+                keep = 1.0 - is_first[t]
+                action = action * keep
+                state = RSSMState(
+                    h=state.h * keep + init.h * is_first[t],
+                    z=state.z * keep.unsqueeze(-1) + init.z * is_first[t].unsqueeze(-1),
+                )
             h = self.step_h(state, action)
-            post = self.posterior_logits(h, embed[t])
+            post = self._latents(rest(torch.addmm(embed_part[t], h, h_weight)))
             state = RSSMState(h, sample(post))
             hs.append(h)
             zs.append(state.z)
@@ -176,6 +189,26 @@ class RSSM(nn.Module):
         """One prior step used in imagination: ``h' = GRU([z, a], h)``, ``z' ~ p(z | h')``."""
         h = self.step_h(state, action)
         return RSSMState(h, straight_through_sample(self.prior_logits(h), generator))
+
+    def latent_columns(self, z: torch.Tensor) -> torch.Tensor:
+        """One-hot ``z [..., S, D]`` -> the columns of its ones in the flat ``S * D`` vector, ``[..., S]``."""
+        return one_hot_columns(z.argmax(dim=-1), self.cfg.discrete_size)
+
+    def imagine_step_columns(
+        self, h: torch.Tensor, columns: torch.Tensor, action: torch.Tensor, generator: torch.Generator | None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`imagine_step` (no gradients) on latent columns ``[M, S]`` and integer actions ``[M]``.
+
+        Same maths and the same random draws as :meth:`imagine_step`; the one-hot inputs of the first layer
+        are gathered (see :mod:`worldgym.agents.dreamer_v3.onehot`). Returns ``(h', columns')``.
+        """
+        stoch = self.cfg.stochastic_size * self.cfg.discrete_size
+        x = one_hot_mlp(self.input_mlp, torch.cat((columns, action.unsqueeze(-1) + stoch), dim=-1))
+        h = self.gru(x, h)
+        # sample_index normalises by the total, so the mixed probabilities need no log/softmax round trip
+        probs = unimix_probs(self.transition(h), self.cfg.discrete_size, self.cfg.unimix)
+        classes = sample_index(probs, generator)
+        return h, one_hot_columns(classes, self.cfg.discrete_size)
 
 
 class MLPEncoder(nn.Module):
@@ -316,6 +349,10 @@ class Actor(nn.Module):
         """Action logits ``[..., A]`` (already mixed)."""
         return unimix_logits(self.net(features), self.action_dim, self.unimix)
 
+    def from_latent(self, columns: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+        """:meth:`forward` on features given as latent columns ``[..., S]`` and ``h [..., H]``."""
+        return unimix_logits(one_hot_mlp(self.net, columns, h), self.action_dim, self.unimix)
+
 
 class Critic(nn.Module):
     """Two-hot value head over model features (zero-initialised output)."""
@@ -328,3 +365,7 @@ class Critic(nn.Module):
 
     def forward(self, features: torch.Tensor) -> torch.Tensor:
         return self.net(features)
+
+    def from_latent(self, columns: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+        """:meth:`forward` on features given as latent columns ``[..., S]`` and ``h [..., H]``."""
+        return one_hot_mlp(self.net, columns, h)
