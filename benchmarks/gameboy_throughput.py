@@ -157,6 +157,8 @@ def main() -> None:
 
     results: dict = {
         "device": args.device,
+        "cpu_count": os.cpu_count(),
+        "load_average_1min_at_start": os.getloadavg()[0],  # the cores are shared: ratios side by side count
         "frames_per_step": args.frames_per_step,
         "steps": args.steps,
         "rounds": args.rounds,
@@ -211,6 +213,7 @@ def main() -> None:
                 f"  N={row['num_envs']:>6}  {row['frames_per_s']:>12,.0f} frames/s  "
                 f"{row['env_steps_per_s']:>10,.0f} steps/s  {row['ratio_to_pyboy']:.2f}x PyBoy"
             )
+    results["load_average_1min_at_end"] = os.getloadavg()[0]
     args.out_dir.mkdir(parents=True, exist_ok=True)
     stem = f"gameboy_throughput_{args.device.replace(':', '')}"
     (args.out_dir / f"{stem}.json").write_text(json.dumps(results, indent=2))

@@ -6,10 +6,23 @@ from __future__ import annotations
 
 import warp as wp
 
-from worldgym.envs.gameboy.cpu import cpu_step
-from worldgym.envs.gameboy.machine import BREAK_, BUTTONS_, FRAME_, HALTED_, PC_, Machines, io, set_io
-from worldgym.envs.gameboy.ppu import ppu_advance
-from worldgym.envs.gameboy.timers import cycles_to_event, serial_advance, timer_advance
+from worldgym.envs.gameboy.clocks import advance_clocks
+from worldgym.envs.gameboy.cpu import cpu_step, needs_checks
+from worldgym.envs.gameboy.machine import (
+    BREAK_,
+    BUTTONS_,
+    CHECKIRQ_,
+    FRAME_,
+    HALTED_,
+    PC_,
+    PENDING_,
+    SYNC_,
+    Machines,
+    io,
+    set_io,
+)
+from worldgym.envs.gameboy.memory import apply_deferred_writes
+from worldgym.envs.gameboy.timers import cycles_to_event
 
 wp.set_module_options({"enable_backward": False})
 
@@ -25,14 +38,17 @@ def press_buttons(m: Machines, e: int, buttons: int):
 @wp.kernel
 def run_frames(
     m: Machines,
-    buttons: wp.array(dtype=wp.int32),
+    buttons: wp.array2d(dtype=wp.int32),
     frames: int,
     press_frames: int,
     render: int,
     break_pc: int,
     max_cycles: wp.int64,
 ):
-    """Advance each emulator by ``frames`` VBlanks, holding ``buttons[e]`` for the first ``press_frames``.
+    """Advance each emulator by ``frames`` VBlanks, holding ``buttons[e, 0]`` for the first ``press_frames``.
+
+    ``buttons`` is 2D so that Warp does not also compile a copy of this kernel specialised for a contiguous 1D
+    argument (which would double the cold compile time for no gain).
 
     Rendering happens only in the last frame when ``render`` is 1. Stops early at ``break_pc`` (>= 0) or after
     ``max_cycles`` (> 0) T-cycles; ``st[e, BREAK_HIT]`` records 1 for a break, 2 for the cycle limit.
@@ -40,24 +56,48 @@ def run_frames(
     e = wp.tid()
     done = int(0)
     if press_frames > 0:
-        press_buttons(m, e, buttons[e])
+        press_buttons(m, e, buttons[e, 0])
     else:
         m.st[e, BUTTONS_] = 0
     m.st[e, BREAK_] = 0
     spent = wp.int64(0)
     start_cycles = m.cycles[e]
+    m.st[e, PENDING_] = 0
     while done < frames:
-        cycles = cpu_step(m, e)
-        if cycles < 0:
-            cycles = cycles_to_event(m, e)
-        timer_advance(m, e, cycles)
-        serial_advance(m, e, cycles)
+        # Run instructions until the next clock event (or an IO access), then catch the clocks up once.
+        horizon = cycles_to_event(m, e)
+        budget = horizon
+        if break_pc >= 0:
+            budget = 1  # check the break address after every instruction
+        if max_cycles > wp.int64(0):
+            if max_cycles - spent < wp.int64(budget):
+                budget = wp.int32(max_cycles - spent)
+        m.st[e, SYNC_] = 0
+        # Kept in st rather than in a loop-invariant local, which would invite the C++ compiler to duplicate
+        # the whole interpreter loop for both values (loop unswitching) and so lengthen the cold compile.
+        m.st[e, CHECKIRQ_] = wp.where(needs_checks(m, e), 1, 0)
+        elapsed = int(0)
+        before = int(0)
+        while elapsed < budget:
+            m.st[e, PENDING_] = elapsed
+            before = elapsed
+            cycles = cpu_step(m, e, m.st[e, CHECKIRQ_] == 1)
+            if cycles < 0:
+                cycles = horizon - elapsed  # HALT: idle until the next clock event
+            elapsed = elapsed + cycles
+            if m.st[e, SYNC_] == 1:
+                apply_deferred_writes(m, e)
+                break
+        behind = elapsed
+        if m.st[e, SYNC_] == 1:
+            behind = elapsed - before  # sync_clocks already caught up with the earlier instructions
+        m.st[e, PENDING_] = 0
         draw = False
         if render == 1:
             if done == frames - 1:
                 draw = True
-        ppu_advance(m, e, cycles, draw)
-        spent = spent + wp.int64(cycles)
+        advance_clocks(m, e, behind, draw)
+        spent = spent + wp.int64(elapsed)
         if m.st[e, FRAME_] == 1:
             m.st[e, FRAME_] = 0
             done = done + 1

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import warp as wp
 
+from worldgym.envs.gameboy.clocks import sync_clocks
 from worldgym.envs.gameboy.machine import (
     A_,
     C_,
@@ -19,7 +20,9 @@ from worldgym.envs.gameboy.machine import (
     HALTED_,
     IME_,
     L_,
+    MODE_,
     PC_,
+    ROMB_,
     SP_,
     Machines,
     bit_flag,
@@ -358,6 +361,7 @@ def exec_x3(m: Machines, e: int, op: int, y: int, z: int, n1: int, n2: int) -> i
         elif y == 7:
             if m.st[e, IME_] == 0:
                 m.st[e, EI_] = 1
+                sync_clocks(m, e)  # end the batch: the next instruction must run with interrupt checks
     elif z == 4:
         target = n1 | (n2 << 8)
         if condition(m, e, y):
@@ -386,9 +390,24 @@ def exec_x3(m: Machines, e: int, op: int, y: int, z: int, n1: int, n2: int) -> i
 def execute(m: Machines, e: int) -> int:
     """Fetch and execute one instruction; returns its T-cycles."""
     pc = m.st[e, PC_]
-    op = rd(m, e, pc)
-    n1 = rd(m, e, (pc + 1) & 0xFFFF)
-    n2 = rd(m, e, (pc + 2) & 0xFFFF)
+    op = int(0)
+    n1 = int(0)
+    n2 = int(0)
+    rom_at = -1  # where the three bytes at pc start in the ROM image, when they all lie in one ROM bank
+    if pc < 0x3FFE:
+        if m.st[e, MODE_] == 0:
+            rom_at = pc
+    elif pc >= 0x4000:
+        if pc < 0x7FFE:
+            rom_at = m.st[e, ROMB_] * 0x4000 + pc - 0x4000
+    if rom_at >= 0:
+        op = wp.int32(m.rom[rom_at])
+        n1 = wp.int32(m.rom[rom_at + 1])
+        n2 = wp.int32(m.rom[rom_at + 2])
+    else:
+        op = rd(m, e, pc)
+        n1 = rd(m, e, (pc + 1) & 0xFFFF)
+        n2 = rd(m, e, (pc + 2) & 0xFFFF)
     m.st[e, PC_] = (pc + m.length_table[op]) & 0xFFFF
     x = op >> 6
     y = (op >> 3) & 7
@@ -397,6 +416,7 @@ def execute(m: Machines, e: int) -> int:
     if x == 1:
         if op == 0x76:
             m.st[e, HALTED_] = 1
+            sync_clocks(m, e)  # end the batch: the next step idles or services an interrupt
         else:
             set_r8(m, e, y, get_r8(m, e, z))
     elif x == 2:
@@ -413,24 +433,43 @@ def execute(m: Machines, e: int) -> int:
 
 
 @wp.func(inline=True)
-def cpu_step(m: Machines, e: int) -> int:
-    """Service an interrupt, idle in HALT, or execute one instruction; returns T-cycles spent."""
-    pending = io(m, e, 0xFFFF) & io(m, e, 0xFF0F) & 0x1F
+def needs_checks(m: Machines, e: int) -> bool:
+    """Whether instructions must check for interrupts: one is requested and enabled, HALT, or an EI delay.
+
+    Otherwise nothing can request one before the batch ends (clock events end batches, and so do IO writes,
+    EI and HALT).
+    """
+    if (io(m, e, 0xFFFF) & io(m, e, 0xFF0F) & 0x1F) != 0:
+        return True
     if m.st[e, HALTED_] == 1:
-        if pending == 0:
-            return -1
-        m.st[e, HALTED_] = 0
-    if pending != 0:
-        if m.st[e, IME_] == 1:
-            bit = int(0)
-            while ((pending >> bit) & 1) == 0:
-                bit = bit + 1
-            set_io(m, e, 0xFF0F, io(m, e, 0xFF0F) & ~(1 << bit))
-            m.st[e, IME_] = 0
-            push16(m, e, m.st[e, PC_])
-            m.st[e, PC_] = 0x40 + 8 * bit
-            return 20
-    enable = m.st[e, EI_]
+        return True
+    return m.st[e, EI_] != 0
+
+
+@wp.func(inline=True)
+def cpu_step(m: Machines, e: int, checks: bool) -> int:
+    """Service an interrupt, idle in HALT (-1), or execute one instruction; returns T-cycles spent.
+
+    ``checks`` False skips the interrupt, HALT and EI-delay logic (see ``needs_checks``).
+    """
+    enable = int(0)
+    if checks:
+        pending = io(m, e, 0xFFFF) & io(m, e, 0xFF0F) & 0x1F
+        if m.st[e, HALTED_] == 1:
+            if pending == 0:
+                return -1
+            m.st[e, HALTED_] = 0
+        if pending != 0:
+            if m.st[e, IME_] == 1:
+                bit = int(0)
+                while ((pending >> bit) & 1) == 0:
+                    bit = bit + 1
+                set_io(m, e, 0xFF0F, io(m, e, 0xFF0F) & ~(1 << bit))
+                m.st[e, IME_] = 0
+                push16(m, e, m.st[e, PC_])
+                m.st[e, PC_] = 0x40 + 8 * bit
+                return 20
+        enable = m.st[e, EI_]
     cycles = execute(m, e)
     if enable == 1:
         if m.st[e, EI_] == 1:

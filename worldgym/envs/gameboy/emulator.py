@@ -222,6 +222,7 @@ class GameBoyEmulator:
             button_array = buttons
         else:
             button_array = wp.array(np.asarray(buttons, dtype=np.int32), dtype=wp.int32, device=self.device)
+        button_array = button_array.reshape((self.num_envs, 1))  # a view: the kernel takes a 2D array
         wp.launch(
             self._core.run_frames,
             dim=self.num_envs,

@@ -10,6 +10,10 @@ ROM_BANK, RAM_BANK, RAM_ENABLE, BANK_MODE, MAPPER, BUTTONS, WINDOW_LINE, STAT_LI
 SERIAL_CYCLES, SERIAL_COUNT, FRAME_FLAG, ROM_BANKS, RAM_SIZE, BREAK_HIT, ROM_BANK_LOW = range(24, 31)
 DIV_RESET = 31  # set by a DIV write, which lands 8 T-cycles before the end of the writing instruction
 TIMA_IRQ = 42  # T-cycles until a TIMA overflow raises its interrupt (0: none pending)
+PENDING_CYCLES = 43  # T-cycles run in the current batch that the timer/serial/PPU have not caught up with yet
+SYNC_FLAG = 44  # set when an instruction touched an IO register: the batch ends after that instruction
+CHECK_IRQ = 45  # 1 while the current batch must check for interrupts before every instruction
+WRITE_QUEUE = 46  # 46-47: the instruction's mapper/IO register writes (addr | value << 16 | 1 << 24)
 SPRITE_SLOTS = 32  # columns 32-41 hold the OAM indices of the (at most 10) sprites on the current line
 STATE_COLUMNS = 48
 

@@ -45,6 +45,10 @@ SLOTS_ = wp.constant(L.SPRITE_SLOTS)
 SERBUF_ = wp.constant(L.SERIAL_BUFFER)
 DIVRESET_ = wp.constant(L.DIV_RESET)
 TIMAIRQ_ = wp.constant(L.TIMA_IRQ)
+PENDING_ = wp.constant(L.PENDING_CYCLES)
+SYNC_ = wp.constant(L.SYNC_FLAG)
+CHECKIRQ_ = wp.constant(L.CHECK_IRQ)
+WRQ_ = wp.constant(L.WRITE_QUEUE)
 
 FZ = wp.constant(0x80)
 FN = wp.constant(0x40)
@@ -91,7 +95,7 @@ def bit_flag(cond: bool, flag: int) -> int:
     return 0
 
 
-@wp.func
+@wp.func(inline=True)
 def timer_shift(tac: int) -> int:
     """log2 of the TIMA period selected by TAC (1024, 16, 64 or 256 T-cycles)."""
     sel = tac & 3
@@ -104,7 +108,7 @@ def timer_shift(tac: int) -> int:
     return 10
 
 
-@wp.func
+@wp.func(inline=True)
 def increase_tima(m: Machines, e: int):
     tima = io(m, e, 0xFF05) + 1
     if tima > 0xFF:
@@ -113,7 +117,7 @@ def increase_tima(m: Machines, e: int):
     set_io(m, e, 0xFF05, tima)
 
 
-@wp.func
+@wp.func(inline=True)
 def update_stat(m: Machines, e: int):
     ly = io(m, e, 0xFF44)
     stat = io(m, e, 0xFF41)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import warp as wp
 
+from worldgym.envs.gameboy.clocks import sync_clocks
 from worldgym.envs.gameboy.machine import (
     BUTTONS_,
     DIV_,
@@ -23,6 +24,7 @@ from worldgym.envs.gameboy.machine import (
     SERBUF_,
     SERCNT_,
     SERCYC_,
+    WRQ_,
     WINLINE_,
     Machines,
     increase_tima,
@@ -35,7 +37,7 @@ from worldgym.envs.gameboy.machine import (
 wp.set_module_options({"enable_backward": False})
 
 
-@wp.func
+@wp.func(inline=True)
 def read_joypad(m: Machines, e: int) -> int:
     select = io(m, e, 0xFF00) & 0x30
     pressed = m.st[e, BUTTONS_]
@@ -47,7 +49,7 @@ def read_joypad(m: Machines, e: int) -> int:
     return 0xC0 | select | low
 
 
-@wp.func
+@wp.func(inline=True)
 def cram_offset(m: Machines, e: int, addr: int) -> int:
     size = m.st[e, RAMSIZE_]
     bank = m.st[e, RAMB_]
@@ -57,7 +59,7 @@ def cram_offset(m: Machines, e: int, addr: int) -> int:
     return (bank * 0x2000 + addr - 0xA000) % size
 
 
-@wp.func
+@wp.func(inline=True)
 def rd_slow(m: Machines, e: int, addr: int) -> int:
     """Any address (mappers, IO registers with special reads)."""
     if addr < 0x4000:
@@ -87,6 +89,7 @@ def rd_slow(m: Machines, e: int, addr: int) -> int:
         if addr >= 0xFEA0:
             return 0xFF
         return io(m, e, addr)
+    sync_clocks(m, e)  # IO registers and IE (HRAM takes the fast path in ``rd``)
     if addr == 0xFF00:
         return read_joypad(m, e)
     if addr == 0xFF04:
@@ -100,7 +103,7 @@ def rd_slow(m: Machines, e: int, addr: int) -> int:
     return io(m, e, addr)
 
 
-@wp.func
+@wp.func(inline=True)
 def update_rom_bank(m: Machines, e: int, low: int):
     bank = low
     mapper = m.st[e, MAPPER_]
@@ -150,7 +153,7 @@ def write_mapper(m: Machines, e: int, addr: int, v: int):
             m.st[e, MODE_] = v & 1
 
 
-@wp.func
+@wp.func(inline=True)
 def dma(m: Machines, e: int, v: int):
     src = v << 8
     for i in range(160):
@@ -158,28 +161,9 @@ def dma(m: Machines, e: int, v: int):
 
 
 @wp.func
-def wr_slow(m: Machines, e: int, addr: int, value: int):
-    """Any address (mapper registers, IO registers with side effects)."""
-    v = value & 0xFF
-    if addr < 0x8000:
-        write_mapper(m, e, addr, v)
-    elif addr < 0xA000:
-        set_io(m, e, addr, v)
-    elif addr < 0xC000:
-        if m.st[e, RAMEN_] == 1:
-            if m.st[e, RAMSIZE_] > 0:
-                if m.st[e, MAPPER_] != 3:
-                    m.cram[e, cram_offset(m, e, addr)] = wp.uint8(v)
-                elif m.st[e, RAMB_] < 4:
-                    m.cram[e, cram_offset(m, e, addr)] = wp.uint8(v)
-    elif addr < 0xE000:
-        set_io(m, e, addr, v)
-    elif addr < 0xFE00:
-        set_io(m, e, addr - 0x2000, v)
-    elif addr < 0xFF00:
-        if addr < 0xFEA0:
-            set_io(m, e, addr, v)
-    elif addr == 0xFF00:
+def wr_io(m: Machines, e: int, addr: int, v: int):
+    """Write an IO register (0xFF00-0xFF7F) or IE (0xFFFF) with its side effects."""
+    if addr == 0xFF00:
         set_io(m, e, addr, 0xC0 | (v & 0x30) | 0xF)
     elif addr == 0xFF02:
         set_io(m, e, addr, v | 0x7E)
@@ -232,6 +216,62 @@ def wr_slow(m: Machines, e: int, addr: int, value: int):
         dma(m, e, v)
     else:
         set_io(m, e, addr, v)
+
+
+@wp.func(inline=True)
+def wr_slow(m: Machines, e: int, addr: int, value: int):
+    """Any address (mapper registers, IO registers with side effects)."""
+    v = value & 0xFF
+    if addr < 0x8000:
+        defer_write(m, e, addr, v)
+    elif addr < 0xA000:
+        set_io(m, e, addr, v)
+    elif addr < 0xC000:
+        if m.st[e, RAMEN_] == 1:
+            if m.st[e, RAMSIZE_] > 0:
+                if m.st[e, MAPPER_] != 3:
+                    m.cram[e, cram_offset(m, e, addr)] = wp.uint8(v)
+                elif m.st[e, RAMB_] < 4:
+                    m.cram[e, cram_offset(m, e, addr)] = wp.uint8(v)
+    elif addr < 0xE000:
+        set_io(m, e, addr, v)
+    elif addr < 0xFE00:
+        set_io(m, e, addr - 0x2000, v)
+    elif addr < 0xFF00:
+        if addr < 0xFEA0:
+            set_io(m, e, addr, v)
+    else:
+        defer_write(m, e, addr, v)  # IO registers and IE (HRAM takes the fast path in ``wr``)
+
+
+@wp.func(inline=True)
+def defer_write(m: Machines, e: int, addr: int, v: int):
+    """Queue a mapper/IO register write; the frame loop applies it right after the instruction.
+
+    No SM83 instruction reads memory after writing it, so applying the (at most two) writes at the end of
+    the instruction, before its clocks are caught up, is exact, and the side effects are coded only once.
+    """
+    sync_clocks(m, e)
+    packed = addr | (v << 16) | (1 << 24)
+    if m.st[e, WRQ_] == 0:
+        m.st[e, WRQ_] = packed
+    else:
+        m.st[e, WRQ_ + 1] = packed
+
+
+@wp.func(inline=True)
+def apply_deferred_writes(m: Machines, e: int):
+    """Perform the instruction's queued mapper/IO register writes in order (see ``defer_write``)."""
+    for slot in range(2):
+        packed = m.st[e, WRQ_ + slot]
+        if packed != 0:
+            m.st[e, WRQ_ + slot] = 0
+            addr = packed & 0xFFFF
+            v = (packed >> 16) & 0xFF
+            if addr < 0x8000:
+                write_mapper(m, e, addr, v)
+            else:
+                wr_io(m, e, addr, v)
 
 
 @wp.func(inline=True)

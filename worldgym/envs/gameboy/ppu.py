@@ -21,7 +21,7 @@ from worldgym.envs.gameboy.machine import (
 wp.set_module_options({"enable_backward": False})
 
 
-@wp.func
+@wp.func(inline=True)
 def tile_pixel(m: Machines, e: int, addr: int, bit: int) -> int:
     lo = io(m, e, addr)
     hi = io(m, e, addr + 1)
