@@ -23,6 +23,12 @@ def _fill(template: str, rng: np.random.Generator) -> str:
     return text.replace("n8", f"${int(rng.integers(0, 256)):02X}")
 
 
+def drawn_templates(seed: int, count: int) -> list[str]:
+    """The TESTABLE templates that ``random_instruction_program(seed, count)`` runs, in program order."""
+    order = np.random.default_rng(ORDER_SEED).permutation(len(TESTABLE))
+    return [TESTABLE[int(order[(seed * count + i) % len(order)])] for i in range(count)]
+
+
 def random_instruction_program(seed: int, count: int) -> tuple[str, list[str]]:
     """A program of ``count`` blocks, each loading random registers then running one random instruction.
 
@@ -31,10 +37,8 @@ def random_instruction_program(seed: int, count: int) -> tuple[str, list[str]]:
     TESTABLE, so seeds 0..k cover every opcode once (k + 1) * count >= len(TESTABLE).
     """
     rng = np.random.default_rng(seed)
-    order = np.random.default_rng(ORDER_SEED).permutation(len(TESTABLE))
     lines, labels = ["test_start:"], []
-    for i in range(count):
-        template = TESTABLE[int(order[(seed * count + i) % len(order)])]
+    for i, template in enumerate(drawn_templates(seed, count)):
         c_value = int(rng.integers(0x80, 0xFE)) if "(C)" in template else int(rng.integers(0, 256))
         af = (int(rng.integers(0, 256)) << 8) | (int(rng.integers(0, 16)) << 4)
         labels.append(f"block_{i}")

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from worldgym.envs.gameboy import layout as L
-from worldgym.envs.gameboy.emulator import GameBoyEmulator
+from worldgym.envs.gameboy.emulator import STATE_FIELDS, GameBoyEmulator
 from worldgym.envs.gameboy.errors import StateError
 from worldgym.envs.gameboy.lockstep import SYNC_PROLOGUE
 from worldgym.envs.gameboy.rom_builder import assemble, build_rom
@@ -106,6 +106,27 @@ def test_each_emulator_in_a_batch_follows_its_own_buttons() -> None:
         single.run_frames(10, buttons=np.array([press], dtype=np.int32), press_frames=10)
         assert np.array_equal(single.memory(), batch.memory(env))
         assert single.cycles()[0] == batch.cycles()[env]
+
+
+def test_env_mask_runs_only_the_chosen_emulators() -> None:
+    rom = build_rom(JOYPAD_PROGRAM)
+    emu = GameBoyEmulator(rom, num_envs=3)
+    reference = GameBoyEmulator(rom, num_envs=1)
+    emu.run_frames(2)
+    reference.run_frames(2)
+    skipped = {name: emu.save_state()[name][1] for name in STATE_FIELDS}
+    emu.run_frames(3, buttons=np.full(3, 1 << L.BUTTON_BITS["a"], dtype=np.int32), press_frames=3,
+                   env_mask=np.array([True, False, True]))  # fmt: skip
+    reference.run_frames(3, buttons=np.array([1 << L.BUTTON_BITS["a"]], dtype=np.int32), press_frames=3)
+    for name, value in skipped.items():
+        assert np.array_equal(emu.save_state()[name][1], value), f"skipped emulator's {name!r} changed"
+    for env in (0, 2):
+        assert np.array_equal(emu.memory(env), reference.memory())
+        assert emu.cycles()[env] == reference.cycles()[0]
+    emu.run_frames(1)  # no mask again: every emulator runs
+    assert (emu.cycles() > 0).all() and emu.cycles()[1] > skipped["cycles"]
+    with pytest.raises(ValueError, match="env_mask must have shape"):
+        emu.run_frames(1, env_mask=np.ones(2, dtype=bool))
 
 
 def test_save_and_load_state_round_trip() -> None:

@@ -11,6 +11,7 @@ import torch
 
 import worldgym  # noqa: F401  (registers GameBoy-v0)
 from worldgym.envs.gameboy import homebrew
+from worldgym.envs.gameboy.rom_builder import build_rom
 from worldgym.envs.gameboy.tasks import ACTIONS, ExitOakTask, SpriteGoalTask, StandingStillTask
 from worldgym.envs.gameboy.vector_env import GameBoyEnvConfig, GameBoyVecEnv
 
@@ -172,3 +173,151 @@ def test_pokemon_red_tasks_run_on_a_user_supplied_rom() -> None:
         for _ in range(4):
             _obs, _reward, terminated, truncated, _ = env.step(np.zeros(2, dtype=np.int64))
         assert truncated.all() or terminated.all()
+
+
+# ------------------------------------------------------------------ envs are independent of their neighbours
+
+RIGHT, DOWN = ACTIONS.index("right"), ACTIONS.index("down")
+
+
+def _small_env(num_envs: int, **settings) -> GameBoyVecEnv:
+    """Short steps with the button held to the end, so the screen is still changing when a step ends."""
+    settings = {"task": SpriteGoalTask(randomize_start=False), "frames_per_step": 4, "press_frames": 4, **settings}
+    return GameBoyVecEnv(num_envs=num_envs, **settings)
+
+
+def _assert_same_emulator(env: GameBoyVecEnv, row: int, other: GameBoyVecEnv, other_row: int) -> None:
+    ours, theirs = env.emulator.snapshot(row), other.emulator.snapshot(other_row)
+    for name in ours:
+        assert np.array_equal(ours[name], theirs[name]), f"emulator array {name!r} differs"
+
+
+def test_a_sibling_auto_reset_does_not_advance_a_live_env() -> None:
+    env = _small_env(2, max_episode_steps=2)
+    reference = _small_env(1, max_episode_steps=2)
+    env.reset(seed=0)
+    reference.reset(seed=0)
+    env.step(np.array([RIGHT, RIGHT]))
+    reference.step(np.array([RIGHT]))
+    env.reset(options={"reset_mask": [False, True]})  # env 1 now finishes one step after env 0
+    before = env.emulator.cycles()
+    obs, *_, truncated, info = env.step(np.array([RIGHT, RIGHT]))
+    reference_obs, *_ = reference.step(np.array([RIGHT]))
+    assert truncated.tolist() == [True, False] and info["_final_obs"].tolist() == [True, False]
+    live_cycles = env.emulator.cycles()[1] - before[1]
+    assert live_cycles == 4 * 70224  # its own 4 frames, not a fifth one for env 0's reset
+    _assert_same_emulator(env, 0, reference, 0)
+    assert np.array_equal(obs[0], reference_obs[0])
+
+
+def test_reset_mask_leaves_the_other_envs_untouched() -> None:
+    env = _small_env(2)
+    env.reset(seed=0)
+    obs, *_ = env.step(np.array([RIGHT, DOWN]))
+    untouched = env.emulator.snapshot(0)
+    reset_obs, _ = env.reset(options={"reset_mask": [False, True]})
+    for name, value in env.emulator.snapshot(0).items():
+        assert np.array_equal(value, untouched[name]), f"emulator array {name!r} of env 0 changed"
+    assert np.array_equal(reset_obs[0], obs[0])
+    assert env._steps.tolist() == [1, 0]
+
+
+def test_an_env_gives_the_same_results_alone_and_beside_envs_with_other_episode_ends() -> None:
+    batch = _small_env(3, max_episode_steps=3)
+    alone = _small_env(1, max_episode_steps=3)
+    batch.reset(seed=0)
+    alone.reset(seed=0)
+    rng = np.random.default_rng(0)
+    for t in range(10):
+        if t in (1, 2):  # desynchronise the siblings' episodes: env 1 restarts at t=1, env 2 at t=2
+            batch.reset(options={"reset_mask": [False, t == 1, t == 2]})
+        actions = rng.integers(0, len(ACTIONS), 3)
+        result = batch.step(actions)
+        expected = alone.step(actions[:1])
+        for got, want in zip(result[:4], expected[:4], strict=True):
+            assert np.array_equal(got[0], want[0]), f"step {t}"
+        assert ("_final_obs" in expected[4]) == bool(result[4].get("_final_obs", [False])[0])
+        if "_final_obs" in expected[4]:
+            assert np.array_equal(result[4]["final_obs"][0], expected[4]["final_obs"][0])
+        _assert_same_emulator(batch, 0, alone, 0)
+
+
+# Changes the background shade every frame (BGP += 1 in the VBlank handler), so any extra frame shows.
+PALETTE_CYCLER = """
+.org $40
+    jp vblank
+.org $150
+main:
+    ld a, $01
+    ldh ($FF), a
+    ei
+loop:
+    halt
+    nop
+    jr loop
+vblank:
+    ldh a, ($47)
+    inc a
+    ldh ($47), a
+    reti
+"""
+
+
+def test_observation_tensor_matches_the_returned_observations_after_an_auto_reset(tmp_path) -> None:
+    rom = tmp_path / "cycler.gb"
+    rom.write_bytes(build_rom(PALETTE_CYCLER, title="CYCLER"))
+    env = GameBoyVecEnv(num_envs=2, rom_path=rom, task="standing_still", frames_per_step=3, press_frames=0,
+                        max_episode_steps=2)
+    env.reset(seed=0)
+    env.step(np.zeros(2, dtype=np.int64))
+    env.reset(options={"reset_mask": [False, True]})
+    obs, *_, truncated, _ = env.step(np.zeros(2, dtype=np.int64))
+    assert truncated.tolist() == [True, False]
+    assert np.array_equal(env.observation_tensor.numpy(), obs)
+
+
+# ------------------------------------------------------------------ save/load and seeding
+
+
+def test_rewards_after_load_state_match_the_uninterrupted_run(tmp_path) -> None:
+    env = _small_env(2, task=SpriteGoalTask(), max_episode_steps=4)  # random starts: the RNG is saved too
+    env.reset(seed=3)
+    env.step(np.array([RIGHT, DOWN]))
+    env.save_state(tmp_path / "state.npz")
+    actions = [np.array([RIGHT, DOWN]), np.array([DOWN, RIGHT]), np.array([RIGHT, RIGHT]), np.array([0, DOWN])]
+    uninterrupted = [env.step(a)[:4] for a in actions]  # crosses an auto-reset (max_episode_steps=4)
+    assert uninterrupted[2][3].all()
+    for resumed in (env, _small_env(2, task=SpriteGoalTask(), max_episode_steps=4)):
+        resumed.load_state(tmp_path / "state.npz")
+        assert np.array_equal(resumed.observation_tensor.numpy(), resumed.emulator.screens()[:, ::2, ::2])
+        for action, expected in zip(actions, uninterrupted, strict=True):
+            for got, want in zip(resumed.step(action)[:4], expected, strict=True):
+                assert np.array_equal(got, want)
+
+
+def test_exit_oak_task_state_round_trips() -> None:
+    task = ExitOakTask(goal_image=np.zeros((72, 80), dtype=np.uint8))
+    memory = np.zeros((2, 0x8000), dtype=np.uint8)
+    memory[:, 0xD35E - 0x8000] = 0x28
+    task.on_reset(memory, np.ones(2, dtype=bool), np.random.default_rng(0))
+    task.evaluate(memory, np.full((2, 72, 80), 3, dtype=np.uint8))
+    task.on_reset(memory, np.array([False, True]), np.random.default_rng(0))
+    copy = ExitOakTask(goal_image=task.goal_image)
+    copy.load_state_dict(task.state_dict())
+    observations = np.zeros((2, 72, 80), dtype=np.uint8)
+    expected, _ = task.evaluate(memory, observations)
+    got, _ = copy.evaluate(memory, observations)
+    assert got.tolist() == pytest.approx(expected.tolist()) and expected[0] > expected[1]
+
+
+def test_task_randomness_comes_from_np_random() -> None:
+    env = GameBoyVecEnv(num_envs=4)
+    env.reset(seed=0)
+    state = env.np_random.bit_generator.state
+    env.reset()
+    starts = env.emulator.machines.mem.numpy()[:, homebrew.PLAYER_Y - 0x8000 : homebrew.PLAYER_X - 0x8000 + 1]
+    starts = starts.copy()
+    env.np_random.bit_generator.state = state
+    env.reset()
+    again = env.emulator.machines.mem.numpy()[:, homebrew.PLAYER_Y - 0x8000 : homebrew.PLAYER_X - 0x8000 + 1]
+    assert np.array_equal(starts, again)

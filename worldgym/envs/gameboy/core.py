@@ -1,4 +1,4 @@
-"""Warp kernels: advance N emulators by k frames in one launch, and downsample their screens."""
+"""Warp kernels: advance N emulators by per-emulator frame counts in one launch, and downsample screens."""
 
 # ruff: noqa: SIM102, UP018, RUF046  (Warp kernels: no `and`/`or`; int(0) declares a loop variable)
 
@@ -39,21 +39,25 @@ def press_buttons(m: Machines, e: int, buttons: int):
 def run_frames(
     m: Machines,
     buttons: wp.array2d(dtype=wp.int32),
-    frames: int,
+    frame_counts: wp.array2d(dtype=wp.int32),
     press_frames: int,
     render: int,
     break_pc: int,
     max_cycles: wp.int64,
 ):
-    """Advance each emulator by ``frames`` VBlanks, holding ``buttons[e, 0]`` for the first ``press_frames``.
+    """Advance emulator ``e`` by ``frame_counts[e, 0]`` VBlanks, holding ``buttons[e, 0]`` for the first
+    ``press_frames``. An emulator whose frame count is 0 is skipped and left exactly as it was.
 
-    ``buttons`` is 2D so that Warp does not also compile a copy of this kernel specialised for a contiguous 1D
-    argument (which would double the cold compile time for no gain).
+    ``buttons`` and ``frame_counts`` are 2D (N, 1) so that Warp does not also compile a copy of this kernel
+    specialised for contiguous 1D arguments (which would double the cold compile time for no gain).
 
     Rendering happens only in the last frame when ``render`` is 1. Stops early at ``break_pc`` (>= 0) or after
     ``max_cycles`` (> 0) T-cycles; ``st[e, BREAK_HIT]`` records 1 for a break, 2 for the cycle limit.
     """
     e = wp.tid()
+    frames = frame_counts[e, 0]
+    if frames <= 0:
+        return
     done = int(0)
     if press_frames > 0:
         press_buttons(m, e, buttons[e, 0])

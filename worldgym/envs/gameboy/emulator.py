@@ -70,7 +70,7 @@ def compile_kernels(device: str = "cpu") -> CompileReport:
 
 
 class GameBoyEmulator:
-    """N Game Boy emulators sharing one ROM; every call advances all of them in a single kernel launch.
+    """N Game Boy emulators sharing one ROM; ``run_frames`` advances all (or a masked subset) in one launch.
 
     Args:
         rom: ROM image bytes or a path to a ROM file (the header is validated).
@@ -107,6 +107,8 @@ class GameBoyEmulator:
         m.length_table = wp.array(np.array(BASE_LENGTHS, dtype=np.int32), device=device)
         self.machines = m
         self._no_buttons = wp.zeros(num_envs, dtype=wp.int32, device=device)
+        self._frame_counts = wp.zeros((num_envs, 1), dtype=wp.int32, device=device)  # per-env frames to run
+        self._frame_counts_host = np.zeros(num_envs, dtype=np.int32)  # what _frame_counts holds
         self.power_on()
 
     # ------------------------------------------------------------------------------------------ state
@@ -209,13 +211,24 @@ class GameBoyEmulator:
         render: bool = True,
         break_pc: int = -1,
         max_cycles: int = 0,
+        env_mask: np.ndarray | None = None,
     ) -> None:
-        """Advance every emulator by ``frames`` VBlanks in one kernel launch.
+        """Advance the emulators by ``frames`` VBlanks in one kernel launch.
 
         ``buttons`` (int32 bitmask per env, see ``layout.BUTTON_BITS``) is held for the first ``press_frames``
         frames. With ``render`` the last frame is drawn into ``screen``. ``break_pc``/``max_cycles`` stop early.
+        ``env_mask`` (bool per env, None = all) picks the emulators to run; the others are left untouched.
         """
         wp = self._wp
+        counts = np.full(self.num_envs, int(frames), dtype=np.int32)
+        if env_mask is not None:
+            mask = np.asarray(env_mask, dtype=bool)
+            if mask.shape != (self.num_envs,):
+                raise ValueError(f"env_mask must have shape ({self.num_envs},), got {mask.shape}")
+            counts[~mask] = 0
+        if not np.array_equal(counts, self._frame_counts_host):  # copy to the device only when it changes
+            self._frame_counts.assign(counts.reshape(self.num_envs, 1))
+            self._frame_counts_host = counts
         if buttons is None:
             button_array = self._no_buttons
         elif isinstance(buttons, wp.array):
@@ -226,8 +239,8 @@ class GameBoyEmulator:
         wp.launch(
             self._core.run_frames,
             dim=self.num_envs,
-            inputs=[self.machines, button_array, int(frames), int(press_frames), int(render), int(break_pc),
-                    int(max_cycles)],
+            inputs=[self.machines, button_array, self._frame_counts, int(press_frames), int(render),
+                    int(break_pc), int(max_cycles)],
             device=self.device,
         )  # fmt: skip
 

@@ -33,6 +33,19 @@ class Task(Protocol):
     def evaluate(self, memory: np.ndarray, observations: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Return (reward float32 (N,), terminated bool (N,)) for the state after a step."""
 
+    # A task that keeps state between steps (e.g. a reward baseline) also defines
+    # ``state_dict() -> dict[str, np.ndarray]`` and ``load_state_dict(state)`` so that GameBoyVecEnv's
+    # save_state/load_state continue the run exactly; the env treats a task without them as stateless.
+
+
+def _arrays(**fields: np.ndarray | None) -> dict[str, np.ndarray]:
+    """The fields that are set, as copies (a task's ``state_dict``)."""
+    return {name: np.array(value) for name, value in fields.items() if value is not None}
+
+
+def _optional(state: dict[str, np.ndarray], name: str) -> np.ndarray | None:
+    return np.array(state[name]) if name in state else None
+
 
 def _byte(memory: np.ndarray, addr: int) -> np.ndarray:
     return memory[:, addr - MEM_BASE].astype(np.int32)
@@ -86,6 +99,14 @@ class SpriteGoalTask:
         reward = -0.01 + 0.01 * (previous - distance) + 10.0 * reached
         self._distance = distance
         return reward.astype(np.float32), reached
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """The reward baseline (distance after the last step), for GameBoyVecEnv.save_state."""
+        return _arrays(distance=self._distance)
+
+    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
+        """Restore what ``state_dict`` returned."""
+        self._distance = _optional(state, "distance")
 
 
 # Pokémon Red (user-supplied ROM) RAM addresses, from the public pret/pokered disassembly symbols.
@@ -152,6 +173,15 @@ class ExitOakTask:
         left = _byte(memory, POKEMON_CURRENT_MAP) != OAKS_LAB_MAP
         reward = -0.01 + self.progress_scale * (previous - difference) + 10.0 * left
         return reward.astype(np.float32), left
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """The progress baseline and which envs restart it, for GameBoyVecEnv.save_state."""
+        return _arrays(difference=self._difference, fresh=self._fresh)
+
+    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
+        """Restore what ``state_dict`` returned."""
+        self._difference = _optional(state, "difference")
+        self._fresh = _optional(state, "fresh")
 
 
 TASKS = {"sprite_goal": SpriteGoalTask, "standing_still": StandingStillTask, "exit_oak": ExitOakTask}

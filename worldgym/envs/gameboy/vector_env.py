@@ -1,4 +1,4 @@
-"""GameBoyVecEnv: N Game Boys stepped by one Warp kernel launch, as a Gymnasium vector env (GameBoy-v0)."""
+"""GameBoyVecEnv: N Game Boys run by batched Warp kernels, as a Gymnasium vector env (GameBoy-v0)."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from worldgym.envs.gameboy.emulator import GameBoyEmulator
 from worldgym.envs.gameboy.tasks import ACTIONS, TASKS, SpriteGoalTask, Task
 
 OBS_H, OBS_W = 72, 80
+_TASK_PREFIX = "task."  # save_state keys of the task's state arrays
 _ACTION_BUTTONS = np.array([0] + [1 << L.BUTTON_BITS[name] for name in ACTIONS[1:]], dtype=np.int32)
 
 
@@ -73,7 +74,9 @@ class GameBoyVecEnv(VectorEnv):
     """Batched Game Boy environment.
 
     ## Description
-    ``num_envs`` emulators share one ROM and advance together in one Warp kernel launch per step. An action
+    ``num_envs`` emulators share one ROM. A step advances all of them by ``frames_per_step`` frames in one
+    launch of the emulator kernel; in a step where some envs finish, a second launch runs one frame for just
+    those envs after their reset (to render their first observation), leaving the others untouched. An action
     presses one button (``ACTIONS``) for ``press_frames`` frames out of ``frames_per_step``.
 
     ## Observation
@@ -83,7 +86,13 @@ class GameBoyVecEnv(VectorEnv):
 
     ## Rewards and episode end
     From the task object (see ``tasks.py``). Finished envs are reset in the same step from the cached start
-    snapshot (``AutoresetMode.SAME_STEP``); their last observation is in ``info["final_obs"]``.
+    snapshot (``AutoresetMode.SAME_STEP``); their last observation is in ``info["final_obs"]``. An env's
+    trajectory never depends on its neighbours or on ``num_envs`` (task randomness aside: all envs draw from
+    one ``np_random``).
+
+    ## State
+    ``save_state``/``load_state`` cover the emulators, step counters, ``np_random`` and the task's own state
+    (tasks with ``state_dict``/``load_state_dict``), so a loaded run continues exactly as the saved one would.
 
     ## Version History
     * v0: initial version.
@@ -115,7 +124,6 @@ class GameBoyVecEnv(VectorEnv):
         self.max_episode_steps = config.max_episode_steps or self.task.max_steps
         self._build_spaces()
         self._start = self._load_start_snapshot()
-        self._rng = np.random.default_rng()
         self._steps = np.zeros(num_envs, dtype=np.int64)
         # On a GPU, tasks get only their ram_addresses copied to the host (not N x 32 KiB per step).
         self._gather_task_bytes = config.device != "cpu"
@@ -178,7 +186,7 @@ class GameBoyVecEnv(VectorEnv):
     def _reset_envs(self, mask: np.ndarray) -> None:
         self.emulator.restore(self._start, mask)
         memory = self._memory()
-        self.task.on_reset(memory, mask, self._rng)
+        self.task.on_reset(memory, mask, self.np_random)
         if self._gather_task_bytes:  # write the task's bytes back to the device
             columns = self._task_columns()
             rows = np.flatnonzero(mask)
@@ -193,22 +201,30 @@ class GameBoyVecEnv(VectorEnv):
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[np.ndarray, dict]:
-        """Restore every env (or ``options["reset_mask"]``) from the start snapshot."""
-        super().reset(seed=seed)
+        """Restore every env (or those in ``options["reset_mask"]``) from the start snapshot.
+
+        Restored envs run one frame (to render their first observation) in a launch that skips the others,
+        which are left untouched and return their last observation.
+        """
+        super().reset(seed=seed)  # seeds self.np_random, which the task draws from
         if seed is not None:
-            self._rng = np.random.default_rng(seed)
             self.action_space.seed(seed)
         mask = np.ones(self.num_envs, dtype=bool)
         if options and "reset_mask" in options:
             mask = np.asarray(options["reset_mask"], dtype=bool)
+            if mask.shape != (self.num_envs,):
+                raise ValueError(f"reset_mask must have shape ({self.num_envs},), got {mask.shape}")
         self._reset_envs(mask)
-        self.emulator.run_frames(1, render=True)
+        self.emulator.run_frames(1, render=True, env_mask=mask)
         observations = self._observe().copy()
         self.task.evaluate(self._memory(), observations)
         return observations, {}
 
     def step(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict]:
-        """Press the chosen buttons, run ``frames_per_step`` frames in one launch, score, auto-reset."""
+        """Press the chosen buttons, run ``frames_per_step`` frames in one launch, score, auto-reset.
+
+        Finished envs are restored and run one more frame in a second launch that skips every other env.
+        """
         actions = np.asarray(actions, dtype=np.int64).reshape(self.num_envs)
         if actions.min() < 0 or actions.max() >= len(ACTIONS):
             raise ValueError(f"actions must be in [0, {len(ACTIONS)}), got {actions}")
@@ -224,8 +240,8 @@ class GameBoyVecEnv(VectorEnv):
         if done.any():
             infos = {"final_obs": observations.copy(), "_final_obs": done.copy()}
             self._reset_envs(done)
-            self.emulator.run_frames(1, render=True)
-            fresh = self._observe()
+            self.emulator.run_frames(1, render=True, env_mask=done)
+            fresh = self._observe()  # live envs' screens are unchanged, so this matches observation_tensor
             observations[done] = fresh[done]
         return observations, rewards, terminated, truncated, infos
 
@@ -237,11 +253,13 @@ class GameBoyVecEnv(VectorEnv):
         return np.repeat(shades[self.emulator.screens()][..., None], 3, axis=-1)
 
     def save_state(self, path: str | os.PathLike[str]) -> Path:
-        """Save every emulator, the step counters and the RNG to a ``.npz``."""
+        """Save every emulator, the step counters, ``np_random`` and the task's state to a ``.npz``."""
         path = Path(path)
         state = self.emulator.save_state()
+        task_state = getattr(self.task, "state_dict", dict)()
+        state.update({_TASK_PREFIX + name: value for name, value in task_state.items()})
         np.savez_compressed(path, steps=self._steps, rng=np.frombuffer(
-            repr(self._rng.bit_generator.state).encode(), dtype=np.uint8), **state)  # fmt: skip
+            repr(self.np_random.bit_generator.state).encode(), dtype=np.uint8), **state)  # fmt: skip
         return path
 
     def load_state(self, path: str | os.PathLike[str]) -> None:
@@ -252,4 +270,9 @@ class GameBoyVecEnv(VectorEnv):
             state = {name: data[name] for name in data.files}
         self.emulator.load_state(state)
         self._steps = state["steps"].copy()
-        self._rng.bit_generator.state = ast.literal_eval(state["rng"].tobytes().decode())
+        self.np_random.bit_generator.state = ast.literal_eval(state["rng"].tobytes().decode())
+        load_task_state = getattr(self.task, "load_state_dict", None)
+        if load_task_state is not None:
+            start = len(_TASK_PREFIX)
+            load_task_state({k[start:]: v for k, v in state.items() if k.startswith(_TASK_PREFIX)})
+        self._observe()  # observation_tensor shows the loaded screens
