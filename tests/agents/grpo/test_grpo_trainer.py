@@ -222,3 +222,52 @@ def test_custom_engine_factory_gets_the_policy(tmp_path, model, tokenizer):
     )
     assert seen == [trainer.policy] and trainer.collector.engine is trainer.engine
     assert len(trainer.train()) == 1
+
+
+class SilentSevensEnv(SevensEnv):
+    """Pays nothing: only a shaping ``reward_fn`` reading the replies can teach the '7' task."""
+
+    def step(self, action):
+        return "", 0.0, True, False, {}
+
+
+def test_reward_fn_shapes_the_training_reward(tmp_path, tokenizer):
+    from worldgym.agents.llm.models import build_tiny_model
+
+    def share_of_sevens(episode) -> float:
+        reply = episode.turns[0].action
+        return reply.count("7") / max(len(reply), 1)
+
+    env = lambda: SilentSevensEnv()
+    trainer = GRPOTrainer(
+        _config(
+            tmp_path,
+            num_steps=12,
+            prompts_per_step=2,
+            group_size=8,
+            finetune="full",
+            learning_rate=3e-3,
+            minibatch_size=16,
+        ),
+        model=build_tiny_model(tokenizer, seed=3),
+        tokenizer=tokenizer,
+        make_env=env,
+        make_eval_env=env,
+        reward_fn=share_of_sevens,
+    )
+    history = trainer.train()
+    shaped = [m["rollout/shaped_reward_mean"] for m in history]
+    assert all(m["rollout/reward_mean"] == 0.0 for m in history)  # metrics keep the env's own reward
+    assert sum(shaped[-3:]) / 3 > 2 * sum(shaped[:3]) / 3 + 0.02
+    assert 0.0 <= trainer.evaluate(4)["eval/shaped_reward_mean"] <= 1.0
+
+
+def test_episode_rewards_applies_reward_fn_before_the_overlong_penalty():
+    from worldgym.agents.grpo import episode_rewards
+    from worldgym.agents.llm.rollout import Episode
+
+    episodes = [Episode([1, 2, 3], [0, 1, 1], [0.0] * 3, 1, 0, 0, reward=r) for r in (0.0, 1.0)]
+    task, shaped = episode_rewards(episodes, 10, reward_fn=lambda e: e.reward + 0.5)
+    assert task.tolist() == [0.0, 1.0] and shaped.tolist() == [0.5, 1.5]
+    _, penalised = episode_rewards(episodes, 2, overlong_buffer=1, reward_fn=lambda e: 2.0)
+    assert penalised.tolist() == [1.0, 1.0]  # 2 model tokens, 1 past the buffer start of 2 - 1: penalty -1

@@ -72,3 +72,43 @@ def test_save_load_round_trip(tmp_path, tokenizer, model):
         CHAT, tools=TOOLS, tokenize=False
     ) == tokenizer.apply_chat_template(CHAT, tools=TOOLS, tokenize=False)
     assert loaded_tokenizer.padding_side == "left"
+
+
+def test_signature_tool_format_lists_each_tool_on_one_line():
+    tokenizer = train_chat_tokenizer(["hello world"] * 4, vocab_size=400, tool_format="signatures")
+    tools = TOOLS + [
+        {
+            "type": "function",
+            "function": {
+                "name": "call",
+                "description": "Call a number.",
+                "parameters": {"type": "object", "properties": {"phone_number": {}, "auth_info": {}}},
+            },
+        }
+    ]
+    text = tokenizer.apply_chat_template(CHAT, tools=tools, tokenize=False)
+    assert "<tools>\nadd()\ncall(phone_number, auth_info)\n</tools>" in text
+    assert "Add two numbers." not in text and "<tool_response>\n7\n</tool_response>" in text
+    encoded = tokenizer.apply_chat_template(
+        CHAT, tools=tools, tokenize=True, return_dict=True, return_assistant_tokens_mask=True
+    )
+    assistant = [t for t, m in zip(encoded["input_ids"], encoded["assistant_masks"]) if m]
+    assert tokenizer.decode(assistant).endswith("#### 7<|im_end|>")
+
+
+def test_split_digits_gives_one_token_per_digit_and_round_trips(tmp_path):
+    corpus = ["call 1-833-977-5002 or 1-833-977-5002 now"] * 20
+    merged = train_chat_tokenizer(corpus, vocab_size=400)
+    split = train_chat_tokenizer(corpus, vocab_size=400, split_digits=True)
+    text = "dial 1-833-977-5002"
+    assert len(merged.tokenize("5002")) < 4
+    assert split.tokenize("5002") == ["5", "0", "0", "2"]
+    split.save_pretrained(tmp_path)
+    reloaded = load_tokenizer(tmp_path)
+    assert reloaded.decode(reloaded(text)["input_ids"]) == text
+    assert reloaded.tokenize("5002") == ["5", "0", "0", "2"]
+
+
+def test_tokenizer_rejects_unknown_tool_format():
+    with pytest.raises(ValueError, match="tool_format"):
+        train_chat_tokenizer(["abc"] * 4, vocab_size=400, tool_format="yaml")

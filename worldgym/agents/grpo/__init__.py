@@ -1,7 +1,14 @@
 """GRPO / DAPO / Dr.GRPO trainer for LLM agents on worldgym text envs."""
 
 from worldgym.agents.grpo.config import GRPOConfig
-from worldgym.agents.grpo.rewards import MathRewardModel, episode_rewards
+from worldgym.agents.grpo.rewards import EpisodeRewardFn, MathRewardModel, episode_rewards
 from worldgym.agents.grpo.trainer import GRPOTrainer, make_text_env
 
-__all__ = ["GRPOConfig", "GRPOTrainer", "MathRewardModel", "episode_rewards", "make_text_env"]
+__all__ = [
+    "EpisodeRewardFn",
+    "GRPOConfig",
+    "GRPOTrainer",
+    "MathRewardModel",
+    "episode_rewards",
+    "make_text_env",
+]

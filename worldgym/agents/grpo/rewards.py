@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 
@@ -10,7 +10,10 @@ from worldgym.agents.llm.losses import overlong_penalty
 from worldgym.agents.llm.rollout import Episode
 from worldgym.envs.math_qa.reward import MathRewardModel
 
-__all__ = ["MathRewardModel", "episode_rewards"]
+__all__ = ["EpisodeRewardFn", "MathRewardModel", "episode_rewards"]
+
+# A training reward computed from a finished episode (its turns' infos, success, env reward): reward shaping.
+EpisodeRewardFn = Callable[[Episode], float]
 
 
 def episode_rewards(
@@ -18,17 +21,24 @@ def episode_rewards(
     max_response_tokens: int,
     overlong_buffer: int = 0,
     overlong_penalty_value: float = 1.0,
+    reward_fn: EpisodeRewardFn | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(task_rewards, shaped_rewards)`` as ``[B]`` tensors.
 
     The task reward is what the env paid over the episode (MathQA-v0 grades with :class:`MathRewardModel`).
-    With ``overlong_buffer > 0`` the shaped reward adds the penalty for model tokens beyond
+    The shaped reward, which training uses, is ``reward_fn(episode)`` when given (else the task reward),
+    plus, with ``overlong_buffer > 0``, the penalty for model tokens beyond
     ``max_response_tokens - overlong_buffer``.
     """
     task = torch.tensor([episode.reward for episode in episodes], dtype=torch.float32)
+    shaped = (
+        torch.tensor([float(reward_fn(episode)) for episode in episodes], dtype=torch.float32)
+        if reward_fn is not None
+        else task.clone()
+    )
     if overlong_buffer <= 0:
-        return task, task.clone()
+        return task, shaped
     lengths = torch.tensor([episode.num_model_tokens for episode in episodes])
-    return task, task + overlong_penalty(
+    return task, shaped + overlong_penalty(
         lengths, max_response_tokens, overlong_buffer, overlong_penalty_value
     )

@@ -18,7 +18,7 @@ from tqdm.auto import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from worldgym.agents.grpo.config import GRPOConfig
-from worldgym.agents.grpo.rewards import episode_rewards
+from worldgym.agents.grpo.rewards import EpisodeRewardFn, episode_rewards
 from worldgym.agents.llm.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from worldgym.agents.llm.engines import GenerationEngine, HFEngine, SamplingParams
 from worldgym.agents.llm.losses import (
@@ -55,6 +55,9 @@ class GRPOTrainer:
             ``env_kwargs | eval_env_kwargs``).
         make_engine: builds the generation engine from the policy once it exists (default:
             :class:`HFEngine` on it), e.g. ``lambda policy: VLLMEngine("Qwen/Qwen3-8B", peft_model=policy)``.
+        reward_fn: the training reward of a finished episode (reward shaping, e.g. partial credit read from
+            the turns' infos); default: the env's reward. Metrics and validation always report the env's
+            reward and success.
 
     >>> trainer = GRPOTrainer(GRPOConfig(num_steps=2, prompts_per_step=2, group_size=2, max_new_tokens=8,
     ...                                   eval_every=0, progress=False, output_dir="/tmp/wg_grpo_doctest"))
@@ -71,8 +74,10 @@ class GRPOTrainer:
         make_env: Callable[[], gym.Env] | None = None,
         make_eval_env: Callable[[], gym.Env] | None = None,
         make_engine: Callable[[PreTrainedModel], GenerationEngine] | None = None,
+        reward_fn: EpisodeRewardFn | None = None,
     ):
         self.config = config
+        self.reward_fn = reward_fn
         self.rng = np.random.default_rng(config.seed)
         self.make_env = make_env or (
             lambda: make_text_env(config.env_id, config.env_kwargs, config.wrap_tool_calls)
@@ -167,7 +172,7 @@ class GRPOTrainer:
         rollout_time = time.perf_counter() - start
         max_response = self.config.max_new_tokens * self.config.max_turns
         _, rewards = episode_rewards(
-            episodes, max_response, self.config.overlong_buffer, self.config.overlong_penalty
+            episodes, max_response, self.config.overlong_buffer, self.config.overlong_penalty, self.reward_fn
         )
         batch = collate_episodes(episodes, self.tokenizer.pad_token_id)
         advantages = group_advantages(rewards, batch["group_ids"], self.config.advantage_norm)
@@ -212,8 +217,9 @@ class GRPOTrainer:
                 metrics = _rollout_metrics(episodes)
             if not config.dynamic_sampling:
                 return episodes, metrics
+            rewards = [self.reward_fn(e) if self.reward_fn else e.reward for e in episodes]
             informative = dynamic_sampling_mask(
-                torch.tensor([e.reward for e in episodes]), torch.tensor([e.group_id for e in episodes])
+                torch.tensor(rewards), torch.tensor([e.group_id for e in episodes])
             )
             kept += [e for e, keep in zip(episodes, informative.tolist()) if keep]
             if len(kept) >= config.prompts_per_step * config.group_size:
@@ -296,14 +302,18 @@ class GRPOTrainer:
 
     # ---------------------------------------------------------------- evaluation
     def evaluate(self, num_episodes: int | None = None) -> dict[str, float]:
-        """Greedy episodes on a fixed set of validation seeds: mean reward and success rate."""
+        """Greedy episodes on a fixed set of validation seeds: mean reward and success rate (and the mean
+        ``reward_fn`` reward when the trainer has one)."""
         count = num_episodes or self.config.eval_episodes
         params = SamplingParams(temperature=0.0, max_new_tokens=self.config.max_new_tokens)
         episodes = self.eval_collector.collect(range(10**6, 10**6 + count), 1, params)
-        return {
+        metrics = {
             "eval/reward_mean": float(np.mean([e.reward for e in episodes])),
             "eval/success_rate": float(np.mean([e.success for e in episodes])),
         }
+        if self.reward_fn is not None:
+            metrics["eval/shaped_reward_mean"] = float(np.mean([self.reward_fn(e) for e in episodes]))
+        return metrics
 
     # ---------------------------------------------------------------- logging and checkpoints
     def _log(self, metrics: dict[str, Any]) -> None:

@@ -5,10 +5,16 @@ from worldgym.agents.llm.engines import Generation, GenerationEngine, HFEngine, 
 from worldgym.agents.llm.models import build_tiny_model, load_model, load_tokenizer, save_model_and_tokenizer
 from worldgym.agents.llm.rollout import Episode, RolloutCollector, collate_episodes, encode_chat
 from worldgym.agents.llm.sft import Chat, SFTConfig, collect_expert_chats, sft_train
-from worldgym.agents.llm.tokenizer import CHAT_TEMPLATE, env_text_corpus, train_chat_tokenizer
+from worldgym.agents.llm.tokenizer import (
+    CHAT_TEMPLATE,
+    COMPACT_TOOLS_CHAT_TEMPLATE,
+    env_text_corpus,
+    train_chat_tokenizer,
+)
 
 __all__ = [
     "CHAT_TEMPLATE",
+    "COMPACT_TOOLS_CHAT_TEMPLATE",
     "Chat",
     "CheckpointError",
     "Episode",
