@@ -1,4 +1,4 @@
-"""Shared tiny tokenizer/model fixtures (built once per session: the tests stay fast on 2 cores)."""
+"""Tiny tokenizer/model fixtures shared by the LLM-stack and GRPO tests (built once per session: fast on 2 cores)."""
 
 import pytest
 import torch
