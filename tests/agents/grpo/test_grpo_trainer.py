@@ -11,6 +11,7 @@ from gymnasium import spaces
 from worldgym.agents.grpo import GRPOConfig, GRPOTrainer
 from worldgym.agents.llm.checkpoint import CheckpointError
 from worldgym.envs.math_qa import MathQAEnv
+from worldgym.jsonl import read_jsonl
 
 
 def _config(tmp_path, **overrides: Any) -> GRPOConfig:
@@ -83,33 +84,21 @@ def test_training_changes_every_trainable_parameter(tmp_path, model, tokenizer, 
 def test_resume_continues_the_same_run_exactly(tmp_path, tokenizer):
     from worldgym.agents.llm.models import build_tiny_model
 
-    straight = _trainer(
-        tmp_path / "a",
-        build_tiny_model(tokenizer, seed=0),
-        tokenizer,
-        num_steps=3,
-        dynamic_sampling=True,
-        max_resample_rounds=1,
-    )
+    def make(name: str, num_steps: int):
+        model = build_tiny_model(tokenizer, seed=0)
+        return _trainer(tmp_path / name, model, tokenizer, num_steps=num_steps, dynamic_sampling=True,
+                        max_resample_rounds=1)
+
+    straight = make("a", 3)
     straight.train()
-    first = _trainer(
-        tmp_path / "b",
-        build_tiny_model(tokenizer, seed=0),
-        tokenizer,
-        num_steps=2,
-        dynamic_sampling=True,
-        max_resample_rounds=1,
-    )
+    first = make("b", 2)
     first.train()
-    resumed = _trainer(
-        tmp_path / "c",
-        build_tiny_model(tokenizer, seed=0),
-        tokenizer,
-        num_steps=3,
-        dynamic_sampling=True,
-        max_resample_rounds=1,
-    )
+    resumed = make("c", 3)
+    log = resumed.output_dir / "metrics.jsonl"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    log.write_text('{"step": 1}\n{"step": 2}\n{"step": 3}\n{"step": 4')  # logged after the checkpoint, then torn
     resumed.load(tmp_path / "b" / "run" / "checkpoint-last")
+    assert [r["step"] for r in read_jsonl(log)] == [1, 2]
     assert resumed.step == 2
     resumed.train()
     for name, param in straight.trainable.items():

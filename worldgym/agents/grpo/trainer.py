@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import json
 import time
 from collections.abc import Callable
 from contextlib import nullcontext
@@ -31,6 +30,7 @@ from worldgym.agents.llm.models import TINY_SIZES, build_tiny_model, load_model,
 from worldgym.agents.llm.rollout import Episode, RolloutCollector, collate_episodes
 from worldgym.agents.llm.scoring import score_tokens
 from worldgym.agents.llm.tokenizer import env_text_corpus, train_chat_tokenizer
+from worldgym.jsonl import append_jsonl, truncate_jsonl
 
 __all__ = ["GRPOTrainer", "make_text_env"]
 
@@ -318,8 +318,7 @@ class GRPOTrainer:
     # ---------------------------------------------------------------- logging and checkpoints
     def _log(self, metrics: dict[str, Any]) -> None:
         self.history.append(metrics)
-        with open(self.output_dir / "metrics.jsonl", "a") as file:
-            file.write(json.dumps(metrics) + "\n")
+        append_jsonl(self.output_dir / "metrics.jsonl", metrics)
 
     def save(self, path: str | Path) -> Path:
         """Trainable weights + optimizer (safetensors) and step, RNG and config (JSON)."""
@@ -349,6 +348,8 @@ class GRPOTrainer:
             self.optimizer.load_state_dict(optimizer_state)
         self.rng.bit_generator.state = state["rng"]
         self.step = int(state["step"])
+        # a crash after this checkpoint left later lines in the log: drop them so no step is logged twice
+        truncate_jsonl(self.output_dir / "metrics.jsonl", "step", self.step)
         self.engine.sync_weights()
 
 
