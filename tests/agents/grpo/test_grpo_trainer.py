@@ -10,6 +10,7 @@ from gymnasium import spaces
 
 from worldgym.agents.grpo import GRPOConfig, GRPOTrainer
 from worldgym.agents.llm.checkpoint import CheckpointError
+from worldgym.agents.llm.models import build_tiny_model
 from worldgym.envs.math_qa import MathQAEnv
 from worldgym.jsonl import read_jsonl
 
@@ -82,8 +83,6 @@ def test_training_changes_every_trainable_parameter(tmp_path, model, tokenizer, 
 
 
 def test_resume_continues_the_same_run_exactly(tmp_path, tokenizer):
-    from worldgym.agents.llm.models import build_tiny_model
-
     def make(name: str, num_steps: int):
         model = build_tiny_model(tokenizer, seed=0)
         return _trainer(tmp_path / name, model, tokenizer, num_steps=num_steps, dynamic_sampling=True,
@@ -131,25 +130,16 @@ def test_validation_logs_warm_start_and_steps(tmp_path, model, tokenizer):
     assert "eval/success_rate" in records[0] and "eval/success_rate" in records[2]
 
 
-def test_grpo_learns_a_dense_reward(tmp_path, tokenizer):
-    from worldgym.agents.llm.models import build_tiny_model
+def _sevens_trainer(tmp_path, tokenizer, make_env, **trainer_kwargs) -> GRPOTrainer:
+    """Full fine-tune of a fresh tiny model for 12 small steps on a one-turn env (the learning checks)."""
+    config = _config(tmp_path, num_steps=12, prompts_per_step=2, group_size=8, finetune="full",
+                     learning_rate=3e-3, minibatch_size=16)
+    return GRPOTrainer(config, model=build_tiny_model(tokenizer, seed=3), tokenizer=tokenizer, make_env=make_env,
+                       make_eval_env=make_env, **trainer_kwargs)
 
-    env = lambda: SevensEnv()
-    trainer = GRPOTrainer(
-        _config(
-            tmp_path,
-            num_steps=12,
-            prompts_per_step=2,
-            group_size=8,
-            finetune="full",
-            learning_rate=3e-3,
-            minibatch_size=16,
-        ),
-        model=build_tiny_model(tokenizer, seed=3),
-        tokenizer=tokenizer,
-        make_env=env,
-        make_eval_env=env,
-    )
+
+def test_grpo_learns_a_dense_reward(tmp_path, tokenizer):
+    trainer = _sevens_trainer(tmp_path, tokenizer, SevensEnv)
     history = trainer.train()
     rewards = [m["rollout/reward_mean"] for m in history]
     assert sum(rewards[-3:]) / 3 > 2 * sum(rewards[:3]) / 3 + 0.02
@@ -221,29 +211,11 @@ class SilentSevensEnv(SevensEnv):
 
 
 def test_reward_fn_shapes_the_training_reward(tmp_path, tokenizer):
-    from worldgym.agents.llm.models import build_tiny_model
-
     def share_of_sevens(episode) -> float:
         reply = episode.turns[0].action
         return reply.count("7") / max(len(reply), 1)
 
-    env = lambda: SilentSevensEnv()
-    trainer = GRPOTrainer(
-        _config(
-            tmp_path,
-            num_steps=12,
-            prompts_per_step=2,
-            group_size=8,
-            finetune="full",
-            learning_rate=3e-3,
-            minibatch_size=16,
-        ),
-        model=build_tiny_model(tokenizer, seed=3),
-        tokenizer=tokenizer,
-        make_env=env,
-        make_eval_env=env,
-        reward_fn=share_of_sevens,
-    )
+    trainer = _sevens_trainer(tmp_path, tokenizer, SilentSevensEnv, reward_fn=share_of_sevens)
     history = trainer.train()
     shaped = [m["rollout/shaped_reward_mean"] for m in history]
     assert all(m["rollout/reward_mean"] == 0.0 for m in history)  # metrics keep the env's own reward
