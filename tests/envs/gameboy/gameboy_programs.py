@@ -7,6 +7,19 @@ import numpy as np
 from worldgym.envs.gameboy.isa import BASE_TEMPLATES, CB_TEMPLATES
 
 _SKIP = ("JR", "JP", "CALL", "RET", "RST", "HALT", "STOP", "DI", "EI", "ILLEGAL", "PREFIX")
+# Jumps from the four interrupt vectors to handlers named vblank_isr, stat_isr, timer_isr and serial_isr;
+# code after it starts at $150.
+INTERRUPT_VECTORS = """
+.org $40
+    jp vblank_isr
+.org $48
+    jp stat_isr
+.org $50
+    jp timer_isr
+.org $58
+    jp serial_isr
+.org $150
+"""
 ORDER_SEED = 1234  # seeds 0, 1, 2, ... walk one fixed permutation of TESTABLE, so together they cover it all
 TESTABLE = [t for t in BASE_TEMPLATES if not t.startswith(_SKIP)] + list(CB_TEMPLATES)
 

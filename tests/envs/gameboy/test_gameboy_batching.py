@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from gameboy_programs import INTERRUPT_VECTORS
 
 from worldgym.envs.gameboy import layout as L
 from worldgym.envs.gameboy.emulator import GameBoyEmulator
@@ -16,16 +17,7 @@ ONE_INSTRUCTION_BATCHES = 0x10000
 # Every interrupt source on, the timer at its fastest period, serial transfers back to back, DIV/TAC writes,
 # HALT, EI/DI, OAM DMA and LCD toggles in a CPU-bound loop; the handlers count themselves at $C011-$C014 and
 # log DIV, TIMA and LY to $C100-$C1FF as they run.
-STRESS_SOURCE = """
-.org $40
-    jp vblank_isr
-.org $48
-    jp stat_isr
-.org $50
-    jp timer_isr
-.org $58
-    jp serial_isr
-.org $150
+STRESS_SOURCE = INTERRUPT_VECTORS + """
 main:
     di
     ld sp, $DFF0

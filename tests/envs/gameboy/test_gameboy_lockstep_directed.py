@@ -4,21 +4,12 @@ from __future__ import annotations
 
 import pytest
 
+from gameboy_programs import INTERRUPT_VECTORS
+
 from worldgym.envs.gameboy.lockstep import SYNC_PROLOGUE, run_lockstep
 
 pytest.importorskip("pyboy")
 
-VECTORS = """
-.org $40
-    jp vblank_isr
-.org $48
-    jp stat_isr
-.org $50
-    jp timer_isr
-.org $58
-    jp serial_isr
-.org $150
-"""
 COUNTING_ISRS = """
 vblank_isr:
     push af
@@ -56,7 +47,7 @@ serial_isr:
 
 
 def program(body: str) -> str:
-    return VECTORS + COUNTING_ISRS + SYNC_PROLOGUE + "test_start:\n" + body
+    return INTERRUPT_VECTORS + COUNTING_ISRS + SYNC_PROLOGUE + "test_start:\n" + body
 
 
 def test_daa_every_input_matches_pyboy(repro_dir) -> None:
