@@ -142,21 +142,35 @@ def cartpole_config(seed: int, max_steps: int, run_dir: Path, replay_ratio: floa
     )
 
 
-def first_solved(records: list[dict[str, Any]]) -> int | None:
-    for record in records:
-        if (record.get("episode/return_mean_10") or 0) >= SOLVED:
-            return int(record["policy_step"])
+def rolling_mean_10(episodes: list[dict[str, Any]]) -> list[tuple[int, float]]:
+    """(env step at which an episode ended, mean return of the last 10 episodes then), one per episode."""
+    returns = [float(e["return"]) for e in episodes]
+    return [
+        (int(e["policy_step"]), sum(returns[max(0, i - 9) : i + 1]) / len(returns[max(0, i - 9) : i + 1]))
+        for i, e in enumerate(episodes)
+    ]
+
+
+def first_solved(episodes: list[dict[str, Any]]) -> int | None:
+    """The first env step at which the mean return of the last 10 training episodes reaches 475."""
+    for step, mean in rolling_mean_10(episodes):
+        if mean >= SOLVED:
+            return step
     return None
 
 
-def run_dreamer_cartpole(seed: int, max_steps: int, replay_ratio: float) -> list[dict[str, Any]]:
+def run_dreamer_cartpole(
+    seed: int, max_steps: int, replay_ratio: float, stop_when_solved: bool
+) -> list[dict[str, Any]]:
     run_dir = RUNS / "cartpole" / f"seed{seed}"
     shutil.rmtree(run_dir, ignore_errors=True)
-    CPUEngine(cartpole_config(seed, max_steps, run_dir, replay_ratio)).run(progress=True)
-    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    engine = CPUEngine(cartpole_config(seed, max_steps, run_dir, replay_ratio))
+    solved = (lambda record: (record["episode/return_mean_10"] or 0) >= SOLVED) if stop_when_solved else None
+    engine.run(progress=True, stop_when=solved)
+    return [json.loads(line) for line in (run_dir / "episodes.jsonl").read_text().splitlines()]
 
 
-def run_ppo_cartpole(seed: int, max_steps: int) -> list[dict[str, Any]]:
+def run_ppo_cartpole(seed: int, max_steps: int, stop_when_solved: bool) -> list[dict[str, Any]]:
     import gymnasium as gym
     from stable_baselines3 import PPO
     from stable_baselines3.common.callbacks import BaseCallback
@@ -164,26 +178,18 @@ def run_ppo_cartpole(seed: int, max_steps: int) -> list[dict[str, Any]]:
     class Track(BaseCallback):
         def __init__(self) -> None:
             super().__init__()
-            self.returns: list[float] = []
-            self.records: list[dict[str, Any]] = []
+            self.episodes: list[dict[str, Any]] = []
 
         def _on_step(self) -> bool:
             for info in self.locals["infos"]:
                 if "episode" in info:
-                    self.returns.append(float(info["episode"]["r"]))
-                    recent = self.returns[-10:]
-                    self.records.append(
-                        {
-                            "policy_step": self.num_timesteps,
-                            "episode/return_mean_10": sum(recent) / len(recent),
-                        }
-                    )
-            return True
+                    self.episodes.append({"policy_step": self.num_timesteps, "return": info["episode"]["r"]})
+            return not (stop_when_solved and first_solved(self.episodes) is not None)
 
     env = gym.wrappers.RecordEpisodeStatistics(gym.make("CartPole-v1"))
     track = Track()
     PPO("MlpPolicy", env, seed=seed, verbose=0, device="cpu").learn(max_steps, callback=track)
-    return track.records
+    return track.episodes
 
 
 def cartpole(args: argparse.Namespace) -> None:
@@ -204,19 +210,17 @@ def cartpole(args: argparse.Namespace) -> None:
         for agent in args.agents:
             start = time.perf_counter()
             if agent == "dreamer":
-                records = run_dreamer_cartpole(seed, args.max_steps, args.replay_ratio)
+                episodes = run_dreamer_cartpole(
+                    seed, args.max_steps, args.replay_ratio, args.stop_when_solved
+                )
             else:
-                records = run_ppo_cartpole(seed, args.max_steps)
-            solved = first_solved(records)
+                episodes = run_ppo_cartpole(seed, args.max_steps, args.stop_when_solved)
+            solved = first_solved(episodes)
             results["runs"].append(
                 {"agent": agent, "seed": seed, "solved_at": solved, "wall_s": time.perf_counter() - start}
             )
             print(f"{agent} seed {seed}: solved at {solved} env steps ({time.perf_counter() - start:.0f} s)")
-            points = [
-                (r["policy_step"], r["episode/return_mean_10"])
-                for r in records
-                if r.get("episode/return_mean_10") is not None
-            ]
+            points = rolling_mean_10(episodes)
             if points:
                 ax.plot(
                     *zip(*points, strict=True),
@@ -224,6 +228,12 @@ def cartpole(args: argparse.Namespace) -> None:
                     color="C0" if agent == "dreamer" else "C1",
                     alpha=0.4 + 0.2 * (seed % 3),
                 )
+    for agent in args.agents:
+        steps = [r["solved_at"] for r in results["runs"] if r["agent"] == agent]
+        solved = sorted(s for s in steps if s is not None)
+        results[f"{agent}_solved_runs"] = f"{len(solved)}/{len(steps)}"
+        results[f"{agent}_median_solved_at"] = solved[len(solved) // 2] if len(solved) == len(steps) else None
+        print(f"{agent}: solved {len(solved)}/{len(steps)} runs, at {solved} env steps")
     ax.axhline(SOLVED, color="gray", linestyle="--")
     ax.set(xlabel="env steps", ylabel="mean return (last 10 episodes)", title="CartPole-v1")
     ax.legend(fontsize=7)
@@ -272,6 +282,12 @@ def main() -> None:
     p.add_argument("--agents", nargs="+", choices=["dreamer", "ppo"], default=["dreamer", "ppo"])
     p.add_argument("--max-steps", type=int, default=30_000)
     p.add_argument("--replay-ratio", type=float, default=0.5)
+    p.add_argument(
+        "--keep-going",
+        dest="stop_when_solved",
+        action="store_false",
+        help="train on to --max-steps after solving (default: stop at the first log after solving)",
+    )
     p = sub.add_parser("ratio")
     p.add_argument("--ratios", type=float, nargs="+", default=[0.1, 0.5, 1.0])
     p.add_argument("--max-steps", type=int, default=2000)

@@ -232,3 +232,43 @@ def test_episode_rewards_applies_reward_fn_before_the_overlong_penalty():
     assert task.tolist() == [0.0, 1.0] and shaped.tolist() == [0.5, 1.5]
     _, penalised = episode_rewards(episodes, 2, overlong_buffer=1, reward_fn=lambda e: 2.0)
     assert penalised.tolist() == [1.0, 1.0]  # 2 model tokens, 1 past the buffer start of 2 - 1: penalty -1
+
+
+class NumberedSevensEnv(SevensEnv):
+    """SevensEnv whose prompt names the seed: groups have prompts of their own."""
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return f"Pens: {seed % 1000}. Say 7.", {}
+
+
+def test_sharing_the_prompt_prefix_changes_speed_not_results(tmp_path, tokenizer):
+    """One step with the group's prompt run once (engine prefill and training pass) equals one step without."""
+    states = []
+    for share in (True, False):
+        trainer = GRPOTrainer(
+            _config(
+                tmp_path / str(share),
+                num_steps=1,
+                minibatch_size=8,
+                max_new_tokens=6,
+                kl_coef=0.1,
+                share_prompt_prefix=share,
+                min_shared_prefix=4,
+            ),
+            model=build_tiny_model(tokenizer, seed=0),
+            tokenizer=tokenizer,
+            make_env=NumberedSevensEnv,
+            make_eval_env=NumberedSevensEnv,
+        )
+        with torch.no_grad():
+            for p in trainer.trainable.values():  # move the adapters off their B=0 init: policy != reference
+                p.add_(0.05)
+        metrics = trainer.train_step()
+        states.append((metrics, {name: p.detach().clone() for name, p in trainer.trainable.items()}))
+    (shared, shared_params), (plain, plain_params) = states
+    assert shared["rollout/model_tokens"] == plain["rollout/model_tokens"]
+    assert plain["loss/grad_norm"] > 1e-3 and plain["loss/kl"] > 1e-4  # policy and KL terms both pull
+    assert shared["loss/total"] == pytest.approx(plain["loss/total"], abs=1e-5)
+    for name, value in shared_params.items():
+        assert torch.allclose(value, plain_params[name], atol=1e-5), name

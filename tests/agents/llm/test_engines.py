@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from worldgym.agents.llm.engines import Generation, GenerationEngine, HFEngine, SamplingParams
+from worldgym.agents.llm.engines.hf import group_shared_prefixes
 from worldgym.agents.llm.losses import token_logprobs
 
 
@@ -29,6 +30,28 @@ def test_logprobs_match_a_plain_forward_despite_left_padding(model, tokenizer):
                 expected = token_logprobs(model(ids).logits[:, :-1], ids[:, 1:], temperature=0.7)
             assert torch.allclose(
                 torch.tensor(generation.logprobs), expected[0, len(prompt) - 1 :], atol=1e-4
+            )
+
+
+def test_shared_prefix_prefill_gives_the_same_samples_and_logprobs(model, tokenizer):
+    question = tokenizer("There are 4 boxes with 3 pens in each box. How many pens?")["input_ids"]
+    other = tokenizer("Ana has 5 cards.")["input_ids"]
+    # a group of n samples, two replies continuing one question (a later turn), and an unrelated prompt
+    prompts = [question, question + tokenizer(" 12 pens")["input_ids"], question + [5], other]
+    params = SamplingParams(temperature=0.9, max_new_tokens=8, n=3, seed=11)
+    plain = HFEngine(model, tokenizer.pad_token_id, [tokenizer.eos_token_id], min_shared_prefix=0)
+    shared = HFEngine(model, tokenizer.pad_token_id, [tokenizer.eos_token_id], min_shared_prefix=4)
+    groups = group_shared_prefixes([p for p in prompts for _ in range(3)], 4)
+    assert groups.prefix_lengths == [len(question) - 1, len(other) - 1]  # the sharing path really runs
+    expected, got = plain.generate(prompts, params), shared.generate(prompts, params)
+    assert [[g.token_ids for g in r] for r in got] == [[g.token_ids for g in r] for r in expected]
+    for prompt, generations in zip(prompts, got):
+        for generation in generations:
+            ids = torch.tensor([prompt + generation.token_ids])
+            with torch.no_grad():
+                reference = token_logprobs(model(ids).logits[:, :-1], ids[:, 1:], temperature=0.9)
+            assert torch.allclose(
+                torch.tensor(generation.logprobs), reference[0, len(prompt) - 1 :], atol=1e-4
             )
 
 

@@ -42,6 +42,9 @@ class GRPOConfig:
     Optimisation:
         learning_rate, weight_decay, grad_clip, ppo_epochs (passes over each batch), minibatch_size (episodes
         per optimizer step), num_steps, seed.
+        share_prompt_prefix: run the opening that a group's samples share (their prompt) once per group, in
+        the engine's prefill and in the training forward/backward pass, instead of once per sample (same
+        results up to float rounding); min_shared_prefix: the shortest opening the engine shares.
     Bookkeeping:
         output_dir (metrics.jsonl, checkpoints), eval_every / eval_episodes (0 = no validation),
         checkpoint_every (0 = only at the end), progress (progress bar).
@@ -85,6 +88,8 @@ class GRPOConfig:
     minibatch_size: int = 64
     num_steps: int = 50
     seed: int = 0
+    share_prompt_prefix: bool = True
+    min_shared_prefix: int = 16
 
     output_dir: str = "runs/grpo"
     eval_every: int = 10
@@ -107,6 +112,7 @@ class GRPOConfig:
             "minibatch_size",
             "num_steps",
             "max_episode_tokens",
+            "min_shared_prefix",
         ):
             if getattr(self, name) < 1:
                 raise ValueError(f"GRPOConfig.{name} must be >= 1, got {getattr(self, name)}")

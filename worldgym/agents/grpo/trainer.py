@@ -97,7 +97,12 @@ class GRPOTrainer:
         self.engine = (
             make_engine(self.policy)
             if make_engine
-            else HFEngine(self.policy, self.tokenizer.pad_token_id, [eos])
+            else HFEngine(
+                self.policy,
+                self.tokenizer.pad_token_id,
+                [eos],
+                min_shared_prefix=config.min_shared_prefix if config.share_prompt_prefix else 0,
+            )
         )
         limits = {"max_turns": config.max_turns, "max_episode_tokens": config.max_episode_tokens}
         self.collector = RolloutCollector(self.engine, self.tokenizer, self.make_env, **limits)
@@ -251,11 +256,14 @@ class GRPOTrainer:
         attention_mask = batch["attention_mask"][rows, :width].to(device)
         mask = batch["action_mask"][rows, : width - 1].to(device)
         old_logprobs = batch["old_logprobs"][rows, : width - 1].to(device)
+        group_ids = batch["group_ids"][rows] if config.share_prompt_prefix else None
         with self._autocast():
-            scored = score_tokens(self.policy, input_ids, attention_mask, mask, config.temperature)
-        ref_logprobs = (
-            self._reference_logprobs(input_ids, attention_mask, mask) if config.kl_coef > 0 else None
-        )
+            scored = score_tokens(
+                self.policy, input_ids, attention_mask, mask, config.temperature, group_ids=group_ids
+            )
+        ref_logprobs = None
+        if config.kl_coef > 0:
+            ref_logprobs = self._reference_logprobs(input_ids, attention_mask, mask, group_ids)
         out = policy_loss(
             scored.logprobs,
             old_logprobs,
@@ -287,14 +295,21 @@ class GRPOTrainer:
 
     @torch.no_grad()
     def _reference_logprobs(
-        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, mask: torch.Tensor
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        mask: torch.Tensor,
+        group_ids: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Logprobs under the frozen reference: the base model with adapters disabled (LoRA) or the frozen
         copy."""
         context = self.policy.disable_adapter() if isinstance(self.policy, PeftModel) else nullcontext()
         model = self.reference if self.reference is not None else self.policy
         with context, self._autocast():
-            return score_tokens(model, input_ids, attention_mask, mask, self.config.temperature).logprobs
+            scored = score_tokens(
+                model, input_ids, attention_mask, mask, self.config.temperature, group_ids=group_ids
+            )
+            return scored.logprobs
 
     def _autocast(self):
         device_type = "cuda" if self.config.device.startswith("cuda") else "cpu"

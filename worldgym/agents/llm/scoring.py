@@ -1,4 +1,11 @@
-"""Per-token logprobs of a causal LM, computing the vocabulary projection only where tokens are trained."""
+"""Per-token logprobs of a causal LM, computing the vocabulary projection only where tokens are trained.
+
+Two ways to run the decoder, with the same results: over every row's whole sequence, or (given group ids)
+once over each group's shared prompt and then over each row's own continuation on a copy of that prompt's
+KV cache. GRPO groups share their prompt, so the second way does the prompt's work once per group instead
+of once per sample, in the backward pass too: gradients from every row reach the shared prompt through the
+cache.
+"""
 
 from __future__ import annotations
 
@@ -8,17 +15,58 @@ import torch
 from peft import PeftModel
 from transformers import PreTrainedModel
 
-__all__ = ["ScoredTokens", "score_tokens"]
+__all__ = ["ScoredTokens", "SharedPrefix", "score_tokens", "shared_prefix"]
 
 
 @dataclass
 class ScoredTokens:
     """``logprobs`` ``[B, T-1]`` of ``input_ids[:, 1:]`` (0 where ``mask`` is 0) and the masked positions'
-    logits
-    ``[N, V]`` (N = number of masked tokens), e.g. for the entropy."""
+    logits ``[N, V]`` (N = number of masked tokens, row-major order), e.g. for the entropy."""
 
     logprobs: torch.Tensor
     logits: torch.Tensor
+
+
+@dataclass
+class SharedPrefix:
+    """How a batch splits into per-group prompts and per-row continuations.
+
+    ``row_group[r]`` indexes the group of row ``r`` in ``0..G-1``; ``prefix_length[g]`` tokens open every
+    row of group ``g`` and precede its first trained token; ``saved_tokens`` is how many token positions the
+    decoder skips compared with running every row in full.
+    """
+
+    row_group: torch.Tensor
+    prefix_length: torch.Tensor
+    saved_tokens: int
+
+
+def shared_prefix(
+    input_ids: torch.Tensor, attention_mask: torch.Tensor, mask: torch.Tensor, group_ids: torch.Tensor
+) -> SharedPrefix:
+    """For each group: the longest run of tokens that every row starts with and that ends before the
+    group's first trained position (``mask[:, j]`` covers token ``j + 1``, predicted at position ``j``).
+
+    >>> ids = torch.tensor([[5, 6, 7, 8], [5, 6, 9, 0], [5, 2, 3, 4]])
+    >>> attention = torch.tensor([[1, 1, 1, 1], [1, 1, 1, 0], [1, 1, 1, 1]])
+    >>> trained = torch.tensor([[0, 1, 1], [0, 1, 0], [1, 1, 1]])
+    >>> split = shared_prefix(ids, attention, trained, torch.tensor([3, 3, 8]))
+    >>> split.row_group.tolist(), split.prefix_length.tolist(), split.saved_tokens
+    ([0, 0, 1], [1, 0], 1)
+    """
+    groups, row_group = torch.unique(group_ids, return_inverse=True)
+    lengths = attention_mask.sum(1)
+    first_trained = torch.where(mask.bool().any(1), mask.float().argmax(1), lengths - 1)
+    prefix_length = torch.zeros(len(groups), dtype=torch.long)
+    for g in range(len(groups)):
+        rows = (row_group == g).nonzero().squeeze(1)
+        limit = int(torch.minimum(first_trained[rows].min(), lengths[rows].min()))
+        block = input_ids[rows, :limit]
+        differs = (block != block[:1]).any(0).nonzero()
+        prefix_length[g] = int(differs[0]) if len(differs) else limit
+    group_sizes = torch.bincount(row_group, minlength=len(groups))
+    saved = int(((group_sizes - 1) * prefix_length).sum())
+    return SharedPrefix(row_group, prefix_length, saved)
 
 
 def score_tokens(
@@ -27,22 +75,83 @@ def score_tokens(
     attention_mask: torch.Tensor,
     mask: torch.Tensor,
     temperature: float = 1.0,
+    group_ids: torch.Tensor | None = None,
 ) -> ScoredTokens:
-    """Run the decoder over the whole sequence but the LM head only on positions whose *next* token is masked
-    in.
+    """Run the decoder over the right-padded batch but the LM head only on positions whose *next* token is
+    masked in.
 
     Rollout batches are mostly prompt and env tokens; skipping their ``[T, V]`` logits saves the largest
-    tensor of the step (for a 150k vocabulary it dominates memory). Works with PEFT-wrapped models (LoRA
-    layers sit inside the decoder) and any transformers causal LM that exposes ``get_decoder()`` and
-    ``get_output_embeddings()``.
+    tensor of the step (for a 150k vocabulary it dominates memory). With ``group_ids`` ``[B]``, rows of a
+    group share their common prompt's forward (and backward) pass; the result is the same up to float
+    rounding. Works with PEFT-wrapped models (LoRA layers sit inside the decoder) and any transformers causal
+    LM that exposes ``get_decoder()`` and ``get_output_embeddings()`` and takes ``position_ids`` and a
+    ``DynamicCache``.
     """
     base = model.get_base_model() if isinstance(model, PeftModel) else model
-    hidden = base.get_decoder()(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+    decoder = base.get_decoder()
     selected = mask.bool()
-    logits = base.get_output_embeddings()(hidden[:, :-1][selected]).float() / temperature
-    targets = input_ids[:, 1:][selected]
+    split = shared_prefix(input_ids, attention_mask, mask, group_ids) if group_ids is not None else None
+    if split is not None and split.saved_tokens > 0 and int(split.prefix_length.min()) > 0:
+        hidden, targets = _decode_with_shared_prefix(decoder, input_ids, attention_mask, mask, split)
+    else:
+        hidden = decoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        hidden, targets = hidden[:, :-1][selected], input_ids[:, 1:][selected]
+    logits = base.get_output_embeddings()(hidden).float() / temperature
     chosen = torch.gather(logits, -1, targets.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, -1)
     logprobs = torch.zeros(mask.shape, dtype=chosen.dtype, device=chosen.device).masked_scatter(
         selected, chosen
     )
     return ScoredTokens(logprobs, logits)
+
+
+def _decode_with_shared_prefix(
+    decoder: torch.nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    mask: torch.Tensor,
+    split: SharedPrefix,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Hidden states at the trained positions ``[N, H]`` and their target tokens ``[N]``, in the row-major
+    order of ``mask``, computing each group's prefix once.
+
+    Prefixes are right-padded to a common width ``P``; every row's continuation follows at cache positions
+    ``P..``, with explicit position ids so each token keeps the position it has in its own sequence.
+    """
+    device = input_ids.device
+    row_group = split.row_group.to(device)
+    prefix_length = split.prefix_length.to(device)
+    width = int(prefix_length.max())
+    steps = torch.arange(width, device=device)
+    prefix_mask = (steps < prefix_length[:, None]).long()
+    # any one row of each group: they all agree on the prefix
+    some_row = torch.zeros(len(prefix_length), dtype=torch.long, device=device).scatter_(
+        0, row_group, torch.arange(len(row_group), device=device)
+    )
+    prefix_ids = input_ids[some_row, :width] * prefix_mask
+    prefix = decoder(
+        input_ids=prefix_ids,
+        attention_mask=prefix_mask,
+        position_ids=steps.expand(len(prefix_length), -1),
+        use_cache=True,
+    )
+    cache = prefix.past_key_values
+    cache.batch_select_indices(row_group)  # one copy of its group's prefix per row (gradients flow back)
+
+    start = prefix_length[row_group]  # [R] first position of each row's own continuation
+    lengths = attention_mask.sum(1)
+    span = int((lengths - start).max())
+    offsets = torch.arange(span, device=device)
+    positions = start[:, None] + offsets  # [R, S] positions in the row's own sequence
+    in_row = positions < lengths[:, None]
+    last = input_ids.shape[1] - 1
+    suffix_ids = input_ids.gather(1, positions.clamp(max=last)) * in_row
+    hidden = decoder(
+        input_ids=suffix_ids,
+        attention_mask=torch.cat([prefix_mask[row_group], in_row.long()], 1),
+        position_ids=positions,
+        past_key_values=cache,
+        use_cache=True,
+    ).last_hidden_state
+    trained = in_row & (positions < last) & mask.bool().gather(1, positions.clamp(max=last - 1))
+    targets = input_ids.gather(1, (positions + 1).clamp(max=last))
+    return hidden[trained], targets[trained]

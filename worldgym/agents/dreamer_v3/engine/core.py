@@ -117,6 +117,7 @@ class EngineCore:
         self.total_iters = max(1, cfg.total_steps // cfg.num_envs)
         self.run_dir = Path(cfg.run_dir)
         self.metrics_path = self.run_dir / "metrics.jsonl"
+        self.episodes_path = self.run_dir / "episodes.jsonl"  # one line per finished episode
         self._metric_sums: dict[str, torch.Tensor] = {}
         self._metric_count = 0
         self._sampled = [None, None]
@@ -150,6 +151,11 @@ class EngineCore:
             if self.replay.written_t % stride == 0:
                 self.replay.commit()
             stats = self.runner.step(actions)
+            for episode_return, length in zip(stats.returns, stats.lengths, strict=True):
+                append_jsonl(
+                    self.episodes_path,
+                    {"policy_step": iter_num * self.cfg.num_envs, "return": episode_return, "length": length},
+                )
             self.counters.episodes += len(stats.returns)
             self.counters.recent_returns = (self.counters.recent_returns + stats.returns)[-100:]
             self.counters.recent_lengths = (self.counters.recent_lengths + stats.lengths)[-100:]
@@ -284,3 +290,4 @@ class EngineCore:
         self._needs_reset = True
         # lines logged after this checkpoint (before a crash) would otherwise appear twice
         truncate_jsonl(self.metrics_path, "policy_step", c.iter_num * self.cfg.num_envs)
+        truncate_jsonl(self.episodes_path, "policy_step", c.iter_num * self.cfg.num_envs)

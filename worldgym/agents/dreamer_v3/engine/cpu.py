@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -47,8 +48,14 @@ class CPUEngine:
             self._train(self._pending)
             self._pending = None
 
-    def run(self, resume_from: str | Path | None = None, progress: bool = True) -> dict[str, Any]:
-        """Train until ``cfg.total_steps``; returns the last logged record."""
+    def run(
+        self,
+        resume_from: str | Path | None = None,
+        progress: bool = True,
+        stop_when: Callable[[dict[str, Any]], bool] | None = None,
+    ) -> dict[str, Any]:
+        """Train until ``cfg.total_steps`` (or until ``stop_when(record)`` holds for a logged record, which
+        ends the run with a checkpoint); returns the last logged record."""
         core, cfg = self.core, self.core.cfg
         if resume_from is not None:
             core.resume(resume_from)
@@ -81,10 +88,16 @@ class CPUEngine:
                 self._drain()
             core._timers["wall_s"] += time.perf_counter() - started
             started = time.perf_counter()
+            stopping = False
             if last // log_iters > (first - 1) // log_iters or last == core.total_iters:
                 record = core.log()
                 bar.set_postfix(ret=record["episode/return_mean"], gs=record["gradient_steps"])
-            if checkpoint_due or last == core.total_iters:
+                stopping = stop_when is not None and last < core.total_iters and stop_when(record)
+            if stopping:
+                self._drain()
+            if checkpoint_due or last == core.total_iters or stopping:
                 core.save()
+            if stopping:
+                break
         bar.close()
         return record

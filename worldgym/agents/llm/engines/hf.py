@@ -1,15 +1,78 @@
-"""``HFEngine``: batched sampling with transformers ``generate``, left padding, per-token logprobs."""
+"""``HFEngine``: batched sampling with transformers ``generate``, left padding, per-token logprobs.
+
+Neighbouring prompts that open with the same tokens (a GRPO group: ``n`` samples of one prompt, or a group's
+episodes after their first reply) share one prefill of that prefix: the engine runs it once, copies its KV
+cache to every row and lets ``generate`` continue from there.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
-from transformers import PreTrainedModel
+from transformers import DynamicCache, PreTrainedModel
 
 from worldgym.agents.llm.engines.base import Generation, SamplingParams
 
-__all__ = ["HFEngine"]
+__all__ = ["HFEngine", "PrefixGroups", "group_shared_prefixes"]
+
+
+@dataclass
+class PrefixGroups:
+    """Runs of neighbouring prompts that share an opening: ``row_group[r]`` is row ``r``'s group, whose
+    first row is ``first_rows[g]`` and whose shared opening is ``prefix_lengths[g]`` tokens long."""
+
+    row_group: list[int]
+    first_rows: list[int]
+    prefix_lengths: list[int]
+
+
+def _common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return i
+    return min(len(a), len(b))
+
+
+def group_shared_prefixes(prompts: Sequence[Sequence[int]], min_shared: int) -> PrefixGroups:
+    """Split the prompts into runs of neighbours that prefill a common opening once, choosing the runs that
+    skip the most prefill tokens (dynamic programming over run boundaries). A run's opening is at least
+    ``min_shared`` tokens (else its rows stand alone) and leaves each prompt at least one token of its own
+    (``generate`` needs one uncached input token).
+
+    >>> groups = group_shared_prefixes([[1, 2, 3, 4], [1, 2, 3, 5, 6], [1, 2, 3, 4], [9, 9]], min_shared=2)
+    >>> groups.row_group, groups.first_rows, groups.prefix_lengths
+    ([0, 0, 0, 1], [0, 3], [3, 1])
+    """
+    n = len(prompts)
+    neighbour_lcp = [_common_prefix_length(prompts[i], prompts[i + 1]) for i in range(n - 1)]
+    best = [0] * (n + 1)  # best[j]: most prefill tokens skipped by grouping rows [0, j)
+    start_of = [0] * (n + 1)
+    for end in range(1, n + 1):
+        best[end], start_of[end] = best[end - 1], end - 1  # row end-1 alone
+        shared = len(prompts[end - 1]) - 1
+        for begin in range(end - 2, -1, -1):  # run [begin, end)
+            shared = min(shared, neighbour_lcp[begin], len(prompts[begin]) - 1)
+            if shared < min_shared:
+                break
+            if best[begin] + (end - begin - 1) * shared > best[end]:
+                best[end], start_of[end] = best[begin] + (end - begin - 1) * shared, begin
+    runs = []
+    end = n
+    while end > 0:
+        runs.append((start_of[end], end))
+        end = start_of[end]
+    row_group: list[int] = []
+    first_rows: list[int] = []
+    prefix_lengths: list[int] = []
+    for g, (begin, end) in enumerate(reversed(runs)):
+        shared = min(len(prompts[r]) - 1 for r in range(begin, end))
+        shared = min([shared, *neighbour_lcp[begin : end - 1]])
+        row_group += [g] * (end - begin)
+        first_rows.append(begin)
+        prefix_lengths.append(shared)
+    return PrefixGroups(row_group, first_rows, prefix_lengths)
 
 
 class HFEngine:
@@ -25,19 +88,29 @@ class HFEngine:
         pad_token_id: id used for left padding.
         eos_token_ids: ids that end a completion (e.g. ``<|im_end|>``).
         batch_size: most sequences per ``generate`` call.
+        min_shared_prefix: neighbouring prompts sharing at least this many opening tokens prefill them once
+            (0 turns prefix sharing off).
     """
 
     def __init__(
-        self, model: PreTrainedModel, pad_token_id: int, eos_token_ids: Sequence[int], batch_size: int = 64
+        self,
+        model: PreTrainedModel,
+        pad_token_id: int,
+        eos_token_ids: Sequence[int],
+        batch_size: int = 64,
+        min_shared_prefix: int = 16,
     ):
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        if min_shared_prefix < 0:
+            raise ValueError(f"min_shared_prefix must be >= 0, got {min_shared_prefix}")
         if not eos_token_ids:
             raise ValueError("eos_token_ids must name at least one stop token")
         self.model = model
         self.pad_token_id = int(pad_token_id)
         self.eos_token_ids = [int(i) for i in eos_token_ids]
         self.batch_size = batch_size
+        self.min_shared_prefix = min_shared_prefix
 
     @property
     def device(self) -> torch.device:
@@ -71,20 +144,22 @@ class HFEngine:
 
     @torch.no_grad()
     def _generate_batch(self, prompts: list[list[int]], params: SamplingParams) -> list[Generation]:
-        width = max(len(p) for p in prompts)
-        input_ids = torch.full((len(prompts), width), self.pad_token_id, dtype=torch.long)
-        attention_mask = torch.zeros((len(prompts), width), dtype=torch.long)
-        for row, prompt in enumerate(prompts):
-            input_ids[row, width - len(prompt) :] = torch.tensor(prompt)
-            attention_mask[row, width - len(prompt) :] = 1
+        groups = group_shared_prefixes(prompts, self.min_shared_prefix) if self.min_shared_prefix else None
+        if groups is None or len(groups.prefix_lengths) == len(prompts) or min(groups.prefix_lengths) < 1:
+            input_ids, attention_mask = self._left_padded(prompts)
+            cache = None
+        else:
+            input_ids, attention_mask, cache = self._prefill_shared(prompts, groups)
         sampling = (
             {"do_sample": True, "temperature": params.temperature, "top_p": params.top_p, "top_k": 0}
             if params.temperature > 0
             else {"do_sample": False}
         )
+        width = input_ids.shape[1]
         output = self.model.generate(
-            input_ids=input_ids.to(self.device),
-            attention_mask=attention_mask.to(self.device),
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            past_key_values=cache,
             max_new_tokens=params.max_new_tokens,
             eos_token_id=self.eos_token_ids,
             pad_token_id=self.pad_token_id,
@@ -99,6 +174,43 @@ class HFEngine:
             self._cut(tokens.tolist(), row_logprobs.tolist())
             for tokens, row_logprobs in zip(new_tokens, logprobs)
         ]
+
+    def _left_padded(self, rows: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+        width = max(len(row) for row in rows)
+        input_ids = torch.full((len(rows), width), self.pad_token_id, dtype=torch.long)
+        attention_mask = torch.zeros((len(rows), width), dtype=torch.long)
+        for r, row in enumerate(rows):
+            if row:
+                input_ids[r, width - len(row) :] = torch.tensor(row)
+                attention_mask[r, width - len(row) :] = 1
+        return input_ids.to(self.device), attention_mask.to(self.device)
+
+    def _prefill_shared(
+        self, prompts: list[list[int]], groups: PrefixGroups
+    ) -> tuple[torch.Tensor, torch.Tensor, DynamicCache]:
+        """Prefill each group's prefix once; returns the layout ``generate`` continues from: columns
+        ``[0, P)`` hold the (right-padded) prefixes already in the cache, the rest each row's left-padded
+        remainder. ``generate`` derives position ids from the attention mask, so the padding between the two
+        parts does not shift any token's position."""
+        prefixes = [
+            prompts[first][:length] for first, length in zip(groups.first_rows, groups.prefix_lengths)
+        ]
+        width = max(groups.prefix_lengths)
+        prefix_ids = torch.full((len(prefixes), width), self.pad_token_id, dtype=torch.long)
+        prefix_mask = torch.zeros((len(prefixes), width), dtype=torch.long)
+        for g, prefix in enumerate(prefixes):
+            prefix_ids[g, : len(prefix)], prefix_mask[g, : len(prefix)] = torch.tensor(prefix), 1
+        prefix_ids, prefix_mask = prefix_ids.to(self.device), prefix_mask.to(self.device)
+        positions = (prefix_mask.cumsum(1) - 1).clamp(min=0)
+        cache = self.model(
+            input_ids=prefix_ids, attention_mask=prefix_mask, position_ids=positions, use_cache=True
+        ).past_key_values
+        row_group = torch.tensor(groups.row_group, device=self.device)
+        cache.batch_select_indices(row_group)
+        remainders = [prompt[groups.prefix_lengths[g] :] for prompt, g in zip(prompts, groups.row_group)]
+        rest_ids, rest_mask = self._left_padded(remainders)
+        input_ids = torch.cat([prefix_ids[row_group], rest_ids], 1)
+        return input_ids, torch.cat([prefix_mask[row_group], rest_mask], 1), cache
 
     def _cut(self, tokens: list[int], logprobs: list[float]) -> Generation:
         """Trim after the first stop token (kept: the model generated it) and drop the padding that
