@@ -1,10 +1,12 @@
 """Dreamer v3 benchmarks: s per gradient step, CartPole sample efficiency vs SB3 PPO, replay-ratio accuracy.
 
     python benchmarks/dreamer.py speed --sizes tiny XS --steps 5        # (1) s/gradient step vs sheeprl
-    python benchmarks/dreamer.py cartpole --seeds 0 1 2 --max-steps 30000  # (2) env steps to mean return 475
+    python benchmarks/dreamer.py cartpole --seeds 0 1 2 --max-steps 40000  # (2) env steps to mean return 475
     python benchmarks/dreamer.py ratio --ratios 0.1 0.5 1.0                # (3) replay ratio actual vs target
 
-Each writes ``benchmarks/results/dreamer_<name>.json`` (and a PNG for cartpole) and prints the figures.
+CartPole runs are saved one by one and reused: run seeds in separate processes (``--seeds 1``, ``--seeds 2``)
+to use more cores, then collect them with ``cartpole --report-only``. Each writes
+``benchmarks/results/dreamer_<name>.json`` (and a PNG for cartpole) and prints the figures.
 The sheeprl 0.8.4 figures default to the ones in /work/shared/FIELD_NOTES.md; measure fresh ones side by side
 with ``benchmarks/sheeprl_dreamer_step.py`` and pass them as ``--sheeprl-s-per-step`` (wall) and
 ``--sheeprl-cpu-s-per-step`` (process CPU time, the steadier figure on a shared machine). Set ``--label``
@@ -183,13 +185,35 @@ def run_ppo_cartpole(seed: int, max_steps: int, stop_when_solved: bool) -> list[
         def _on_step(self) -> bool:
             for info in self.locals["infos"]:
                 if "episode" in info:
-                    self.episodes.append({"policy_step": self.num_timesteps, "return": info["episode"]["r"]})
+                    self.episodes.append(
+                        {"policy_step": int(self.num_timesteps), "return": float(info["episode"]["r"])}
+                    )
             return not (stop_when_solved and first_solved(self.episodes) is not None)
 
     env = gym.wrappers.RecordEpisodeStatistics(gym.make("CartPole-v1"))
     track = Track()
     PPO("MlpPolicy", env, seed=seed, verbose=0, device="cpu").learn(max_steps, callback=track)
     return track.episodes
+
+
+def cartpole_run(agent: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
+    """One agent's CartPole run: its episodes (end step, return) and wall time. Finished runs are kept in
+    ``runs/benchmarks/dreamer/cartpole/<agent>_seed<k>.json`` and reused, so seeds can run in separate
+    processes side by side and a last call (``--report-only``) collects them."""
+    saved = RUNS / "cartpole" / f"{agent}_seed{seed}.json"
+    if saved.is_file() and not args.rerun:
+        return json.loads(saved.read_text())
+    if args.report_only:
+        raise SystemExit(f"no finished {agent} run for seed {seed} ({saved}): run it first")
+    start = time.perf_counter()
+    if agent == "dreamer":
+        episodes = run_dreamer_cartpole(seed, args.max_steps, args.replay_ratio, args.stop_when_solved)
+    else:
+        episodes = run_ppo_cartpole(seed, args.max_steps, args.stop_when_solved)
+    run = {"episodes": episodes, "wall_s": time.perf_counter() - start, "max_steps": args.max_steps}
+    saved.parent.mkdir(parents=True, exist_ok=True)
+    saved.write_text(json.dumps(run))
+    return run
 
 
 def cartpole(args: argparse.Namespace) -> None:
@@ -208,19 +232,13 @@ def cartpole(args: argparse.Namespace) -> None:
     fig, ax = plt.subplots(figsize=(7, 4))
     for seed in args.seeds:
         for agent in args.agents:
-            start = time.perf_counter()
-            if agent == "dreamer":
-                episodes = run_dreamer_cartpole(
-                    seed, args.max_steps, args.replay_ratio, args.stop_when_solved
-                )
-            else:
-                episodes = run_ppo_cartpole(seed, args.max_steps, args.stop_when_solved)
-            solved = first_solved(episodes)
+            run = cartpole_run(agent, seed, args)
+            solved = first_solved(run["episodes"])
             results["runs"].append(
-                {"agent": agent, "seed": seed, "solved_at": solved, "wall_s": time.perf_counter() - start}
+                {"agent": agent, "seed": seed, "solved_at": solved, "wall_s": run["wall_s"]}
             )
-            print(f"{agent} seed {seed}: solved at {solved} env steps ({time.perf_counter() - start:.0f} s)")
-            points = rolling_mean_10(episodes)
+            print(f"{agent} seed {seed}: solved at {solved} env steps ({run['wall_s']:.0f} s)")
+            points = rolling_mean_10(run["episodes"])
             if points:
                 ax.plot(
                     *zip(*points, strict=True),
@@ -282,6 +300,8 @@ def main() -> None:
     p.add_argument("--agents", nargs="+", choices=["dreamer", "ppo"], default=["dreamer", "ppo"])
     p.add_argument("--max-steps", type=int, default=30_000)
     p.add_argument("--replay-ratio", type=float, default=0.5)
+    p.add_argument("--rerun", action="store_true", help="run again even where a finished run is saved")
+    p.add_argument("--report-only", action="store_true", help="only collect saved runs into the JSON/PNG")
     p.add_argument(
         "--keep-going",
         dest="stop_when_solved",

@@ -4,8 +4,10 @@ Same tiny Qwen3 (SFT warm start on the imperfect MathQA expert, copied for both)
 MathQA-v0 training problems, group size, batch, learning rate, completion length and step budget. Both do full
 fine-tuning (or both LoRA with ``--finetune lora``). Reports training tokens/s (prompt + completion tokens per
 wall-clock second of the whole step: generation + update) and greedy validation success on the test split
-after the budget, measured with the same evaluator for both. Writes benchmarks/results/grpo_vs_trl.json and
-.png.
+after the budget, measured with the same evaluator for both. Ours runs twice: as configured by default (a
+group's shared prompt runs once, in the engine's prefill and in the training pass) and with
+``share_prompt_prefix=False``, which shows how much of the gap that one optimisation makes. Writes
+benchmarks/results/grpo_vs_trl.json and .png.
 
     OMP_WAIT_POLICY=PASSIVE python benchmarks/grpo_vs_trl.py --steps 30
 """
@@ -71,8 +73,11 @@ def warm_start(args: argparse.Namespace, train_problems, rng: np.random.Generato
     return tokenizer, model
 
 
-def run_ours(args, tokenizer, model, train_problems, test_problems) -> dict:
+def run_ours(
+    args, tokenizer, model, train_problems, test_problems, share_prompt_prefix: bool = True
+) -> dict:
     config = GRPOConfig(
+        share_prompt_prefix=share_prompt_prefix,
         finetune=args.finetune,
         num_steps=args.steps,
         prompts_per_step=args.prompts_per_step,
@@ -83,7 +88,7 @@ def run_ours(args, tokenizer, model, train_problems, test_problems) -> dict:
         eval_every=0,
         progress=False,
         seed=args.seed,
-        output_dir="runs/bench_grpo_ours",
+        output_dir="runs/bench_grpo_ours" + ("" if share_prompt_prefix else "_unshared"),
     )
     trainer = GRPOTrainer(
         config,
@@ -218,6 +223,8 @@ def main() -> None:
 
     ours = run_ours(args, tokenizer, copy.deepcopy(warm), train_problems, test_problems)
     report("worldgym", ours)
+    unshared = run_ours(args, tokenizer, copy.deepcopy(warm), train_problems, test_problems, False)
+    report("worldgym without prompt sharing", unshared)
     trl = run_trl(args, tokenizer, copy.deepcopy(warm), train_problems)
     trl_model = trl["model"].merge_and_unload() if args.finetune == "lora" else trl["model"]
     trl["eval_success"] = evaluate_with_ours(
@@ -237,10 +244,13 @@ def main() -> None:
         },
         "warm_start_success": warm_success,
         "worldgym": {k: v for k, v in ours.items() if k != "trainer"},
+        "worldgym_no_prompt_sharing": {k: v for k, v in unshared.items() if k != "trainer"},
         "trl": {k: v for k, v in trl.items() if k != "model"},
         "tokens_per_s_ratio": ours["tokens_per_s"] / trl["tokens_per_s"],
+        "tokens_per_s_ratio_no_prompt_sharing": unshared["tokens_per_s"] / trl["tokens_per_s"],
     }
     print(f"ratio worldgym / TRL tokens/s: {summary['tokens_per_s_ratio']:.2f}")
+    print(f"  without prompt sharing: {summary['tokens_per_s_ratio_no_prompt_sharing']:.2f}")
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "grpo_vs_trl.json").write_text(json.dumps(summary, indent=1))
     plot(summary, RESULTS / "grpo_vs_trl.png")
@@ -258,7 +268,7 @@ def plot(summary: dict, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6, 3.5))
-    for name in ("worldgym", "trl"):
+    for name in ("worldgym", "worldgym_no_prompt_sharing", "trl"):
         run = summary[name]
         ax.plot(
             range(1, len(run["reward_curve"]) + 1),

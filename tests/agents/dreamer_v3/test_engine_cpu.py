@@ -66,6 +66,24 @@ def test_run_trains_and_logs(reference_run):
     assert final["replay/sampled_t_max"] < final["replay/committed_t"]
 
 
+def test_every_finished_episode_is_logged_with_its_end_step(reference_run):
+    cfg, engine, _, final = reference_run
+    episodes = read_jsonl(engine.core.run_dir / "episodes.jsonl")
+    assert len(episodes) == final["episode/count"] > 0
+    steps = [e["policy_step"] for e in episodes]
+    assert steps == sorted(steps) and steps[-1] <= final["policy_step"]
+    assert all(e["return"] == e["length"] for e in episodes)  # CartPole: +1 per step
+    recent = engine.core.counters.recent_returns[-10:]
+    assert [e["return"] for e in episodes[-len(recent) :]] == recent
+
+
+def test_stop_when_ends_the_run_with_a_checkpoint(tmp_path, make_config):
+    engine = CPUEngine(make_config(tmp_path, checkpoint_every=0))
+    record = engine.run(progress=False, stop_when=lambda r: r["policy_step"] >= 80)
+    assert record["policy_step"] == 80 < engine.core.total_iters * engine.core.cfg.num_envs
+    assert latest_checkpoint(engine.core.run_dir).name == "iter_40"
+
+
 def test_same_seed_same_run(reference_run, tmp_path, make_config):
     cfg, engine, _, _ = reference_run
     again = CPUEngine(make_config(tmp_path, checkpoint_every=80))
@@ -101,6 +119,12 @@ def test_resume_in_the_same_run_dir_does_not_duplicate_log_lines(reference_run, 
     resumed.run(progress=False)
     steps = [r["policy_step"] for r in read_jsonl(run_dir / "metrics.jsonl")]
     assert steps == [r["policy_step"] for r in read_jsonl(engine.core.run_dir / "metrics.jsonl")]
+    # episodes: the lines up to the checkpoint stay, later ones come from the resumed run only (the resumed
+    # run restarts its envs, so its episodes after the checkpoint differ from the first run's)
+    episodes = read_jsonl(run_dir / "episodes.jsonl")
+    before = [e for e in read_jsonl(engine.core.run_dir / "episodes.jsonl") if e["policy_step"] <= 80]
+    assert episodes[: len(before)] == before
+    assert all(a["policy_step"] < b["policy_step"] for a, b in zip(episodes, episodes[1:]))
 
 
 def test_resume_rejects_bad_checkpoints(reference_run, tmp_path, make_config):
