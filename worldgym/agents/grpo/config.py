@@ -28,6 +28,9 @@ class GRPOConfig:
         env_id, env_kwargs: the training env (``gym.make(env_id, **env_kwargs)``); text in, text out.
         eval_env_kwargs: overrides for the validation env (e.g. ``{"split": "test"}``).
         wrap_tool_calls: wrap the env in ``ParseToolCall`` (for tool-call envs such as CSRPhone-v0).
+        vectorization_mode: ``"none"`` runs training episodes in a pool of single envs; ``"sync"`` /
+        ``"async"`` in a gymnasium vector env of ``prompts_per_step * group_size`` sub-envs (async: one
+        subprocess each). Validation always uses single envs.
         prompts_per_step: distinct tasks per step; group_size: samples per task (the GRPO group).
         max_new_tokens, temperature, top_p: sampling per model reply; max_turns, max_episode_tokens: episode
         limits.
@@ -62,6 +65,7 @@ class GRPOConfig:
     env_kwargs: dict[str, Any] = field(default_factory=dict)
     eval_env_kwargs: dict[str, Any] = field(default_factory=lambda: {"split": "test"})
     wrap_tool_calls: bool = False
+    vectorization_mode: Literal["none", "sync", "async"] = "none"
     prompts_per_step: int = 8
     group_size: int = 8
     max_new_tokens: int = 64
@@ -102,6 +106,7 @@ class GRPOConfig:
         _choice(self, "finetune", ("lora", "full"))
         _choice(self, "loss_aggregation", ("token_mean", "seq_mean", "dr_grpo"))
         _choice(self, "advantage_norm", ("group_std", "none"))
+        _choice(self, "vectorization_mode", ("none", "sync", "async"))
         for name in (
             "lora_rank",
             "lora_alpha",

@@ -27,7 +27,7 @@ from worldgym.agents.llm.losses import (
     policy_loss,
 )
 from worldgym.agents.llm.models import TINY_SIZES, build_tiny_model, load_model, load_tokenizer
-from worldgym.agents.llm.rollout import Episode, RolloutCollector, collate_episodes
+from worldgym.agents.llm.rollout import Episode, RolloutCollector, collate_episodes, make_vector_env
 from worldgym.agents.llm.scoring import score_tokens
 from worldgym.agents.llm.tokenizer import env_text_corpus, train_chat_tokenizer
 from worldgym.jsonl import append_jsonl, truncate_jsonl
@@ -105,7 +105,12 @@ class GRPOTrainer:
             )
         )
         limits = {"max_turns": config.max_turns, "max_episode_tokens": config.max_episode_tokens}
-        self.collector = RolloutCollector(self.engine, self.tokenizer, self.make_env, **limits)
+        if config.vectorization_mode == "none":
+            train_envs: dict[str, Any] = {"make_env": self.make_env}
+        else:  # one sub-env per episode of a step
+            num_envs = config.prompts_per_step * config.group_size
+            train_envs = {"vector_env": make_vector_env(self.make_env, num_envs, config.vectorization_mode)}
+        self.collector = RolloutCollector(self.engine, self.tokenizer, **train_envs, **limits)
         self.eval_collector = RolloutCollector(self.engine, self.tokenizer, self.make_eval_env, **limits)
         self.step = 0
         self.output_dir = Path(config.output_dir)

@@ -5,6 +5,9 @@ tool env wrapped in :class:`worldgym.wrappers.ParseToolCall` takes the raw reply
 the tokenizer's chat template (with ``tools`` from reset info when present); after each reply only the *new*
 template text (the observation turn and the next assistant header) is tokenized and appended, so the model's
 own tokens are never re-tokenized.
+
+Episodes run in a pool of single envs or in the sub-envs of a gymnasium vector env (sync or async); the same
+seeds give the same episodes either way.
 """
 
 from __future__ import annotations
@@ -12,15 +15,17 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Literal
 
 import gymnasium as gym
+import numpy as np
 import torch
+from gymnasium import spaces
 from transformers import PreTrainedTokenizerBase
 
-from worldgym.agents.llm.engines.base import GenerationEngine, SamplingParams
+from worldgym.agents.llm.engines.base import Generation, GenerationEngine, SamplingParams
 
-__all__ = ["Episode", "RolloutCollector", "Turn", "collate_episodes", "encode_chat"]
+__all__ = ["Episode", "RolloutCollector", "Turn", "collate_episodes", "encode_chat", "make_vector_env"]
 
 
 @dataclass
@@ -88,13 +93,141 @@ def encode_chat(
 @dataclass
 class _Running:
     episode: Episode
-    env: gym.Env
     messages: list[dict[str, str]]
     tools: list | None
 
 
+StepResult = tuple[Any, float, bool, bool, dict[str, Any]]
+
+
+class _EnvPool:
+    """One single env per episode, built by ``make_env`` on demand and reused across calls."""
+
+    def __init__(self, make_env: Callable[[], gym.Env]):
+        self.make_env = make_env
+        self.envs: list[gym.Env] = []
+
+    def reset(self, seeds: list[int]) -> list[tuple[Any, dict[str, Any]]]:
+        while len(self.envs) < len(seeds):
+            self.envs.append(self.make_env())
+        return [env.reset(seed=seed) for env, seed in zip(self.envs, seeds)]
+
+    def step(self, rows: list[int], actions: list[str]) -> list[StepResult]:
+        return [self.envs[row].step(action) for row, action in zip(rows, actions)]
+
+
+class _VectorEnvRows:
+    """A gymnasium ``VectorEnv`` of text envs seen as rows: sub-env ``i`` plays episode ``i``.
+
+    A vector env can only step all its sub-envs at once, and episodes end at different turns. Every turn
+    therefore steps every sub-env; a row whose episode has ended gets a placeholder ``""`` action and its
+    results are dropped, so it never feeds a new episode's data into the finished one. This works under each
+    of gymnasium 1.x's autoreset modes (``vector_env.metadata["autoreset_mode"]``):
+
+    * ``NEXT_STEP`` (the default): the step after an episode ends resets that sub-env and ignores its action;
+      later placeholder steps play a throw-away episode.
+    * ``SAME_STEP``: the ending step already returns the next episode's first observation, so the real last
+      observation and info are read from ``info["final_obs"]`` / ``info["final_info"]``.
+    * ``DISABLED``: sub-envs the last step ended are reset (``options={"reset_mask": ...}``) before the next
+      step, as that mode requires.
+
+    An ``AsyncVectorEnv`` needs ``shared_memory=False`` (shared memory garbles ``Text`` observations) and
+    ``SAME_STEP`` or ``DISABLED``: in gymnasium 1.4 its workers without shared memory keep a pending
+    ``NEXT_STEP`` autoreset across ``reset()``, so a reseeded sub-env would restart on its first step.
+
+    :meth:`reset` reseeds every sub-env, so each ``collect`` starts from the same state whatever the previous
+    one left behind. Vector infos (a dict of per-env arrays with ``_key`` masks) are split back into one plain
+    dict per row with Python scalars, equal to what the single env returned.
+    """
+
+    def __init__(self, vector_env: gym.vector.VectorEnv):
+        if not isinstance(vector_env, gym.vector.VectorEnv):
+            raise TypeError(f"vector_env must be a gymnasium VectorEnv, got {type(vector_env).__name__}")
+        if getattr(vector_env.unwrapped, "shared_memory", False) and isinstance(
+            vector_env.single_observation_space, spaces.Text
+        ):
+            raise ValueError(
+                "AsyncVectorEnv(shared_memory=True) garbles Text observations in gymnasium 1.x: build it "
+                "with shared_memory=False (gym.make_vec(..., vector_kwargs={'shared_memory': False}))"
+            )
+        self.env = vector_env
+        self.size = vector_env.num_envs
+        self.mode = gym.vector.AutoresetMode(
+            vector_env.metadata.get("autoreset_mode", gym.vector.AutoresetMode.NEXT_STEP)
+        )
+        if isinstance(vector_env.unwrapped, gym.vector.AsyncVectorEnv) and (
+            self.mode == gym.vector.AutoresetMode.NEXT_STEP
+        ):
+            raise ValueError(
+                "an AsyncVectorEnv without shared memory does not clear a pending NEXT_STEP autoreset on "
+                "reset() (gymnasium 1.4), which would restart reseeded episodes: build it with "
+                "autoreset_mode=gym.vector.AutoresetMode.SAME_STEP (or DISABLED), e.g. via make_vector_env"
+            )
+        self._ended = np.zeros(self.size, dtype=bool)  # sub-envs whose (possibly throw-away) episode ended
+
+    def reset(self, seeds: list[int]) -> list[tuple[Any, dict[str, Any]]]:
+        observations, info = self.env.reset(seed=seeds)
+        self._ended[:] = False
+        return [(observations[row], _row_info(info, row)) for row in range(self.size)]
+
+    def step(self, rows: list[int], actions: list[str]) -> list[StepResult]:
+        if self.mode == gym.vector.AutoresetMode.DISABLED and self._ended.any():
+            self.env.reset(options={"reset_mask": self._ended.copy()})
+        batch = [""] * self.size
+        for row, action in zip(rows, actions):
+            batch[row] = action
+        observations, rewards, terminated, truncated, info = self.env.step(tuple(batch))
+        self._ended = np.logical_or(terminated, truncated)
+        results = []
+        for row in rows:
+            observation, row_info = observations[row], _row_info(info, row)
+            if self.mode == gym.vector.AutoresetMode.SAME_STEP and self._ended[row]:
+                observation, row_info = info["final_obs"][row], _row_info(info["final_info"], row)
+            ended = bool(terminated[row]), bool(truncated[row])
+            results.append((observation, float(rewards[row]), *ended, row_info))
+        return results
+
+
+def _row_info(info: dict[str, Any], row: int) -> dict[str, Any]:
+    """Sub-env ``row``'s info out of a gymnasium vector info (arrays with ``_key`` masks; dicts nest)."""
+    out = {}
+    for key, value in info.items():
+        mask = info.get(f"_{key}")
+        if mask is None or not mask[row]:  # ``key`` is itself a mask, or this sub-env did not report it
+            continue
+        item = _row_info(value, row) if isinstance(value, dict) else value[row]
+        out[key] = item.item() if isinstance(item, np.generic) else item
+    return out
+
+
+def make_vector_env(
+    make_env: Callable[[], gym.Env],
+    num_envs: int,
+    mode: Literal["sync", "async"] = "sync",
+    **vector_kwargs: Any,
+) -> gym.vector.VectorEnv:
+    """A gymnasium vector env of ``num_envs`` text envs from ``make_env``, ready for a
+    :class:`RolloutCollector`: ``"sync"`` steps them in this process, ``"async"`` each in a subprocess
+    (without shared memory). Sub-envs autoreset in the step that ends them (``SAME_STEP``); ``vector_kwargs``
+    go to the vector env class."""
+    if num_envs < 1:
+        raise ValueError(f"num_envs must be >= 1, got {num_envs}")
+    vector_kwargs = {"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP, **vector_kwargs}
+    if mode == "sync":
+        return gym.vector.SyncVectorEnv([make_env] * num_envs, **vector_kwargs)
+    if mode == "async":
+        return gym.vector.AsyncVectorEnv([make_env] * num_envs, **{"shared_memory": False, **vector_kwargs})
+    raise ValueError(f"mode must be 'sync' or 'async', got {mode!r}")
+
+
 class RolloutCollector:
     """Runs groups of episodes with an engine until every episode ends.
+
+    Episodes run either in a pool of single envs (``make_env``) or in the sub-envs of a gymnasium vector env
+    (``vector_env``, e.g. ``gym.make_vec("CSRPhone-v0", num_envs=16, wrappers=[ParseToolCall])`` or
+    :func:`make_vector_env`); both give the same episodes for the same seeds. A vector env needs exactly one
+    sub-env per episode of a :meth:`collect` call (``len(env_seeds) * group_size``); see
+    :class:`_VectorEnvRows` for how sub-envs that finished early are handled.
 
     Args:
         engine: any :class:`GenerationEngine`.
@@ -103,57 +236,73 @@ class RolloutCollector:
         max_turns: model replies per episode before it is truncated.
         max_episode_tokens: an episode whose next reply could exceed this many tokens is truncated.
         system_prompt: used when reset info has no ``system_prompt``.
+        vector_env: a gymnasium ``VectorEnv`` of text envs, instead of ``make_env`` (kept as
+            ``self.vector_env``, ``None`` for a pool; the caller closes it).
     """
 
     def __init__(
         self,
         engine: GenerationEngine,
         tokenizer: PreTrainedTokenizerBase,
-        make_env: Callable[[], gym.Env],
+        make_env: Callable[[], gym.Env] | None = None,
         max_turns: int = 8,
         max_episode_tokens: int = 4096,
         system_prompt: str | None = None,
+        *,
+        vector_env: gym.vector.VectorEnv | None = None,
     ):
         if max_turns < 1:
             raise ValueError(f"max_turns must be >= 1, got {max_turns}")
         if tokenizer.eos_token_id is None:
             raise ValueError("the tokenizer needs an eos_token (the end of an assistant turn)")
-        self.engine, self.tokenizer, self.make_env = engine, tokenizer, make_env
+        if (make_env is None) == (vector_env is None):
+            raise ValueError(
+                "RolloutCollector needs exactly one of make_env (a factory of single envs) or vector_env "
+                "(a gymnasium VectorEnv)"
+            )
+        self.engine, self.tokenizer, self.make_env, self.vector_env = engine, tokenizer, make_env, vector_env
         self.max_turns, self.max_episode_tokens, self.system_prompt = (
             max_turns,
             max_episode_tokens,
             system_prompt,
         )
-        self._envs: list[gym.Env] = []
+        self._envs = _EnvPool(make_env) if make_env is not None else _VectorEnvRows(vector_env)
         self._prompt_cache: dict[str, list[int]] = {}
 
     def collect(
         self, env_seeds: Sequence[int], group_size: int, params: SamplingParams, first_group_id: int = 0
     ) -> list[Episode]:
         """``group_size`` episodes per env seed (same task, one group id each), sampled with ``params`` (n=1
-        per
-        turn; ``params.seed`` + turn index seeds each turn)."""
+        per turn; ``params.seed`` + turn index seeds each turn)."""
         if group_size < 1:
             raise ValueError(f"group_size must be >= 1, got {group_size}")
-        while len(self._envs) < len(env_seeds) * group_size:
-            self._envs.append(self.make_env())
+        seeds = [int(seed) for seed in env_seeds for _ in range(group_size)]
+        if isinstance(self._envs, _VectorEnvRows) and len(seeds) != self._envs.size:
+            raise ValueError(
+                f"the vector env has num_envs={self._envs.size}, but collect() runs one episode per sub-env: "
+                f"{len(env_seeds)} env seeds x group_size {group_size} = {len(seeds)}; build the vector env "
+                f"with num_envs={len(seeds)} or pass that many seeds"
+            )
         running = [
-            self._start(self._envs[g * group_size + k], int(seed), first_group_id + g)
-            for g, seed in enumerate(env_seeds)
-            for k in range(group_size)
+            self._start(observation, info, seed, first_group_id + index // group_size)
+            for index, (seed, (observation, info)) in enumerate(zip(seeds, self._envs.reset(seeds)))
         ]
         for turn in range(self.max_turns):
-            active = [run for run in running if not run.episode.done]
-            if not active:
+            rows = [row for row, run in enumerate(running) if not run.episode.done]
+            if not rows:
                 break
             turn_params = replace(params, n=1, seed=params.seed + 7919 * turn)
-            generations = self.engine.generate([run.episode.token_ids for run in active], turn_params)
-            for run, (generation,) in zip(active, generations):
-                self._advance(run, generation.token_ids, generation.logprobs, generation.finish_reason)
+            generations = self.engine.generate([running[row].episode.token_ids for row in rows], turn_params)
+            replies = [
+                self._add_reply(running[row].episode, generation)
+                for row, (generation,) in zip(rows, generations)
+            ]
+            results = self._envs.step(rows, replies)
+            for row, (generation,), reply, result in zip(rows, generations, replies, results):
+                self._add_step(running[row], reply, generation.finish_reason, *result)
         return [run.episode for run in running]
 
-    def _start(self, env: gym.Env, seed: int, group_id: int) -> _Running:
-        observation, info = env.reset(seed=seed)
+    def _start(self, observation: Any, info: dict[str, Any], seed: int, group_id: int) -> _Running:
         tools = info.get("tools") or None
         system = info.get("system_prompt", self.system_prompt)
         messages = [{"role": "system", "content": system}] if system else []
@@ -166,18 +315,30 @@ class RolloutCollector:
             prompt = self._prompt_cache[key] = encode_chat(self.tokenizer, messages, tools)
         episode = Episode([], [], [], len(prompt), group_id, seed)
         episode.extend(prompt, from_model=False)
-        return _Running(episode, env, messages, tools)
+        return _Running(episode, messages, tools)
 
-    def _advance(
-        self, run: _Running, token_ids: list[int], logprobs: list[float], finish_reason: str
-    ) -> None:
-        episode, eos = run.episode, self.tokenizer.eos_token_id
-        episode.extend(token_ids, from_model=True, logprobs=logprobs)
+    def _add_reply(self, episode: Episode, generation: Generation) -> str:
+        """Append the model's tokens (closing a cut-off turn with a context eos); returns the reply text."""
+        token_ids, eos = generation.token_ids, self.tokenizer.eos_token_id
+        episode.extend(token_ids, from_model=True, logprobs=generation.logprobs)
         reply_ids = token_ids[:-1] if token_ids and token_ids[-1] == eos else token_ids
-        if finish_reason == "length" or not token_ids or token_ids[-1] != eos:
+        if generation.finish_reason == "length" or not token_ids or token_ids[-1] != eos:
             episode.extend([eos], from_model=False)  # close the cut-off turn; not a model token
-        text = self.tokenizer.decode(reply_ids, skip_special_tokens=False)
-        observation, reward, terminated, truncated, info = run.env.step(text)
+        return self.tokenizer.decode(reply_ids, skip_special_tokens=False)
+
+    def _add_step(
+        self,
+        run: _Running,
+        text: str,
+        finish_reason: str,
+        observation: Any,
+        reward: float,
+        terminated: bool,
+        truncated: bool,
+        info: dict[str, Any],
+    ) -> None:
+        """Record what the env answered to ``text`` and append the next turn's template tokens."""
+        episode = run.episode
         if not isinstance(
             observation, str
         ):  # a broken env ends the episode with no reward instead of crashing
