@@ -14,6 +14,18 @@ def _engine(model, tokenizer, batch_size=4):
     return HFEngine(model, tokenizer.pad_token_id, [tokenizer.eos_token_id], batch_size=batch_size)
 
 
+def assert_logprobs_match_a_plain_forward(model, prompts, results, temperature):
+    """Every generation's logprobs equal a training-style forward over prompt + generation."""
+    for prompt, generations in zip(prompts, results, strict=True):
+        for generation in generations:
+            ids = torch.tensor([prompt + generation.token_ids])
+            with torch.no_grad():
+                expected = token_logprobs(model(ids).logits[:, :-1], ids[:, 1:], temperature=temperature)
+            assert torch.allclose(
+                torch.tensor(generation.logprobs), expected[0, len(prompt) - 1 :], atol=1e-4
+            )
+
+
 def test_logprobs_match_a_plain_forward_despite_left_padding(model, tokenizer):
     engine = _engine(model, tokenizer)
     assert isinstance(engine, GenerationEngine)
@@ -23,14 +35,7 @@ def test_logprobs_match_a_plain_forward_despite_left_padding(model, tokenizer):
     ]
     results = engine.generate(prompts, SamplingParams(temperature=0.7, max_new_tokens=12, n=3, seed=5))
     assert [len(r) for r in results] == [3, 3]
-    for prompt, generations in zip(prompts, results):
-        for generation in generations:
-            ids = torch.tensor([prompt + generation.token_ids])
-            with torch.no_grad():
-                expected = token_logprobs(model(ids).logits[:, :-1], ids[:, 1:], temperature=0.7)
-            assert torch.allclose(
-                torch.tensor(generation.logprobs), expected[0, len(prompt) - 1 :], atol=1e-4
-            )
+    assert_logprobs_match_a_plain_forward(model, prompts, results, temperature=0.7)
 
 
 def test_shared_prefix_prefill_gives_the_same_samples_and_logprobs(model, tokenizer):
@@ -45,14 +50,7 @@ def test_shared_prefix_prefill_gives_the_same_samples_and_logprobs(model, tokeni
     assert groups.prefix_lengths == [len(question) - 1, len(other) - 1]  # the sharing path really runs
     expected, got = plain.generate(prompts, params), shared.generate(prompts, params)
     assert [[g.token_ids for g in r] for r in got] == [[g.token_ids for g in r] for r in expected]
-    for prompt, generations in zip(prompts, got):
-        for generation in generations:
-            ids = torch.tensor([prompt + generation.token_ids])
-            with torch.no_grad():
-                reference = token_logprobs(model(ids).logits[:, :-1], ids[:, 1:], temperature=0.9)
-            assert torch.allclose(
-                torch.tensor(generation.logprobs), reference[0, len(prompt) - 1 :], atol=1e-4
-            )
+    assert_logprobs_match_a_plain_forward(model, prompts, got, temperature=0.9)
 
 
 def test_seeded_sampling_is_reproducible_and_batch_size_free(model, tokenizer):
