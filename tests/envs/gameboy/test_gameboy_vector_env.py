@@ -157,9 +157,10 @@ def test_step_rejects_out_of_range_actions() -> None:
 def test_exit_oak_scores_leaving_the_lab_from_ram() -> None:
     task = ExitOakTask(goal_image=np.zeros((72, 80), dtype=np.uint8))
     memory = np.zeros((2, 0x8000), dtype=np.uint8)
-    memory[:, 0xD35E - 0x8000] = [0x28, 0x00]
+    memory[:, 0xD35E - 0x8000] = 0x28
     observations = np.zeros((2, 72, 80), dtype=np.uint8)
     task.on_reset(memory, np.ones(2, dtype=bool), np.random.default_rng(0))
+    memory[1, 0xD35E - 0x8000] = 0x00  # env 1 walks out of the lab
     reward, terminated = task.evaluate(memory, observations)
     assert terminated.tolist() == [False, True]
     assert reward.tolist() == pytest.approx([-0.01, 9.99])

@@ -12,6 +12,7 @@ from typing import Protocol
 
 import numpy as np
 
+from worldgym.config import check_field, check_positive_int
 from worldgym.envs.gameboy import homebrew
 from worldgym.envs.gameboy.layout import MEM_BASE
 
@@ -51,6 +52,19 @@ def _byte(memory: np.ndarray, addr: int) -> np.ndarray:
     return memory[:, addr - MEM_BASE].astype(np.int32)
 
 
+def unpack_shades(observations: np.ndarray) -> np.ndarray:
+    """(N, 72, 80) shades from observations that may be packed 4 pixels a byte, (N, 72, 20), first pixel high.
+
+    >>> unpack_shades(np.array([[[0b00011011] * 20] * 72], dtype=np.uint8))[0, 0, :4].tolist()
+    [0, 1, 2, 3]
+    """
+    if observations.shape[-1] == 80:
+        return observations
+    shifts = np.array([6, 4, 2, 0], dtype=np.uint8)
+    shades = (observations[..., None] >> shifts) & 3
+    return shades.reshape(*observations.shape[:-1], observations.shape[-1] * 4)
+
+
 @dataclass
 class SpriteGoalTask:
     """Homebrew task: move the block sprite onto the ring. Reward: -0.01 per step, +0.01 per pixel of
@@ -70,6 +84,9 @@ class SpriteGoalTask:
     tolerance: int = 4
     randomize_start: bool = True
     _distance: np.ndarray | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        check_positive_int("max_steps", self.max_steps)
 
     @staticmethod
     def rom() -> bytes:
@@ -117,11 +134,23 @@ OAKS_LAB_MAP = 0x28
 
 @dataclass
 class StandingStillTask:
-    """Pokémon Red: the agent should keep still (constant action). Reward 0; episodes end by truncation."""
+    """Pokémon Red world-model check: the agent keeps pressing one button (``fixed_action``, default no-op)
+    and the reward is always 0, so episodes end only by truncation after ``max_steps``.
+
+    The env does not enforce the action; agents read ``fixed_action`` (Dreamer's ``--fixed-action``).
+    """
 
     name: str = "StandingStill"
     max_steps: int = 128
     ram_addresses: tuple[int, ...] | None = ()
+    fixed_action: int = 0
+
+    def __post_init__(self) -> None:
+        check_positive_int("max_steps", self.max_steps)
+        check_field(
+            self.fixed_action in range(len(ACTIONS)), "fixed_action", self.fixed_action,
+            f"use an index into ACTIONS, 0..{len(ACTIONS) - 1}",
+        )  # fmt: skip
 
     def on_reset(self, memory: np.ndarray, env_mask: np.ndarray, rng: np.random.Generator) -> None:
         return None
@@ -134,8 +163,12 @@ class StandingStillTask:
 @dataclass
 class ExitOakTask:
     """Pokémon Red: leave Oak's lab. Reward -0.01 per step, + progress toward a goal image (decrease of the
-    mean absolute shade difference, scaled by ``progress_scale``), +10 and termination once the map id at
-    0xD35E is no longer Oak's lab. ``goal_image`` is a (72, 80) shade array or a path to a ``.npy`` file.
+    mean absolute shade difference, in [0, 1], scaled by ``progress_scale``), +10 and termination when the map
+    id at 0xD35E (wCurMap) changes from Oak's lab (0x28) to another map. An env that has not been in the lab
+    since its reset (e.g. a start state on the title screen, where wCurMap reads 0) never succeeds.
+
+    ``goal_image`` is a (72, 80) array of shades 0-3 or a path to such a ``.npy`` file; None drops the
+    progress term. Packed observations (``packed_obs=True``) are unpacked before the comparison.
     """
 
     goal_image: np.ndarray | str | Path | None = None
@@ -145,23 +178,39 @@ class ExitOakTask:
     progress_scale: float = 1.0
     _difference: np.ndarray | None = field(default=None, repr=False)
     _fresh: np.ndarray | None = field(default=None, repr=False)
+    _in_lab: np.ndarray | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
+        check_positive_int("max_steps", self.max_steps)
+        check_field(bool(np.isfinite(self.progress_scale)), "progress_scale", self.progress_scale,
+                    "use a finite number")  # fmt: skip
         if isinstance(self.goal_image, (str, Path)):
-            self.goal_image = np.load(self.goal_image)
-        if self.goal_image is not None and np.asarray(self.goal_image).shape != (72, 80):
-            raise ValueError(f"goal_image must have shape (72, 80), got {np.asarray(self.goal_image).shape}")
+            path = Path(self.goal_image)
+            check_field(path.is_file(), "goal_image", str(path), "point it at an existing .npy file")
+            self.goal_image = np.load(path)
+        if self.goal_image is not None:
+            goal = np.asarray(self.goal_image)
+            check_field(goal.shape == (72, 80), "goal_image", f"<array of shape {goal.shape}>",
+                        "use a (72, 80) array of shades (an unpacked GameBoy-v0 observation)")  # fmt: skip
+            valid = np.issubdtype(goal.dtype, np.integer) and goal.min() >= 0 and goal.max() <= 3
+            check_field(bool(valid), "goal_image", f"<{goal.dtype} array, values {goal.min()}..{goal.max()}>",
+                        "use integer shades 0 (white) to 3 (black)")  # fmt: skip
+            self.goal_image = goal.astype(np.uint8)
 
     def _image_difference(self, observations: np.ndarray) -> np.ndarray:
         if self.goal_image is None:
             return np.zeros(observations.shape[0], dtype=np.float32)
-        goal = np.asarray(self.goal_image, dtype=np.float32)
-        return np.abs(observations.astype(np.float32) - goal).mean(axis=(1, 2)) / 3.0
+        shades = unpack_shades(observations).astype(np.float32)
+        return np.abs(shades - self.goal_image.astype(np.float32)).mean(axis=(1, 2)) / 3.0
 
     def on_reset(self, memory: np.ndarray, env_mask: np.ndarray, rng: np.random.Generator) -> None:
         if self._fresh is None or self._fresh.shape != env_mask.shape:
             self._fresh = np.ones_like(env_mask, dtype=bool)
         self._fresh |= env_mask  # progress of these envs restarts from their next observation
+        in_lab = _byte(memory, POKEMON_CURRENT_MAP) == OAKS_LAB_MAP
+        if self._in_lab is None or self._in_lab.shape != in_lab.shape:
+            self._in_lab = in_lab
+        self._in_lab[env_mask] = in_lab[env_mask]
 
     def evaluate(self, memory: np.ndarray, observations: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         difference = self._image_difference(observations)
@@ -170,18 +219,22 @@ class ExitOakTask:
             previous = np.where(self._fresh, difference, previous)
             self._fresh[:] = False
         self._difference = difference
-        left = _byte(memory, POKEMON_CURRENT_MAP) != OAKS_LAB_MAP
+        in_lab = _byte(memory, POKEMON_CURRENT_MAP) == OAKS_LAB_MAP
+        was_in_lab = in_lab if self._in_lab is None else self._in_lab
+        left = was_in_lab & ~in_lab
+        self._in_lab = in_lab | was_in_lab
         reward = -0.01 + self.progress_scale * (previous - difference) + 10.0 * left
         return reward.astype(np.float32), left
 
     def state_dict(self) -> dict[str, np.ndarray]:
-        """The progress baseline and which envs restart it, for GameBoyVecEnv.save_state."""
-        return _arrays(difference=self._difference, fresh=self._fresh)
+        """Progress baseline, envs restarting it, envs that were in the lab (for GameBoyVecEnv.save_state)."""
+        return _arrays(difference=self._difference, fresh=self._fresh, in_lab=self._in_lab)
 
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
         """Restore what ``state_dict`` returned."""
         self._difference = _optional(state, "difference")
         self._fresh = _optional(state, "fresh")
+        self._in_lab = _optional(state, "in_lab")
 
 
 TASKS = {"sprite_goal": SpriteGoalTask, "standing_still": StandingStillTask, "exit_oak": ExitOakTask}

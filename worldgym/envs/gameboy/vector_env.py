@@ -243,6 +243,9 @@ class GameBoyVecEnv(VectorEnv):
             self.emulator.run_frames(1, render=True, env_mask=done)
             fresh = self._observe()  # live envs' screens are unchanged, so this matches observation_tensor
             observations[done] = fresh[done]
+            # as in reset(): the task sees the new episodes' first observation (its progress baseline); a
+            # second look at the live envs' unchanged memory and screens leaves their state as it is
+            self.task.evaluate(self._memory(), observations)
         return observations, rewards, terminated, truncated, infos
 
     def render(self) -> np.ndarray | None:
