@@ -181,6 +181,7 @@ def run_ppo_cartpole(seed: int, max_steps: int, stop_when_solved: bool) -> list[
         def __init__(self) -> None:
             super().__init__()
             self.episodes: list[dict[str, Any]] = []
+            self.solved = False
 
         def _on_step(self) -> bool:
             for info in self.locals["infos"]:
@@ -188,7 +189,9 @@ def run_ppo_cartpole(seed: int, max_steps: int, stop_when_solved: bool) -> list[
                     self.episodes.append(
                         {"policy_step": int(self.num_timesteps), "return": float(info["episode"]["r"])}
                     )
-            return not (stop_when_solved and first_solved(self.episodes) is not None)
+                    recent = [e["return"] for e in self.episodes[-10:]]
+                    self.solved = self.solved or sum(recent) / len(recent) >= SOLVED
+            return not (stop_when_solved and self.solved)
 
     env = gym.wrappers.RecordEpisodeStatistics(gym.make("CartPole-v1"))
     track = Track()
@@ -201,8 +204,11 @@ def cartpole_run(agent: str, seed: int, args: argparse.Namespace) -> dict[str, A
     ``runs/benchmarks/dreamer/cartpole/<agent>_seed<k>.json`` and reused, so seeds can run in separate
     processes side by side and a last call (``--report-only``) collects them."""
     saved = RUNS / "cartpole" / f"{agent}_seed{seed}.json"
-    if saved.is_file() and not args.rerun:
-        return json.loads(saved.read_text())
+    settings = {"max_steps": args.max_steps, "replay_ratio": args.replay_ratio, "stop": args.stop_when_solved}
+    if saved.is_file() and (args.report_only or not args.rerun):
+        run = json.loads(saved.read_text())
+        if args.report_only or run.get("settings") == settings:
+            return run
     if args.report_only:
         raise SystemExit(f"no finished {agent} run for seed {seed} ({saved}): run it first")
     start = time.perf_counter()
@@ -210,7 +216,7 @@ def cartpole_run(agent: str, seed: int, args: argparse.Namespace) -> dict[str, A
         episodes = run_dreamer_cartpole(seed, args.max_steps, args.replay_ratio, args.stop_when_solved)
     else:
         episodes = run_ppo_cartpole(seed, args.max_steps, args.stop_when_solved)
-    run = {"episodes": episodes, "wall_s": time.perf_counter() - start, "max_steps": args.max_steps}
+    run = {"episodes": episodes, "wall_s": time.perf_counter() - start, "settings": settings}
     saved.parent.mkdir(parents=True, exist_ok=True)
     saved.write_text(json.dumps(run))
     return run

@@ -146,6 +146,8 @@ def test_grpo_trainer_vector_env_option_gives_the_same_step(tmp_path, tokenizer)
         vector_env = trainer.collector.vector_env
         assert vector_env is None if mode == "none" else vector_env.num_envs == 4
         metrics.append(trainer.train_step())
+        trainer.close()
+        assert vector_env is None or vector_env.closed
     pooled, vectorized = metrics
     for key, value in pooled.items():
         if key.startswith(("rollout/", "loss/")):

@@ -64,6 +64,7 @@ def test_shared_prefix_scoring_matches_per_row_scoring(model, tokenizer, lora):
     split = shared_prefix(ids, attention, mask, groups)
     prompt_lengths = [len(tokenizer(text)["input_ids"]) for text in PROMPTS]
     assert split.saved_tokens == sum(2 * (length - 1) for length in prompt_lengths)  # 2 extra rows per group
+    assert split.padded_tokens < ids.numel()  # so score_tokens takes the shared path
     trainable = [p for p in model.parameters() if p.requires_grad]
 
     def scored_and_grads(group_ids):
@@ -88,3 +89,14 @@ def test_shared_prefix_stops_at_the_first_difference_and_the_first_trained_token
     # group 0: tokens differ at position 2; group 1: row 2 trains token 2 (predicted from position 1)
     assert split.prefix_length.tolist() == [2, 1]
     assert split.saved_tokens == 2
+
+
+def test_activation_checkpointing_falls_back_to_the_plain_pass(model, tokenizer):
+    """transformers drops the KV cache of checkpointed layers in training mode: the shared pass can't run."""
+    ids, attention, mask, groups = _grpo_like_batch(tokenizer, torch.Generator().manual_seed(1))
+    expected = score_tokens(model, ids, attention, mask, group_ids=groups).logprobs.detach()
+    model.gradient_checkpointing_enable()
+    model.train()
+    scored = score_tokens(model, ids, attention, mask, group_ids=groups)
+    assert torch.allclose(scored.logprobs, expected, atol=1e-5)
+    scored.logprobs.sum().backward()

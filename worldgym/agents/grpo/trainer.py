@@ -340,6 +340,11 @@ class GRPOTrainer:
         self.history.append(metrics)
         append_jsonl(self.output_dir / "metrics.jsonl", metrics)
 
+    def close(self) -> None:
+        """Close the training vector env (its subprocesses, with ``vectorization_mode="async"``)."""
+        if self.collector.vector_env is not None:
+            self.collector.vector_env.close()
+
     def save(self, path: str | Path) -> Path:
         """Trainable weights + optimizer (safetensors) and step, RNG and config (JSON)."""
         state = {"step": self.step, "rng": self.rng.bit_generator.state, "config": self.config.to_dict()}

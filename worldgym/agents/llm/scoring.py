@@ -33,12 +33,14 @@ class SharedPrefix:
 
     ``row_group[r]`` indexes the group of row ``r`` in ``0..G-1``; ``prefix_length[g]`` tokens open every
     row of group ``g`` and precede its first trained token; ``saved_tokens`` is how many token positions the
-    decoder skips compared with running every row in full.
+    decoder skips compared with running every row in full; ``padded_tokens`` is the size of the two padded
+    passes (``G x`` longest prefix ``+ R x`` longest continuation), to compare with the plain ``R x T``.
     """
 
     row_group: torch.Tensor
     prefix_length: torch.Tensor
     saved_tokens: int
+    padded_tokens: int
 
 
 def shared_prefix(
@@ -66,7 +68,9 @@ def shared_prefix(
         prefix_length[g] = int(differs[0]) if len(differs) else limit
     group_sizes = torch.bincount(row_group, minlength=len(groups))
     saved = int(((group_sizes - 1) * prefix_length).sum())
-    return SharedPrefix(row_group, prefix_length, saved)
+    longest_rest = int((lengths.cpu() - prefix_length[row_group]).max())
+    padded = len(groups) * int(prefix_length.max()) + len(row_group) * longest_rest
+    return SharedPrefix(row_group, prefix_length, saved, padded)
 
 
 def score_tokens(
@@ -83,15 +87,25 @@ def score_tokens(
     Rollout batches are mostly prompt and env tokens; skipping their ``[T, V]`` logits saves the largest
     tensor of the step (for a 150k vocabulary it dominates memory). With ``group_ids`` ``[B]``, rows of a
     group share their common prompt's forward (and backward) pass; the result is the same up to float
-    rounding. Works with PEFT-wrapped models (LoRA layers sit inside the decoder) and any transformers causal
-    LM that exposes ``get_decoder()`` and ``get_output_embeddings()`` and takes ``position_ids`` and a
-    ``DynamicCache``.
+    rounding; it is used only where its two padded passes are smaller than the plain one, and not under
+    activation checkpointing. Works with PEFT-wrapped models (LoRA layers sit inside the decoder) and
+    transformers causal LMs that expose ``get_decoder()`` and ``get_output_embeddings()`` and take
+    ``position_ids`` and a ``DynamicCache``; not for sliding-window attention (the padding between prompt and
+    continuation would count toward the window): pass no ``group_ids`` there.
     """
     base = model.get_base_model() if isinstance(model, PeftModel) else model
     decoder = base.get_decoder()
     selected = mask.bool()
-    split = shared_prefix(input_ids, attention_mask, mask, group_ids) if group_ids is not None else None
-    if split is not None and split.saved_tokens > 0 and int(split.prefix_length.min()) > 0:
+    # activation checkpointing (transformers drops the KV cache in training mode) rules the shared pass out
+    checkpointing = base.training and getattr(base, "is_activation_checkpointing", False)
+    split = None
+    if group_ids is not None and not checkpointing:
+        split = shared_prefix(input_ids, attention_mask, mask, group_ids)
+    if (
+        split is not None
+        and int(split.prefix_length.min()) > 0  # a row with no prefix would attend to padding only
+        and split.padded_tokens < input_ids.numel()  # cheaper than the plain pass, padding included
+    ):
         hidden, targets = _decode_with_shared_prefix(decoder, input_ids, attention_mask, mask, split)
     else:
         hidden = decoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state

@@ -32,7 +32,10 @@ class Task(Protocol):
         """Called after envs in ``env_mask`` were restored from the start snapshot; may edit their WRAM."""
 
     def evaluate(self, memory: np.ndarray, observations: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Return (reward float32 (N,), terminated bool (N,)) for the state after a step."""
+        """Return (reward float32 (N,), terminated bool (N,)) for the state after a step.
+
+        Also called after ``reset()`` and after each auto-reset (the new episodes' first observation sets any
+        baseline), so a second call on unchanged memory and screens must leave the state as it is."""
 
     # A task that keeps state between steps (e.g. a reward baseline) also defines
     # ``state_dict() -> dict[str, np.ndarray]`` and ``load_state_dict(state)`` so that GameBoyVecEnv's

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
+from peft import PeftModel
 from transformers import DynamicCache, PreTrainedModel
 
 from worldgym.agents.llm.engines.base import Generation, SamplingParams
@@ -26,6 +27,15 @@ class PrefixGroups:
     row_group: list[int]
     first_rows: list[int]
     prefix_lengths: list[int]
+
+    def saves_work(self, prompts: Sequence[Sequence[int]]) -> bool:
+        """Whether prefilling the prefixes once and then the padded remainders processes fewer token positions
+        than prefilling the padded prompts (every prefix must be non-empty: an all-padding row is unsafe)."""
+        if len(self.first_rows) == len(prompts) or min(self.prefix_lengths) < 1:
+            return False
+        rest = max(len(prompt) - self.prefix_lengths[g] for prompt, g in zip(prompts, self.row_group))
+        shared = len(self.first_rows) * max(self.prefix_lengths) + len(prompts) * rest
+        return shared < len(prompts) * max(len(prompt) for prompt in prompts)
 
 
 def _common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
@@ -145,7 +155,7 @@ class HFEngine:
     @torch.no_grad()
     def _generate_batch(self, prompts: list[list[int]], params: SamplingParams) -> list[Generation]:
         groups = group_shared_prefixes(prompts, self.min_shared_prefix) if self.min_shared_prefix else None
-        if groups is None or len(groups.prefix_lengths) == len(prompts) or min(groups.prefix_lengths) < 1:
+        if groups is None or not groups.saves_work(prompts):
             input_ids, attention_mask = self._left_padded(prompts)
             cache = None
         else:
@@ -202,7 +212,9 @@ class HFEngine:
             prefix_ids[g, : len(prefix)], prefix_mask[g, : len(prefix)] = torch.tensor(prefix), 1
         prefix_ids, prefix_mask = prefix_ids.to(self.device), prefix_mask.to(self.device)
         positions = (prefix_mask.cumsum(1) - 1).clamp(min=0)
-        cache = self.model(
+        # the decoder alone: the prefix's logits are never used (a [G, W, V] tensor for a real vocabulary)
+        base = self.model.get_base_model() if isinstance(self.model, PeftModel) else self.model
+        cache = base.get_decoder()(
             input_ids=prefix_ids, attention_mask=prefix_mask, position_ids=positions, use_cache=True
         ).past_key_values
         row_group = torch.tensor(groups.row_group, device=self.device)
