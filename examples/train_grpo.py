@@ -104,10 +104,14 @@ def env_settings(args: Args) -> dict[str, Any]:
         # Measured on 2 shared CPU cores, difficulty 1: with the JSON tool schemas (~1.5k-token chats), batch
         # 32 and random-string expert noise the tiny model never wrote a valid call. Tool signatures instead
         # of schemas (~500-token chats), name-first calls, plausible mistakes as noise and batch-4 SFT give
-        # valid calls to the right tool; what stays hard is copying a 10-digit phone number from the search
-        # result (1000 SFT steps: ~15% of sampled episodes reach a department, none completes a task). So GRPO
-        # trains on the "progress" shaping (partial credit for reaching a department / passing its
-        # authentication).
+        # valid calls to the right tool. What the 0.6M-parameter model does not learn within this budget is to
+        # copy a value it has not seen from a tool result: it memorises the training companies' numbers
+        # instead (in diagnostic runs with 4-digit numbers and digit-pair tokens: 28/32 exact first calls on
+        # training companies, 0/32 on unseen test companies; with demonstrations from 100 other generated
+        # worlds, 0/32 on both),
+        # and where it reaches a department it does not copy the customer's auth value (new every episode)
+        # from the form, so 0/1 success stays 0. GRPO therefore trains on the "progress" shaping (partial
+        # credit for reaching a department / passing its authentication).
         settings = {
             "env_kwargs": {"difficulty": 1, "max_turns": 6},
             "eval_env_kwargs": {"split": "test"},
