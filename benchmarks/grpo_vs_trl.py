@@ -115,6 +115,7 @@ def run_ours(
 def run_trl(args, tokenizer, model, train_problems) -> dict:
     from datasets import Dataset
     from peft import LoraConfig
+    from transformers import PrinterCallback
     from trl import GRPOConfig as TRLConfig
     from trl import GRPOTrainer as TRLTrainer
 
@@ -182,6 +183,7 @@ def run_trl(args, tokenizer, model, train_problems) -> dict:
         processing_class=tokenizer,
         peft_config=peft_config,
     )
+    trainer.remove_callback(PrinterCallback)  # its per-step dicts would flood the output (logs are kept)
     start = time.perf_counter()
     trainer.train()
     seconds = time.perf_counter() - start
