@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from worldgym.envs.gameboy.homebrew import BOOT_WITH_LCD_OFF, CLEAR_BG_MAP
 from worldgym.envs.gameboy.rom_builder import build_rom
 from worldgym.envs.gameboy.tasks import (
     ACTIONS,
@@ -36,19 +37,7 @@ CUR_MAP equ $D35E
 Y_COORD equ $D361
 X_COORD equ $D362
 PREV_PAD equ $C000
-.org $40
-    jp vblank
-.org $150
-main:
-    di
-    ld sp, $FFFE
-.wait_vblank:
-    ldh a, ($44)
-    cp 144
-    jr c, .wait_vblank
-    xor a
-    ldh ($40), a
-    ld hl, $8000            ; tile 0 white, tile 1 black
+{BOOT_WITH_LCD_OFF}    ld hl, $8000            ; tile 0 white, tile 1 black
     ld b, 16
 .white:
     ld (hl+), a
@@ -60,16 +49,7 @@ main:
     ld (hl+), a
     dec b
     jr nz, .black
-    ld hl, $9800
-    ld bc, $0400
-.clear_map:
-    xor a
-    ld (hl+), a
-    dec bc
-    ld a, b
-    or c
-    jr nz, .clear_map
-    ld a, {start_map}
+{CLEAR_BG_MAP}    ld a, {start_map}
     ld (CUR_MAP), a
     xor a
     ld (Y_COORD), a

@@ -12,8 +12,10 @@ FRAME_COUNTER = 0xC004
 START_POSITION = (40, 24)
 GOAL_POSITION = (112, 136)
 
-SOURCE = f"""
-.org $40
+# Building blocks of small test and task ROMs. A program starts with BOOT_WITH_LCD_OFF (VBlank vector -> its
+# ``vblank`` label; code at $150: interrupts off, stack set, LCD off once in VBlank, a = 0), so VRAM can be
+# written freely; CLEAR_BG_MAP fills the background map at $9800 with tile 0.
+BOOT_WITH_LCD_OFF = """.org $40
     jp vblank
 .org $150
 main:
@@ -25,7 +27,20 @@ main:
     jr c, .wait_vblank
     xor a
     ldh ($40), a
-    ld hl, $8000            ; tile 0 blank, tile 1 solid player, tile 2 ring goal
+"""
+CLEAR_BG_MAP = """    ld hl, $9800
+    ld bc, $0400
+.clear_map:
+    xor a
+    ld (hl+), a
+    dec bc
+    ld a, b
+    or c
+    jr nz, .clear_map
+"""
+
+SOURCE = f"""
+{BOOT_WITH_LCD_OFF}    ld hl, $8000            ; tile 0 blank, tile 1 solid player, tile 2 ring goal
     ld b, 16
 .blank:
     ld (hl+), a
@@ -39,16 +54,7 @@ main:
     inc de
     dec b
     jr nz, .copy_tiles
-    ld hl, $9800
-    ld bc, $0400
-.clear_map:
-    xor a
-    ld (hl+), a
-    dec bc
-    ld a, b
-    or c
-    jr nz, .clear_map
-    ld hl, $FE00
+{CLEAR_BG_MAP}    ld hl, $FE00
     ld b, 160
     xor a
 .clear_oam:
