@@ -32,7 +32,6 @@ CARTRIDGE_TYPES: dict[int, tuple[MapperKind, bool]] = {
     0x1D: ("mbc5", True),
     0x1E: ("mbc5", True),
 }
-RTC_CARTRIDGE_TYPES = frozenset({0x0F, 0x10})  # MBC3+TIMER(+RAM)+BATTERY: the cartridge has a real-time clock
 RAM_SIZES: dict[int, int] = {0x00: 0, 0x01: 0x800, 0x02: 0x2000, 0x03: 0x8000, 0x04: 0x20000, 0x05: 0x10000}
 MIN_ROM_SIZE = 0x8000
 
@@ -52,11 +51,6 @@ class CartridgeHeader:
     def mapper_id(self) -> int:
         """Numeric mapper id used by the kernels (0, 1, 3 or 5)."""
         return MAPPER_IDS[self.mapper]
-
-    @property
-    def has_rtc(self) -> bool:
-        """Whether the cartridge has the MBC3 real-time clock (types 0x0F and 0x10)."""
-        return self.cartridge_type in RTC_CARTRIDGE_TYPES
 
 
 def parse_header(rom: bytes, source: str = "<bytes>") -> CartridgeHeader:

@@ -12,7 +12,6 @@ import warp as wp
 
 from worldgym.envs.gameboy.machine import DIV_, DOT_, PENDING_, SERCYC_, SYNC_, TIMAIRQ_, Machines
 from worldgym.envs.gameboy.ppu import ppu_advance
-from worldgym.envs.gameboy.rtc import rtc_advance, rtc_count
 from worldgym.envs.gameboy.timers import serial_advance, timer_advance
 
 wp.set_module_options({"enable_backward": False})
@@ -20,10 +19,8 @@ wp.set_module_options({"enable_backward": False})
 
 @wp.func(inline=True)
 def advance_clocks(m: Machines, e: int, cycles: int, draw: bool):
-    """Run the timer, cartridge clock, serial port and PPU for ``cycles`` T-cycles (``draw``: render lines as
-    they finish)."""
+    """Run the timer, serial port and PPU for ``cycles`` T-cycles (``draw``: render lines as they finish)."""
     timer_advance(m, e, cycles)
-    rtc_advance(m, e, cycles)
     serial_advance(m, e, cycles)
     ppu_advance(m, e, cycles, draw)
 
@@ -43,6 +40,5 @@ def sync_clocks(m: Machines, e: int):
             m.st[e, TIMAIRQ_] = m.st[e, TIMAIRQ_] - pending
         if m.st[e, SERCYC_] > 0:
             m.st[e, SERCYC_] = m.st[e, SERCYC_] - pending
-        rtc_count(m, e, pending)  # whole seconds are carried before the clock is next read or written
         m.st[e, PENDING_] = 0
     m.st[e, SYNC_] = 1

@@ -16,7 +16,7 @@ from worldgym.envs.gameboy.errors import StateError
 from worldgym.envs.gameboy.isa import BASE_CYCLES, BASE_LENGTHS
 
 STATE_FIELDS = ("st", "mem", "cram", "cycles", "screen", "serial")
-STATE_VERSION = 2  # 2: st gained the MBC3 clock columns (version 1 states are upgraded on load)
+STATE_VERSION = 1
 CACHE_ENV_VAR = "WORLDGYM_WARP_CACHE"
 _ENV_CACHE_APPLIED = False
 
@@ -123,7 +123,6 @@ class GameBoyEmulator:
         st[:, L.ROM_BANKS] = self.header.rom_banks
         st[:, L.RAM_SIZE] = self.header.ram_size
         st[:, L.RAM_ENABLE] = 1 if self.header.mapper == "rom" else 0
-        st[:, L.RTC_PRESENT] = st[:, L.RTC_RUNNING] = int(self.header.has_rtc)  # clock at day 0, 0:00:00
         mem = np.zeros((self.num_envs, L.MEM_SIZE), dtype=np.uint8)
         for addr, value in L.POST_BOOT_IO.items():
             mem[:, addr - L.MEM_BASE] = value
@@ -145,19 +144,8 @@ class GameBoyEmulator:
         state["rom_crc32"] = np.array([self.rom_crc32], dtype=np.int64)
         return state
 
-    def _upgrade_legacy_st(self, st: np.ndarray) -> np.ndarray:
-        """Widen a version-1 ``st`` (saved before the clock columns existed) with a fresh clock at 0:00:00."""
-        if st.shape[-1] != L.LEGACY_STATE_COLUMNS:
-            return st
-        wide = np.zeros((*st.shape[:-1], L.STATE_COLUMNS), dtype=st.dtype)
-        wide[..., : L.LEGACY_STATE_COLUMNS] = st
-        wide[..., L.RTC_PRESENT] = wide[..., L.RTC_RUNNING] = int(self.header.has_rtc)
-        wide[..., L.RTC_READ] = 0xFF if self.header.ram_size == 0 else 0  # as version 1 read bank selects > 3
-        return wide
-
     def load_state(self, state: dict[str, np.ndarray]) -> None:
         """Restore a state from ``save_state``; raises StateError (and changes nothing) if it does not fit."""
-        state = {**state, "st": self._upgrade_legacy_st(state["st"])} if "st" in state else state
         for name in STATE_FIELDS:
             target = getattr(self.machines, name)
             if name not in state:
@@ -191,7 +179,6 @@ class GameBoyEmulator:
             raise StateError(f"snapshot lacks the arrays {missing}")
         if "rom_crc32" in snapshot and int(snapshot["rom_crc32"][0]) != self.rom_crc32:
             raise StateError("snapshot belongs to a different ROM (CRC-32 of the ROM image differs)")
-        snapshot = {**snapshot, "st": self._upgrade_legacy_st(np.asarray(snapshot["st"]))}
         if not mask.any():
             return
         index = torch.as_tensor(np.flatnonzero(mask), device=self.torch_device)

@@ -15,17 +15,7 @@ SYNC_FLAG = 44  # set when an instruction touched an IO register: the batch ends
 CHECK_IRQ = 45  # 1 while the current batch must check for interrupts before every instruction
 WRITE_QUEUE = 46  # 46-47: the instruction's mapper/IO register writes (addr | value << 16 | 1 << 24)
 SPRITE_SLOTS = 32  # columns 32-41 hold the OAM indices of the (at most 10) sprites on the current line
-# MBC3 real-time clock (rtc.py). Registers in the order of their select values 0x08-0x0C: S, M, H, DL, DH.
-RTC_LIVE = 48  # 48-52: the counting registers
-RTC_LATCHED = 53  # 53-57: the copy taken by the latch (writing 0 then 1 to 0x6000-0x7FFF); reads return it
-RTC_CYCLES = 58  # T-cycles counted into the current second (may run ahead of a whole second until caught up)
-RTC_RUNNING = 59  # 1 while the cartridge has a clock and its halt bit (DH bit 6) is clear
-RTC_PRESENT = 60  # 1 for cartridge types with a clock (MBC3+TIMER)
-RTC_LATCH_HELD = 61  # 1 after a latch write of 1: the next 1 latches again only after a 0
-RTC_READ = 62  # what 0xA000-0xBFFF reads on MBC3 with bank select > 3 (kept up to date by rtc.py)
-STATE_COLUMNS = 63
-LEGACY_STATE_COLUMNS = 48  # states saved before the RTC columns existed (state version 1)
-RTC_CYCLES_PER_SECOND = 4_194_304  # the clock is derived from emulated T-cycles, never from the host clock
+STATE_COLUMNS = 48
 
 MEM_BASE = 0x8000  # mem[env, addr - MEM_BASE] covers 0x8000-0xFFFF (VRAM, WRAM, OAM, IO, HRAM, IE)
 MEM_SIZE = 0x8000

@@ -1,4 +1,4 @@
-"""SM83 memory map in Warp: ROM/RAM banking (ROM-only, MBC1, MBC3 + clock, MBC5), IO registers, OAM DMA."""
+"""SM83 memory map in Warp: ROM/RAM banking (ROM-only, MBC1, MBC3, MBC5), IO registers, OAM DMA."""
 
 # ruff: noqa: SIM102, SIM114  (Warp kernels: no `and`/`or`; int(0) declares a loop variable)
 
@@ -33,7 +33,6 @@ from worldgym.envs.gameboy.machine import (
     timer_shift,
     update_stat,
 )
-from worldgym.envs.gameboy.rtc import rtc_read, rtc_select, rtc_write_latch, rtc_write_register
 
 wp.set_module_options({"enable_backward": False})
 
@@ -76,11 +75,11 @@ def rd_slow(m: Machines, e: int, addr: int) -> int:
     if addr < 0xC000:
         if m.st[e, RAMEN_] == 0:
             return 0xFF
-        if m.st[e, MAPPER_] == 3:
-            if m.st[e, RAMB_] > 3:
-                return rtc_read(m, e)  # the latched clock registers 0x08-0x0C
         if m.st[e, RAMSIZE_] == 0:
             return 0xFF
+        if m.st[e, MAPPER_] == 3:
+            if m.st[e, RAMB_] > 3:
+                return 0  # RTC registers read as a stopped clock at zero
         return wp.int32(m.cram[e, cram_offset(m, e, addr)])
     if addr < 0xE000:
         return io(m, e, addr)
@@ -147,14 +146,11 @@ def write_mapper(m: Machines, e: int, addr: int, v: int):
             update_rom_bank(m, e, m.st[e, ROMLOW_])
         elif mapper == 3:
             m.st[e, RAMB_] = v & 0xF
-            rtc_select(m, e)
         else:
             m.st[e, RAMB_] = v & 0xF
     else:
         if mapper == 1:
             m.st[e, MODE_] = v & 1
-        elif mapper == 3:
-            rtc_write_latch(m, e, v)
 
 
 @wp.func(inline=True)
@@ -224,18 +220,14 @@ def wr_io(m: Machines, e: int, addr: int, v: int):
 
 @wp.func(inline=True)
 def wr_slow(m: Machines, e: int, addr: int, value: int):
-    """Any address (mapper, clock and IO register writes are queued with side effects by ``defer_write``)."""
+    """Any address (mapper registers, IO registers with side effects)."""
     v = value & 0xFF
-    queue = False  # one inlined copy of defer_write per write site, shared by the three register kinds
     if addr < 0x8000:
-        queue = True
+        defer_write(m, e, addr, v)
     elif addr < 0xA000:
         set_io(m, e, addr, v)
     elif addr < 0xC000:
         if m.st[e, RAMEN_] == 1:
-            if m.st[e, MAPPER_] == 3:
-                if m.st[e, RAMB_] > 7:
-                    queue = True  # an MBC3 clock register
             if m.st[e, RAMSIZE_] > 0:
                 if m.st[e, MAPPER_] != 3:
                     m.cram[e, cram_offset(m, e, addr)] = wp.uint8(v)
@@ -249,9 +241,7 @@ def wr_slow(m: Machines, e: int, addr: int, value: int):
         if addr < 0xFEA0:
             set_io(m, e, addr, v)
     else:
-        queue = True  # IO registers and IE (HRAM takes the fast path in ``wr``)
-    if queue:
-        defer_write(m, e, addr, v)
+        defer_write(m, e, addr, v)  # IO registers and IE (HRAM takes the fast path in ``wr``)
 
 
 @wp.func(inline=True)
@@ -271,7 +261,7 @@ def defer_write(m: Machines, e: int, addr: int, v: int):
 
 @wp.func(inline=True)
 def apply_deferred_writes(m: Machines, e: int):
-    """Perform the instruction's queued mapper/clock/IO register writes in order (see ``defer_write``)."""
+    """Perform the instruction's queued mapper/IO register writes in order (see ``defer_write``)."""
     for slot in range(2):
         packed = m.st[e, WRQ_ + slot]
         if packed != 0:
@@ -280,8 +270,6 @@ def apply_deferred_writes(m: Machines, e: int):
             v = (packed >> 16) & 0xFF
             if addr < 0x8000:
                 write_mapper(m, e, addr, v)
-            elif addr < 0xC000:
-                rtc_write_register(m, e, v)
             else:
                 wr_io(m, e, addr, v)
 
