@@ -241,7 +241,13 @@ def cartpole(args: argparse.Namespace) -> None:
             run = cartpole_run(agent, seed, args)
             solved = first_solved(run["episodes"])
             results["runs"].append(
-                {"agent": agent, "seed": seed, "solved_at": solved, "wall_s": run["wall_s"]}
+                {
+                    "agent": agent,
+                    "seed": seed,
+                    "solved_at": solved,
+                    "wall_s": run["wall_s"],
+                    "settings": run.get("settings"),
+                }
             )
             print(f"{agent} seed {seed}: solved at {solved} env steps ({run['wall_s']:.0f} s)")
             points = rolling_mean_10(run["episodes"])
