@@ -114,7 +114,8 @@ def make_config(args: argparse.Namespace) -> DreamerConfig:
         num_envs=args.num_envs,
         total_steps=args.steps,
         seed=args.seed,
-        model=model_size(args.size, dense_units=64, recurrent_size=64)
+        # the CartPole benchmark's model: 16 x 16 latents cost the same as tiny's 4 x 4 and learn steadier
+        model=model_size(args.size, dense_units=64, recurrent_size=64, stochastic_size=16, discrete_size=16)
         if args.size == "tiny"
         else model_size(args.size),
         replay=ReplayConfig(
@@ -132,7 +133,7 @@ def make_config(args: argparse.Namespace) -> DreamerConfig:
             rollout_window=1,
         ),
         loss=LossConfig(),
-        optim=OptimConfig(world_lr=3e-4, actor_lr=8e-5, critic_lr=8e-5),
+        optim=OptimConfig(world_lr=3e-4, actor_lr=3e-4, critic_lr=3e-4),
         device=args.device,
         log_every=args.log_every,
         checkpoint_every=args.checkpoint_every,
