@@ -5,7 +5,7 @@
     python benchmarks/dreamer.py ratio --ratios 0.1 0.5 1.0                # (3) replay ratio actual vs target
 
 CartPole runs are saved one by one and reused: run seeds in separate processes (``--seeds 1``, ``--seeds 2``)
-to use more cores, then collect them with ``cartpole --report-only``. Each writes
+to use more cores, then collect them with ``cartpole --report-only`` (with the same settings). Each writes
 ``benchmarks/results/dreamer_<name>.json`` (and a PNG for cartpole) and prints the figures.
 The sheeprl 0.8.4 figures default to the ones in /work/shared/FIELD_NOTES.md; measure fresh ones side by side
 with ``benchmarks/sheeprl_dreamer_step.py`` and pass them as ``--sheeprl-s-per-step`` (wall) and
@@ -210,12 +210,12 @@ def cartpole_run(agent: str, seed: int, args: argparse.Namespace) -> dict[str, A
     if agent == "dreamer":  # a changed Dreamer config must not reuse runs saved under the old one
         config = cartpole_config(seed, args.max_steps, RUNS, args.replay_ratio)
         settings |= {"model": dataclasses.asdict(config.model), "optim": dataclasses.asdict(config.optim)}
-    if saved.is_file() and (args.report_only or not args.rerun):
+    if saved.is_file() and not args.rerun:
         run = json.loads(saved.read_text())
-        if args.report_only or run.get("settings") == settings:
+        if run.get("settings") == settings:
             return run
     if args.report_only:
-        raise SystemExit(f"no finished {agent} run for seed {seed} ({saved}): run it first")
+        raise SystemExit(f"no finished {agent} run for seed {seed} with these settings ({saved}): run it")
     start = time.perf_counter()
     if agent == "dreamer":
         episodes = run_dreamer_cartpole(seed, args.max_steps, args.replay_ratio, args.stop_when_solved)
