@@ -163,12 +163,10 @@ def first_solved(episodes: list[dict[str, Any]]) -> int | None:
     return None
 
 
-def run_dreamer_cartpole(
-    seed: int, max_steps: int, replay_ratio: float, stop_when_solved: bool
-) -> list[dict[str, Any]]:
-    run_dir = RUNS / "cartpole" / f"seed{seed}"
+def run_dreamer_cartpole(config: DreamerConfig, stop_when_solved: bool) -> list[dict[str, Any]]:
+    run_dir = Path(config.run_dir)
     shutil.rmtree(run_dir, ignore_errors=True)
-    engine = CPUEngine(cartpole_config(seed, max_steps, run_dir, replay_ratio))
+    engine = CPUEngine(config)
     solved = (lambda record: (record["episode/return_mean_10"] or 0) >= SOLVED) if stop_when_solved else None
     engine.run(progress=True, stop_when=solved)
     return [json.loads(line) for line in (run_dir / "episodes.jsonl").read_text().splitlines()]
@@ -208,7 +206,8 @@ def cartpole_run(agent: str, seed: int, args: argparse.Namespace) -> dict[str, A
     saved = RUNS / "cartpole" / f"{agent}_seed{seed}.json"
     settings = {"max_steps": args.max_steps, "replay_ratio": args.replay_ratio, "stop": args.stop_when_solved}
     if agent == "dreamer":  # a changed Dreamer config must not reuse runs saved under the old one
-        config = cartpole_config(seed, args.max_steps, RUNS, args.replay_ratio)
+        run_dir = RUNS / "cartpole" / f"seed{seed}"
+        config = cartpole_config(seed, args.max_steps, run_dir, args.replay_ratio)
         settings |= {"model": dataclasses.asdict(config.model), "optim": dataclasses.asdict(config.optim)}
     if saved.is_file() and not args.rerun:
         run = json.loads(saved.read_text())
@@ -218,7 +217,7 @@ def cartpole_run(agent: str, seed: int, args: argparse.Namespace) -> dict[str, A
         raise SystemExit(f"no finished {agent} run for seed {seed} with these settings ({saved}): run it")
     start = time.perf_counter()
     if agent == "dreamer":
-        episodes = run_dreamer_cartpole(seed, args.max_steps, args.replay_ratio, args.stop_when_solved)
+        episodes = run_dreamer_cartpole(config, args.stop_when_solved)
     else:
         episodes = run_ppo_cartpole(seed, args.max_steps, args.stop_when_solved)
     run = {"episodes": episodes, "wall_s": time.perf_counter() - start, "settings": settings}
