@@ -29,8 +29,9 @@ import torch
 from worldgym.agents.dreamer_v3 import (
     CPUEngine,
     DreamerConfig,
+    SMALL_CONTROL_MODEL,
+    SMALL_CONTROL_OPTIM,
     LossConfig,
-    OptimConfig,
     ReplayConfig,
     ScheduleConfig,
     model_size,
@@ -128,9 +129,7 @@ def cartpole_config(seed: int, max_steps: int, run_dir: Path, replay_ratio: floa
         num_envs=1,
         total_steps=max_steps,
         seed=seed,
-        # 16 x 16 latents (not tiny's 4 x 4) cost the same here and, with behavior learning rates of 3e-4
-        # instead of 8e-5, turned an oscillating curve into a steady climb (see README, Dreamer v3)
-        model=model_size("tiny", dense_units=64, recurrent_size=64, stochastic_size=16, discrete_size=16),
+        model=SMALL_CONTROL_MODEL,
         replay=ReplayConfig(
             capacity=max_steps + seq_len,
             seq_len=seq_len,
@@ -140,7 +139,7 @@ def cartpole_config(seed: int, max_steps: int, run_dir: Path, replay_ratio: floa
         ),
         schedule=ScheduleConfig(replay_ratio=replay_ratio, learning_starts=512, pretrain_steps=1),
         loss=LossConfig(),
-        optim=OptimConfig(world_lr=3e-4, actor_lr=3e-4, critic_lr=3e-4),
+        optim=SMALL_CONTROL_OPTIM,
         log_every=250,
         run_dir=str(run_dir),
     )

@@ -7,6 +7,8 @@
 
 from worldgym.agents.dreamer_v3.api import build_engine, evaluate, train
 from worldgym.agents.dreamer_v3.config import (
+    SMALL_CONTROL_MODEL,
+    SMALL_CONTROL_OPTIM,
     DreamerConfig,
     LossConfig,
     ModelConfig,
@@ -27,6 +29,8 @@ __all__ = [
     "OptimConfig",
     "Ratio",
     "ReplayConfig",
+    "SMALL_CONTROL_MODEL",
+    "SMALL_CONTROL_OPTIM",
     "ScheduleConfig",
     "TrainSchedule",
     "build_engine",
