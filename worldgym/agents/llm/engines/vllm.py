@@ -85,8 +85,11 @@ class VLLMEngine:
                 shutil.rmtree(previous.lora_path, ignore_errors=True)
 
     def close(self) -> None:
-        """Stop vLLM's engine processes (an exiting interpreter can otherwise wait on them)."""
+        """Stop vLLM's engine processes (an exiting interpreter can otherwise wait on them) and remove the
+        temporary adapter folder (a folder passed as ``adapter_dir`` is the caller's and stays)."""
         self.llm.llm_engine.engine_core.shutdown()
+        if not self._keep_old_adapters:
+            shutil.rmtree(self.adapter_dir, ignore_errors=True)
 
     def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[list[Generation]]:
         """``params.n`` completions per prompt with the sampled tokens' logprobs."""
