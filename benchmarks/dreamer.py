@@ -1,7 +1,7 @@
 """Dreamer v3 benchmarks: s per gradient step, CartPole sample efficiency vs SB3 PPO, replay-ratio accuracy.
 
     python benchmarks/dreamer.py speed --sizes tiny XS --steps 5        # (1) s/gradient step vs sheeprl
-    python benchmarks/dreamer.py cartpole --seeds 0 1 2 --max-steps 40000  # (2) env steps to mean return 475
+    python benchmarks/dreamer.py cartpole --seeds 0 1 2 --max-steps 30000  # (2) env steps to mean return 475
     python benchmarks/dreamer.py ratio --ratios 0.1 0.5 1.0                # (3) replay ratio actual vs target
 
 CartPole runs are saved one by one and reused: run seeds in separate processes (``--seeds 1``, ``--seeds 2``)
