@@ -2,6 +2,7 @@
 
     python examples/train_dreamer.py                               # CartPole, tiny model, 20k env steps, CPU
     python examples/train_dreamer.py --steps 2000 --size tiny      # a 1-2 minute smoke run
+    python examples/train_dreamer.py --steps 30000 --replay-ratio 0.5 --learning-starts 512  # as benchmarked
     python examples/train_dreamer.py --resume runs/dreamer_cartpole/checkpoints/iter_5000
     python examples/train_dreamer.py --engine async --device cuda --size XS
 
