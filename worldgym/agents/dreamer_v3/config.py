@@ -279,7 +279,7 @@ class DreamerConfig:
             self.checkpoint_every == 0 or self.checkpoint_every >= self.num_envs,
             "checkpoint_every",
             self.checkpoint_every,
-            f"must be 0 (only at the end) or >= num_envs={self.num_envs} (one iteration steps every env once)",
+            f"must be 0 (only at the end) or >= num_envs={self.num_envs} (an iteration steps every env once)",
         )
         for name, kind in (
             ("model", ModelConfig),
