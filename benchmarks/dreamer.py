@@ -27,10 +27,10 @@ from typing import Any
 import torch
 
 from worldgym.agents.dreamer_v3 import (
-    CPUEngine,
-    DreamerConfig,
     SMALL_CONTROL_MODEL,
     SMALL_CONTROL_OPTIM,
+    CPUEngine,
+    DreamerConfig,
     LossConfig,
     ReplayConfig,
     ScheduleConfig,
