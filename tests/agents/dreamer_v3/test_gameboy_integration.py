@@ -14,6 +14,8 @@ import pytest
 import torch
 
 from worldgym.agents.dreamer_v3 import (
+    SMALL_CONTROL_MODEL,
+    SMALL_CONTROL_OPTIM,
     CPUEngine,
     DreamerConfig,
     LossConfig,
@@ -165,6 +167,14 @@ def load_example():
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
     return module
+
+
+def test_example_config_uses_the_benchmarked_setting_for_tiny_and_the_paper_for_xs() -> None:
+    example = load_example()
+    tiny = example.make_config(example.parse_args(["--size", "tiny"]))
+    xs = example.make_config(example.parse_args(["--size", "XS"]))
+    assert (tiny.model, tiny.optim) == (SMALL_CONTROL_MODEL, SMALL_CONTROL_OPTIM)
+    assert (xs.model, xs.optim) == (model_size("XS"), OptimConfig())
 
 
 STANDING_STILL_ARGS = [
