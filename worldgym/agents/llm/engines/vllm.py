@@ -60,7 +60,7 @@ class VLLMEngine:
             ) from error
         self._vllm, self._lora_request_cls = vllm, LoRARequest
         self.peft_model = peft_model
-        self._keep_old_adapters = adapter_dir is not None
+        self._owns_adapter_dir = adapter_dir is None  # a temporary folder: old versions and the folder go
         self.adapter_dir = Path(adapter_dir or tempfile.mkdtemp(prefix="worldgym_lora_"))
         llm_kwargs.setdefault("logprobs_mode", "processed_logprobs")
         self.llm = vllm.LLM(
@@ -81,14 +81,14 @@ class VLLMEngine:
         self._lora_request = self._lora_request_cls(f"policy_v{self._version}", self._version, str(path))
         if previous is not None:
             self.llm.llm_engine.remove_lora(previous.lora_int_id)  # its weights are stale now
-            if not self._keep_old_adapters:
+            if self._owns_adapter_dir:
                 shutil.rmtree(previous.lora_path, ignore_errors=True)
 
     def close(self) -> None:
         """Stop vLLM's engine processes (an exiting interpreter can otherwise wait on them) and remove the
         temporary adapter folder (a folder passed as ``adapter_dir`` is the caller's and stays)."""
         self.llm.llm_engine.engine_core.shutdown()
-        if not self._keep_old_adapters:
+        if self._owns_adapter_dir:
             shutil.rmtree(self.adapter_dir, ignore_errors=True)
 
     def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[list[Generation]]:
