@@ -111,14 +111,18 @@ def make_env(args: argparse.Namespace, num_envs: int) -> tuple[gym.vector.Vector
 
 def make_config(args: argparse.Namespace) -> DreamerConfig:
     seq_len = args.seq_len
+    # tiny: the CartPole benchmark's setting; XS/S/M: the paper's sizes and learning rates
+    if args.size == "tiny":
+        model, optim = SMALL_CONTROL_MODEL, SMALL_CONTROL_OPTIM
+    else:
+        model, optim = model_size(args.size), OptimConfig()
     return DreamerConfig(
         env_id=args.env_id,
         obs_kind=args.obs_kind,
         num_envs=args.num_envs,
         total_steps=args.steps,
         seed=args.seed,
-        # tiny: the CartPole benchmark's setting; XS/S/M: the paper's sizes and learning rates
-        model=SMALL_CONTROL_MODEL if args.size == "tiny" else model_size(args.size),
+        model=model,
         replay=ReplayConfig(
             capacity=args.replay_capacity,
             seq_len=seq_len,
@@ -134,7 +138,7 @@ def make_config(args: argparse.Namespace) -> DreamerConfig:
             rollout_window=1,
         ),
         loss=LossConfig(),
-        optim=SMALL_CONTROL_OPTIM if args.size == "tiny" else OptimConfig(),
+        optim=optim,
         device=args.device,
         log_every=args.log_every,
         checkpoint_every=args.checkpoint_every,
