@@ -63,7 +63,7 @@ def measure(make_policy: Callable[[CSRPhoneEnv], Any], steps: int, seed: int) ->
         observation, _, terminated, truncated, info = env.step(action)
         if terminated or truncated:
             episodes += 1
-            successes += int(info["task_complete"])
+            successes += int(info["success"])
             observation, info = env.reset()
         env_wall += time.perf_counter() - wall
         env_cpu += time.process_time() - cpu

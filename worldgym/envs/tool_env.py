@@ -21,12 +21,14 @@ _NON_PRINTABLE = re.compile(f"[^{re.escape(_PRINTABLE)}]")  # one regex pass: ~3
 
 @dataclass
 class ToolResult:
-    """What a tool call produced: the observation ``text``, the ``reward``, whether the task ended, extra ``info``."""
+    """What a tool call produced: the observation ``text``, the ``reward``, whether the task ended, whether it
+    ended in success, extra ``info``."""
 
     text: str
     reward: float = 0.0
     terminated: bool = False
     info: dict[str, Any] = field(default_factory=dict)
+    success: bool = False
 
 
 def to_observation_text(text: str, max_length: int) -> str:
@@ -50,9 +52,10 @@ class ToolEnv(gym.Env[str, ToolCall]):
     observation, never an exception.
 
     Observations are printable-ASCII strings of at most ``max_observation_chars``. ``info`` on reset carries
-    ``tools`` (OpenAI format, for a chat template); on every step it carries ``turn`` and ``response_type``
-    (``"invalid_call"`` for an invalid action, with ``errors`` and, for unparsable text, ``raw_text``;
-    ``"tool_result"`` unless the subclass names a finer type).
+    ``tools`` (OpenAI format, for a chat template); on every step it carries ``turn``, ``success`` (the
+    library's one success contract: ``True`` on the step that completes the task, else ``False``) and
+    ``response_type`` (``"invalid_call"`` for an invalid action, with ``errors`` and, for unparsable text,
+    ``raw_text``; ``"tool_result"`` unless the subclass names a finer type).
     """
 
     metadata = {"render_modes": ["ansi"], "render_fps": 4}
@@ -110,7 +113,7 @@ class ToolEnv(gym.Env[str, ToolCall]):
         truncated = not terminated and self._turn >= self.max_turns
         self._ended = terminated or truncated
         self._transcript.append((action, text))
-        info = {"turn": self._turn, "response_type": "tool_result", **result.info}
+        info = {"turn": self._turn, "response_type": "tool_result", **result.info, "success": result.success}
         return text, float(result.reward), terminated, truncated, info
 
     @staticmethod

@@ -67,6 +67,7 @@ def test_moving_toward_the_goal_is_rewarded_and_reaching_it_terminates() -> None
             break
     assert terminated[0] and reward[0] > 9.0
     assert info["_final_obs"][0] and info["final_obs"].shape == (1, 72, 80)
+    assert info["_success"][0] and info["success"][0]  # the success contract: goal reached
     assert env._steps[0] == 0  # auto-reset in the same step
 
 
@@ -77,6 +78,7 @@ def test_truncation_resets_only_finished_envs() -> None:
     env.step(np.zeros(2, dtype=np.int64))
     _, _, _, truncated, info = env.step(np.zeros(2, dtype=np.int64))
     assert truncated.tolist() == [False, True] and info["_final_obs"].tolist() == [False, True]
+    assert info["_success"].tolist() == [False, True] and not info["success"][1]  # truncated: no success
     assert env._steps.tolist() == [2, 0]
     _, _, _, truncated, _ = env.step(np.zeros(2, dtype=np.int64))
     assert truncated.tolist() == [True, False] and env._steps.tolist() == [0, 1]

@@ -82,7 +82,9 @@ class CSRPhoneEnv(ToolEnv):
     Reset: ``tools`` (OpenAI format), ``difficulty``, ``company``, ``goal``, ``split``. Step: ``turn``,
     ``tool``, for phone calls the ``company`` and ``department`` reached (None for unknown numbers),
     ``response_type`` (``search_results``, ``company_not_found``, ``auth_form``, one of
-    :data:`worldgym.envs.csr_phone.phrases.RESPONSE_TYPES`, or ``invalid_call``) and ``task_complete``.
+    :data:`worldgym.envs.csr_phone.phrases.RESPONSE_TYPES`, or ``invalid_call``), ``success`` (``True`` on
+    the call that completes the task: the success key every worldgym env reports) and ``task_complete`` (the
+    same value, kept for v0 users).
 
     ## Arguments
     difficulty: 1-5, or None to draw one per episode (1: 2-3 departments, 1 auth field, department named;
@@ -197,4 +199,5 @@ class CSRPhoneEnv(ToolEnv):
         info = {"tool": "make_phone_call", "response_type": outcome.response_type,
                 "task_complete": outcome.task_complete, "company": outcome.company,
                 "department": outcome.department}
-        return ToolResult(outcome.text, reward=reward, terminated=outcome.task_complete, info=info)
+        return ToolResult(outcome.text, reward=reward, terminated=outcome.task_complete, info=info,
+                          success=outcome.task_complete)

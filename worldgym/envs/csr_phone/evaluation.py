@@ -46,7 +46,7 @@ def run_episode(env: gym.Env, policy: CSRPolicy, seed: int | None = None) -> Epi
         observation, reward, terminated, truncated, info = env.step(policy.act(observation, info))
         turns += 1
         total += float(reward)
-        success = success or bool(info.get("task_complete", False))
+        success = success or bool(info.get("success", False))
     return EpisodeResult(success, turns, total)
 
 

@@ -86,7 +86,8 @@ class GameBoyVecEnv(VectorEnv):
 
     ## Rewards and episode end
     From the task object (see ``tasks.py``). Finished envs are reset in the same step from the cached start
-    snapshot (``AutoresetMode.SAME_STEP``); their last observation is in ``info["final_obs"]``. An env's
+    snapshot (``AutoresetMode.SAME_STEP``); their last observation is in ``info["final_obs"]`` and
+    ``info["success"]`` says whether they reached the task's goal (terminated, not truncated). An env's
     trajectory never depends on its neighbours or on ``num_envs`` (task randomness aside: all envs draw from
     one ``np_random``).
 
@@ -238,7 +239,9 @@ class GameBoyVecEnv(VectorEnv):
         infos: dict[str, Any] = {}
         done = terminated | truncated
         if done.any():
-            infos = {"final_obs": observations.copy(), "_final_obs": done.copy()}
+            # success: the task's goal was reached (termination); a truncated episode did not succeed
+            infos = {"final_obs": observations.copy(), "_final_obs": done.copy(), "success": terminated.copy(),
+                     "_success": done.copy()}
             self._reset_envs(done)
             self.emulator.run_frames(1, render=True, env_mask=done)
             fresh = self._observe()  # live envs' screens are unchanged, so this matches observation_tensor

@@ -42,7 +42,8 @@ class ZTokenDigitsEnv(gym.Env[np.ndarray, dict[str, Any]]):
     over the positions in a seeded keep-prob mask, minus ``length_penalty`` per generated token. Truncation
     gives ``-length_penalty * max_new_tokens`` (0 with the default penalty of 0), so running out of tokens
     never pays better than a wrong answer.
-    The final step's ``info`` holds every term (see :class:`RewardBreakdown`).
+    The final step's ``info`` holds every term (see :class:`RewardBreakdown`) and ``success`` (every digit
+    right, answered with ``<ANSWER>``); earlier steps report ``success=False``.
 
     ## Episode End
     Terminated at ``<ANSWER>``; truncated after ``max_new_tokens`` tokens without one.
@@ -156,7 +157,11 @@ class ZTokenDigitsEnv(gym.Env[np.ndarray, dict[str, Any]]):
         token = int(action["token"])
         token_id = self.vocab.action_to_id(token)
         self._generated.append(token_id)
-        info: dict[str, Any] = {"question": self._problem.question, "num_generated": len(self._generated)}
+        info: dict[str, Any] = {
+            "question": self._problem.question,
+            "num_generated": len(self._generated),
+            "success": False,
+        }
         terminated = token == self.answer_action
         truncated = not terminated and len(self._generated) >= self.max_new_tokens
         if not terminated:
@@ -173,6 +178,7 @@ class ZTokenDigitsEnv(gym.Env[np.ndarray, dict[str, Any]]):
                 self.np_random,
             )
             info.update(breakdown.to_dict())
+            info["success"] = terminated and breakdown.reward_full == 1.0  # every digit of the answer right
             reward = breakdown.reward_final
         return self._observation(), reward, terminated, truncated, info
 
