@@ -27,10 +27,16 @@ from typing import Any
 import numpy as np
 from gymnasium.spaces import Space
 
-__all__ = ["Tool", "ToolCall", "ToolCallError", "ToolCallSpace", "validate_json", "PRINTABLE_CHARSET"]
+__all__ = ["COPY_ANNOTATION", "Tool", "ToolCall", "ToolCallError", "ToolCallSpace", "validate_json",
+           "PRINTABLE_CHARSET"]
 
 # Characters text observations and actions may contain (printable ASCII, incl. whitespace).
 PRINTABLE_CHARSET = frozenset(string.printable)
+# A tool schema's mark on an argument whose value is copied from an earlier observation (a phone number from a
+# search result, an account number from a form). Envs list the copyable strings each observation shows in
+# ``info["observed_values"]``; constrained decoding (``worldgym.agents.llm.constrained``) and the copy probe
+# read both. Validation ignores the mark.
+COPY_ANNOTATION = "x-copy-from-observations"
 
 _SAMPLE_CHARSET = string.ascii_letters + string.digits + " -_"
 _JSON_TYPES: dict[str, tuple[type, ...]] = {

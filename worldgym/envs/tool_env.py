@@ -108,6 +108,11 @@ class ToolEnv(gym.Env[str, ToolCall]):
             result = ToolResult(self._error_text(errors), info=info)
         else:
             result = self._call_tool(action)
+            if "success" in result.info:
+                raise TypeError(
+                    f"{type(self).__name__}._call_tool put 'success' in ToolResult.info; report it as "
+                    "ToolResult(success=...), which the base class writes to info['success'] on every step"
+                )
         text = to_observation_text(result.text, self.max_observation_chars)
         terminated = result.terminated
         truncated = not terminated and self._turn >= self.max_turns

@@ -37,7 +37,7 @@ class CountEnv(ToolEnv):
             f"total={self.total}",
             reward=float(self.total == 3),
             terminated=self.total >= 3,
-            info={"success": self.total == 3},
+            success=self.total == 3,
         )
 
 

@@ -33,7 +33,9 @@ class GRPOConfig:
         subprocess each). Validation always uses single envs.
         prompts_per_step: distinct tasks per step; group_size: samples per task (the GRPO group).
         max_new_tokens, temperature, top_p: sampling per model reply; max_turns, max_episode_tokens: episode
-        limits.
+        limits. decoding: ``"free"``, or ``"constrained"``: tool arguments the env's schema marks as copied
+        take only values its observations showed, in rollouts and validation alike, and the learner scores
+        those tokens over the same allowed set (:mod:`worldgym.agents.llm.constrained`).
     Loss:
         eps_low, eps_high: asymmetric PPO clip range (DAPO clip-higher).
         loss_aggregation: ``"token_mean"`` (DAPO), ``"seq_mean"`` (GRPO), ``"dr_grpo"``.
@@ -73,6 +75,7 @@ class GRPOConfig:
     top_p: float = 1.0
     max_turns: int = 1
     max_episode_tokens: int = 2048
+    decoding: Literal["free", "constrained"] = "free"
 
     eps_low: float = 0.2
     eps_high: float = 0.28
@@ -107,6 +110,7 @@ class GRPOConfig:
         _choice(self, "loss_aggregation", ("token_mean", "seq_mean", "dr_grpo"))
         _choice(self, "advantage_norm", ("group_std", "none"))
         _choice(self, "vectorization_mode", ("none", "sync", "async"))
+        _choice(self, "decoding", ("free", "constrained"))
         for name in (
             "lora_rank",
             "lora_alpha",

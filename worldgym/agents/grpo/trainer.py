@@ -20,6 +20,7 @@ from worldgym.agents.grpo.config import GRPOConfig
 from worldgym.agents.grpo.rewards import EpisodeRewardFn, episode_rewards
 from worldgym.agents.llm.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from worldgym.agents.llm.engines import GenerationEngine, HFEngine, SamplingParams
+from worldgym.agents.llm.evaluation import VALIDATION_SEEDS_START, episode_metrics
 from worldgym.agents.llm.losses import (
     dynamic_sampling_mask,
     entropy_from_logits,
@@ -104,7 +105,8 @@ class GRPOTrainer:
                 min_shared_prefix=config.min_shared_prefix if config.share_prompt_prefix else 0,
             )
         )
-        limits = {"max_turns": config.max_turns, "max_episode_tokens": config.max_episode_tokens}
+        limits = {"max_turns": config.max_turns, "max_episode_tokens": config.max_episode_tokens,
+                  "decoding": config.decoding}
         if config.vectorization_mode == "none":
             train_envs: dict[str, Any] = {"make_env": self.make_env}
         else:  # one sub-env per episode of a step
@@ -262,13 +264,20 @@ class GRPOTrainer:
         mask = batch["action_mask"][rows, : width - 1].to(device)
         old_logprobs = batch["old_logprobs"][rows, : width - 1].to(device)
         group_ids = batch["group_ids"][rows] if config.share_prompt_prefix else None
+        allowed = [batch["allowed"][row] for row in rows.tolist()]  # constrained decoding's masks
         with self._autocast():
             scored = score_tokens(
-                self.policy, input_ids, attention_mask, mask, config.temperature, group_ids=group_ids
+                self.policy,
+                input_ids,
+                attention_mask,
+                mask,
+                config.temperature,
+                group_ids=group_ids,
+                allowed=allowed,
             )
         ref_logprobs = None
         if config.kl_coef > 0:
-            ref_logprobs = self._reference_logprobs(input_ids, attention_mask, mask, group_ids)
+            ref_logprobs = self._reference_logprobs(input_ids, attention_mask, mask, group_ids, allowed)
         out = policy_loss(
             scored.logprobs,
             old_logprobs,
@@ -305,14 +314,21 @@ class GRPOTrainer:
         attention_mask: torch.Tensor,
         mask: torch.Tensor,
         group_ids: torch.Tensor | None = None,
+        allowed: list[dict[int, list[int]]] | None = None,
     ) -> torch.Tensor:
         """Logprobs under the frozen reference: the base model with adapters disabled (LoRA) or the frozen
-        copy."""
+        copy (over the same allowed tokens as the policy where decoding was constrained)."""
         context = self.policy.disable_adapter() if isinstance(self.policy, PeftModel) else nullcontext()
         model = self.reference if self.reference is not None else self.policy
         with context, self._autocast():
             scored = score_tokens(
-                model, input_ids, attention_mask, mask, self.config.temperature, group_ids=group_ids
+                model,
+                input_ids,
+                attention_mask,
+                mask,
+                self.config.temperature,
+                group_ids=group_ids,
+                allowed=allowed,
             )
             return scored.logprobs
 
@@ -323,14 +339,13 @@ class GRPOTrainer:
     # ---------------------------------------------------------------- evaluation
     def evaluate(self, num_episodes: int | None = None) -> dict[str, float]:
         """Greedy episodes on a fixed set of validation seeds: mean reward and success rate (and the mean
-        ``reward_fn`` reward when the trainer has one)."""
+        ``reward_fn`` reward when the trainer has one; the copy probe where the env's tools mark copied
+        arguments and the policy wrote some)."""
         count = num_episodes or self.config.eval_episodes
         params = SamplingParams(temperature=0.0, max_new_tokens=self.config.max_new_tokens)
-        episodes = self.eval_collector.collect(range(10**6, 10**6 + count), 1, params)
-        metrics = {
-            "eval/reward_mean": float(np.mean([e.reward for e in episodes])),
-            "eval/success_rate": float(np.mean([e.success for e in episodes])),
-        }
+        episodes = self.eval_collector.collect(range(VALIDATION_SEEDS_START, VALIDATION_SEEDS_START + count), 1,
+                                               params)
+        metrics = episode_metrics(episodes)
         if self.reward_fn is not None:
             metrics["eval/shaped_reward_mean"] = float(np.mean([self.reward_fn(e) for e in episodes]))
         return metrics

@@ -23,6 +23,7 @@ import torch
 from gymnasium import spaces
 from transformers import PreTrainedTokenizerBase
 
+from worldgym.agents.llm.constrained import CopyConstraint, TokenTextIndex, copied_argument_keys
 from worldgym.agents.llm.engines.base import Generation, GenerationEngine, SamplingParams
 
 __all__ = ["Episode", "RolloutCollector", "Turn", "collate_episodes", "encode_chat", "make_vector_env"]
@@ -30,13 +31,21 @@ __all__ = ["Episode", "RolloutCollector", "Turn", "collate_episodes", "encode_ch
 
 @dataclass
 class Turn:
-    """One model reply and what the env answered."""
+    """One model reply and what the env answered.
+
+    ``action_span`` is the ``[start, end)`` range of the reply's tokens in the episode's ``token_ids`` (the
+    sampled tokens, plus a closing eos the collector appended to a cut-off reply); ``observation_span`` the
+    range of the template tokens that carry the env's answer and open the next reply (empty after the last
+    turn). Auxiliary losses index these tokens directly instead of re-tokenising text.
+    """
 
     action: str
     observation: str
     reward: float
     finish_reason: str
     info: dict[str, Any] = field(default_factory=dict)
+    action_span: tuple[int, int] = (0, 0)
+    observation_span: tuple[int, int] = (0, 0)
 
 
 @dataclass
@@ -45,7 +54,10 @@ class Episode:
 
     ``action_mask[i]`` is 1 when ``token_ids[i]`` was sampled by the model (trained on) and 0 for prompt, env
     and template tokens; ``old_logprobs[i]`` is the sampling policy's logprob of a model token (0.0
-    elsewhere).
+    elsewhere); ``allowed_token_ids[i]`` lists the tokens a constrained sampler could choose from at model
+    token ``i`` (only where a constraint narrowed it). ``reset_info`` is the env's reset info (tools, task
+    details); ``observed_values`` the copyable strings the env's observations showed
+    (``info["observed_values"]``), in order.
     """
 
     token_ids: list[int]
@@ -59,6 +71,9 @@ class Episode:
     terminated: bool = False
     truncated: bool = False
     success: bool = False
+    allowed_token_ids: dict[int, list[int]] = field(default_factory=dict)
+    reset_info: dict[str, Any] = field(default_factory=dict)
+    observed_values: list[str] = field(default_factory=list)
 
     @property
     def num_model_tokens(self) -> int:
@@ -95,6 +110,7 @@ class _Running:
     episode: Episode
     messages: list[dict[str, str]]
     tools: list | None
+    constraint: CopyConstraint | None = None
 
 
 StepResult = tuple[Any, float, bool, bool, dict[str, Any]]
@@ -238,6 +254,9 @@ class RolloutCollector:
         system_prompt: used when reset info has no ``system_prompt``.
         vector_env: a gymnasium ``VectorEnv`` of text envs, instead of ``make_env`` (kept as
             ``self.vector_env``, ``None`` for a pool; the caller closes it).
+        decoding: ``"free"``, or ``"constrained"``: tool arguments the schema marks as copied can only take
+            values the episode's observations showed (:mod:`worldgym.agents.llm.constrained`; needs an engine
+            that applies constraints, e.g. :class:`HFEngine`).
     """
 
     def __init__(
@@ -250,7 +269,10 @@ class RolloutCollector:
         system_prompt: str | None = None,
         *,
         vector_env: gym.vector.VectorEnv | None = None,
+        decoding: Literal["free", "constrained"] = "free",
     ):
+        if decoding not in ("free", "constrained"):
+            raise ValueError(f"decoding must be 'free' or 'constrained', got {decoding!r}")
         if max_turns < 1:
             raise ValueError(f"max_turns must be >= 1, got {max_turns}")
         if tokenizer.eos_token_id is None:
@@ -268,6 +290,8 @@ class RolloutCollector:
         )
         self._envs = _EnvPool(make_env) if make_env is not None else _VectorEnvRows(vector_env)
         self._prompt_cache: dict[str, list[int]] = {}
+        self.decoding = decoding
+        self._token_index: TokenTextIndex | None = None  # built on first constrained use (decodes the vocab)
 
     def collect(
         self, env_seeds: Sequence[int], group_size: int, params: SamplingParams, first_group_id: int = 0
@@ -292,14 +316,19 @@ class RolloutCollector:
             if not rows:
                 break
             turn_params = replace(params, n=1, seed=params.seed + 7919 * turn)
-            generations = self.engine.generate([running[row].episode.token_ids for row in rows], turn_params)
+            prompts = [running[row].episode.token_ids for row in rows]
+            if self.decoding == "constrained":
+                constraints = [running[row].constraint for row in rows]
+                generations = self.engine.generate(prompts, turn_params, constraints)
+            else:
+                generations = self.engine.generate(prompts, turn_params)
             replies = [
                 self._add_reply(running[row].episode, generation)
                 for row, (generation,) in zip(rows, generations)
             ]
-            results = self._envs.step(rows, replies)
-            for row, (generation,), reply, result in zip(rows, generations, replies, results):
-                self._add_step(running[row], reply, generation.finish_reason, *result)
+            results = self._envs.step(rows, [text for text, _ in replies])
+            for row, (generation,), (text, span), result in zip(rows, generations, replies, results):
+                self._add_step(running[row], text, span, generation.finish_reason, *result)
         return [run.episode for run in running]
 
     def _start(self, observation: Any, info: dict[str, Any], seed: int, group_id: int) -> _Running:
@@ -313,23 +342,34 @@ class RolloutCollector:
             if len(self._prompt_cache) >= 4096:
                 self._prompt_cache.clear()
             prompt = self._prompt_cache[key] = encode_chat(self.tokenizer, messages, tools)
-        episode = Episode([], [], [], len(prompt), group_id, seed)
+        episode = Episode([], [], [], len(prompt), group_id, seed, reset_info=dict(info))
         episode.extend(prompt, from_model=False)
-        return _Running(episode, messages, tools)
+        run = _Running(episode, messages, tools)
+        if self.decoding == "constrained":
+            if self._token_index is None:
+                self._token_index = TokenTextIndex(self.tokenizer)
+            run.constraint = CopyConstraint(self._token_index, copied_argument_keys(tools or []), ())
+        return run
 
-    def _add_reply(self, episode: Episode, generation: Generation) -> str:
-        """Append the model's tokens (closing a cut-off turn with a context eos); returns the reply text."""
+    def _add_reply(self, episode: Episode, generation: Generation) -> tuple[str, tuple[int, int]]:
+        """Append the model's tokens (closing a cut-off turn with a context eos); returns the reply text and
+        its token span."""
         token_ids, eos = generation.token_ids, self.tokenizer.eos_token_id
+        start = len(episode.token_ids)
+        for offset, allowed in enumerate(generation.allowed_token_ids or []):
+            if allowed is not None:
+                episode.allowed_token_ids[start + offset] = list(allowed)
         episode.extend(token_ids, from_model=True, logprobs=generation.logprobs)
         reply_ids = token_ids[:-1] if token_ids and token_ids[-1] == eos else token_ids
         if generation.finish_reason == "length" or not token_ids or token_ids[-1] != eos:
             episode.extend([eos], from_model=False)  # close the cut-off turn; not a model token
-        return self.tokenizer.decode(reply_ids, skip_special_tokens=False)
+        return self.tokenizer.decode(reply_ids, skip_special_tokens=False), (start, len(episode.token_ids))
 
     def _add_step(
         self,
         run: _Running,
         text: str,
+        action_span: tuple[int, int],
         finish_reason: str,
         observation: Any,
         reward: float,
@@ -345,10 +385,16 @@ class RolloutCollector:
             info = {"error": f"observation is {type(observation).__name__}, not str"}
             observation, reward, terminated, truncated = "", 0.0, False, True
         episode.reward += float(reward)
-        episode.turns.append(Turn(text, observation, float(reward), finish_reason, dict(info)))
+        turn = Turn(text, observation, float(reward), finish_reason, dict(info), action_span)
+        episode.turns.append(turn)
         episode.success = bool(info.get("success", episode.success))
         episode.terminated = bool(terminated)
         episode.truncated = bool(truncated) or (not terminated and len(episode.turns) >= self.max_turns)
+        new_values = [v for v in info.get("observed_values", ()) if isinstance(v, str) and v and v in observation]
+        episode.observed_values += [v for v in dict.fromkeys(new_values) if v not in episode.observed_values]
+        if run.constraint is not None and new_values:
+            run.constraint = replace(run.constraint, values=tuple(episode.observed_values))
+        turn.observation_span = (len(episode.token_ids), len(episode.token_ids))
         if episode.done:
             return
         role = "tool" if run.tools else "user"
@@ -359,6 +405,7 @@ class RolloutCollector:
             episode.truncated = True
             return
         episode.extend(suffix, from_model=False)
+        turn.observation_span = (turn.observation_span[0], len(episode.token_ids))
 
     def _turn_suffix(self, before: list[dict], after: list[dict], tools: list | None) -> list[int]:
         """Tokens of the template text that follows the last assistant turn's eos in ``after``."""
@@ -371,10 +418,11 @@ class RolloutCollector:
         return self.tokenizer(rendered_after[end_of_reply:], add_special_tokens=False)["input_ids"]
 
 
-def collate_episodes(episodes: Sequence[Episode], pad_token_id: int) -> dict[str, torch.Tensor]:
+def collate_episodes(episodes: Sequence[Episode], pad_token_id: int) -> dict[str, Any]:
     """Right-padded training tensors: ``input_ids``/``attention_mask`` ``[B, T]``, and ``action_mask``/
     ``old_logprobs`` ``[B, T-1]`` aligned with the *targets* ``input_ids[:, 1:]``; ``rewards``, ``group_ids``
-    ``[B]``.
+    ``[B]``; ``allowed``: per row, target column -> the token ids a constrained sampler allowed (a list of
+    dicts, for :func:`worldgym.agents.llm.scoring.score_tokens`).
     """
     if not episodes:
         raise ValueError("collate_episodes needs at least one episode")
@@ -397,4 +445,5 @@ def collate_episodes(episodes: Sequence[Episode], pad_token_id: int) -> dict[str
         "old_logprobs": old_logprobs[:, 1:],
         "rewards": torch.tensor([e.reward for e in episodes], dtype=torch.float32),
         "group_ids": torch.tensor([e.group_id for e in episodes], dtype=torch.long),
+        "allowed": [{index - 1: ids for index, ids in e.allowed_token_ids.items()} for e in episodes],
     }

@@ -9,11 +9,14 @@ cache.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
 from peft import PeftModel
 from transformers import PreTrainedModel
+
+from worldgym.agents.llm.constrained import mask_logits
 
 __all__ = ["ScoredTokens", "SharedPrefix", "score_tokens", "shared_prefix"]
 
@@ -80,6 +83,7 @@ def score_tokens(
     mask: torch.Tensor,
     temperature: float = 1.0,
     group_ids: torch.Tensor | None = None,
+    allowed: Sequence[Mapping[int, Sequence[int]]] | None = None,
 ) -> ScoredTokens:
     """Run the decoder over the right-padded batch but the LM head only on positions whose *next* token is
     masked in.
@@ -92,6 +96,10 @@ def score_tokens(
     transformers causal LMs that expose ``get_decoder()`` and ``get_output_embeddings()`` and take
     ``position_ids`` and a ``DynamicCache``; not for sliding-window attention (the padding between prompt and
     continuation would count toward the window): pass no ``group_ids`` there.
+
+    ``allowed[r]`` maps a target column ``j`` of row ``r`` (token ``input_ids[r, j + 1]``) to the token ids a
+    constrained sampler allowed there; those positions are scored over the allowed tokens only, as the
+    engine sampled them (:func:`worldgym.agents.llm.constrained.mask_logits`).
     """
     base = model.get_base_model() if isinstance(model, PeftModel) else model
     decoder = base.get_decoder()
@@ -111,11 +119,32 @@ def score_tokens(
         hidden = decoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
         hidden, targets = hidden[:, :-1][selected], input_ids[:, 1:][selected]
     logits = base.get_output_embeddings()(hidden).float() / temperature
+    if allowed is not None and any(allowed):
+        logits = _constrain(logits, selected, allowed)
     chosen = torch.gather(logits, -1, targets.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, -1)
     logprobs = torch.zeros(mask.shape, dtype=chosen.dtype, device=chosen.device).masked_scatter(
         selected, chosen
     )
     return ScoredTokens(logprobs, logits)
+
+
+def _constrain(
+    logits: torch.Tensor, selected: torch.Tensor, allowed: Sequence[Mapping[int, Sequence[int]]]
+) -> torch.Tensor:
+    """Mask the rows of ``logits`` (one per selected position, row-major) that a constraint narrowed."""
+    flat_index = selected.flatten().long().cumsum(0) - 1  # position (row, col) -> its row in ``logits``
+    width = selected.shape[1]
+    rows, ids = [], []
+    for row, columns in enumerate(allowed):
+        for column, token_ids in columns.items():
+            if not selected[row, column]:
+                raise ValueError(f"row {row}, column {column} has a constraint but is not a trained token")
+            rows.append(int(flat_index[row * width + column]))
+            ids.append(token_ids)
+    if not rows:
+        return logits
+    index = torch.tensor(rows, device=logits.device)
+    return logits.index_put((index,), mask_logits(logits[index], ids))
 
 
 def _decode_with_shared_prefix(

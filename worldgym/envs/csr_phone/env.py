@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -13,11 +14,14 @@ from worldgym.envs.csr_phone.profiles import FIELD_PHRASES, generate_profile
 from worldgym.envs.csr_phone.tasks import Task, sample_task, task_prompt
 from worldgym.envs.csr_phone.world import DIFFICULTIES, SPLITS, Split, World, get_world
 from worldgym.envs.tool_env import ToolEnv, ToolResult
-from worldgym.spaces import Tool, ToolCall, ToolCallError
+from worldgym.spaces import COPY_ANNOTATION, Tool, ToolCall, ToolCallError
 
 __all__ = ["CSRPhoneEnv", "CSR_TOOLS"]
 
-_AUTH_VALUE = {"type": "string", "maxLength": 100}
+# Phone numbers and auth values are copied from earlier observations (the annotation constrained decoding and
+# the copy probe read); the observations list them in ``info["observed_values"]``.
+_AUTH_VALUE = {"type": "string", "maxLength": 100, COPY_ANNOTATION: True}
+_PHONE_NUMBER = re.compile(r"\b1-8\d\d-\d{3}-\d{4}\b")
 _FIELD_LIST = ", ".join(f"{key} ({phrase})" for key, phrase in FIELD_PHRASES.items())
 CSR_TOOLS: tuple[Tool, ...] = (
     Tool("search_company", "Look up a company in the phone book; returns its departments and phone numbers, "
@@ -39,7 +43,7 @@ CSR_TOOLS: tuple[Tool, ...] = (
          "the representative says.", {
              "type": "object",
              "properties": {
-                 "phone_number": {"type": "string", "minLength": 1, "maxLength": 32},
+                 "phone_number": {"type": "string", "minLength": 1, "maxLength": 32, COPY_ANNOTATION: True},
                  "auth_info": {"type": "object", "additionalProperties": False,
                                "properties": {key: _AUTH_VALUE for key in FIELD_PHRASES}},
              },
@@ -83,8 +87,10 @@ class CSRPhoneEnv(ToolEnv):
     ``tool``, for phone calls the ``company`` and ``department`` reached (None for unknown numbers),
     ``response_type`` (``search_results``, ``company_not_found``, ``auth_form``, one of
     :data:`worldgym.envs.csr_phone.phrases.RESPONSE_TYPES`, or ``invalid_call``), ``success`` (``True`` on
-    the call that completes the task: the success key every worldgym env reports) and ``task_complete`` (the
-    same value, kept for v0 users).
+    the call that completes the task: the success key every worldgym env reports), ``task_complete`` (the
+    same value, kept for v0 users) and ``observed_values``: the phone numbers and customer values the
+    observation shows, which later calls copy (the schema marks those arguments with
+    :data:`worldgym.spaces.COPY_ANNOTATION`).
 
     ## Arguments
     difficulty: 1-5, or None to draw one per episode (1: 2-3 departments, 1 auth field, department named;
@@ -144,6 +150,8 @@ class CSRPhoneEnv(ToolEnv):
     def step(self, action: ToolCall | ToolCallError) -> tuple[str, float, bool, bool, dict[str, Any]]:
         observation, reward, terminated, truncated, info = super().step(action)
         info.setdefault("task_complete", False)
+        values = list(info.get("values", {}).values()) if info["response_type"] == "auth_form" else []
+        info["observed_values"] = [*_PHONE_NUMBER.findall(observation), *values]
         if self.step_penalty:
             reward -= self.step_penalty
         return observation, reward, terminated, truncated, info

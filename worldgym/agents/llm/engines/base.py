@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from worldgym.agents.llm.constrained import CopyConstraint
 
 __all__ = ["FinishReason", "Generation", "GenerationEngine", "SamplingParams"]
 
@@ -46,25 +49,42 @@ class SamplingParams:
 
 @dataclass
 class Generation:
-    """One completion: the exact token ids sampled (stop token included), their logprobs, and why it ended."""
+    """One completion: the exact token ids sampled (stop token included), their logprobs, and why it ended.
+
+    ``allowed_token_ids[i]`` lists the token ids the sampler could choose from at token ``i`` when a
+    constraint narrowed it (``None`` where decoding was free; the whole list is ``None`` for unconstrained
+    generation); ``logprobs`` are then over the allowed tokens only.
+    """
 
     token_ids: list[int]
     logprobs: list[float]
     finish_reason: FinishReason
     prompt_index: int = 0
     extra: dict = field(default_factory=dict)
+    allowed_token_ids: list[list[int] | None] | None = None
 
     def __post_init__(self) -> None:
         if len(self.token_ids) != len(self.logprobs):
             raise ValueError(f"got {len(self.token_ids)} token ids but {len(self.logprobs)} logprobs")
+        if self.allowed_token_ids is not None and len(self.allowed_token_ids) != len(self.token_ids):
+            raise ValueError(
+                f"got {len(self.token_ids)} token ids but {len(self.allowed_token_ids)} allowed-token entries"
+            )
 
 
 @runtime_checkable
 class GenerationEngine(Protocol):
     """What rollouts need from an inference backend (HF ``generate``, vLLM, ...)."""
 
-    def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[list[Generation]]:
-        """For each prompt (a list of token ids), ``params.n`` generations."""
+    def generate(
+        self,
+        prompts: Sequence[Sequence[int]],
+        params: SamplingParams,
+        constraints: Sequence[CopyConstraint | None] | None = None,
+    ) -> list[list[Generation]]:
+        """For each prompt (a list of token ids), ``params.n`` generations; ``constraints`` (one per prompt,
+        ``None`` = free) narrow copied tool arguments (:mod:`worldgym.agents.llm.constrained`). An engine that
+        cannot apply constraints raises ``ValueError`` when given one."""
         ...
 
     def sync_weights(self) -> None:

@@ -2,7 +2,9 @@
 
 Neighbouring prompts that open with the same tokens (a GRPO group: ``n`` samples of one prompt, or a group's
 episodes after their first reply) share one prefill of that prefix: the engine runs it once, copies its KV
-cache to every row and lets ``generate`` continue from there.
+cache to every row and lets ``generate`` continue from there. With ``reuse_kv_cache=True`` the engine also keeps
+each row's KV after a batch (:class:`~worldgym.agents.llm.engines.prefix_cache.PrefixKVCache`), so the next turn
+of a multi-turn episode, whose prompt extends the previous prompt and reply, prefills only the new tokens.
 """
 
 from __future__ import annotations
@@ -12,11 +14,15 @@ from dataclasses import dataclass
 
 import torch
 from peft import PeftModel
-from transformers import DynamicCache, PreTrainedModel
+from transformers import Cache, DynamicCache, LogitsProcessorList, PreTrainedModel
 
+from worldgym.agents.llm.constrained import CopyArgumentsProcessor, CopyConstraint, mask_logits
 from worldgym.agents.llm.engines.base import Generation, SamplingParams
+from worldgym.agents.llm.engines.prefix_cache import PrefixKVCache, batched_cache, row_kv, storable
 
 __all__ = ["HFEngine", "PrefixGroups", "group_shared_prefixes"]
+
+_Hit = tuple[tuple[int, ...], torch.Tensor] | None  # a stored opening of a prompt and its KV
 
 
 @dataclass
@@ -93,6 +99,15 @@ class HFEngine:
     quantity the trainer's forward pass computes, so they serve as the old policy's logprobs. Because the
     engine holds the trainer's own model object, :meth:`sync_weights` has nothing to copy.
 
+    A batch starts ``generate`` from one of three layouts: plain left padding; shared prefixes
+    (:meth:`_prefill_shared`); or, with ``reuse_kv_cache``, stored KV (:meth:`_prefill_cached`), used as soon as
+    any prompt of the batch opens with a stored sequence. After every batch the engine then stores each row's
+    KV for its prompt and the reply tokens ``generate`` fed (all but the last sampled one), replacing the entry
+    the row consumed. The stored KV is only valid for the weights it was computed with: :meth:`sync_weights`
+    (called by the trainer after each update) clears it, and so does any in-place parameter change noticed
+    before a ``generate`` call. Results equal those without reuse up to float rounding (another batch layout
+    rounds differently, which can flip a near-tie between two tokens).
+
     Args:
         model: the causal LM.
         pad_token_id: id used for left padding.
@@ -100,6 +115,11 @@ class HFEngine:
         batch_size: most sequences per ``generate`` call.
         min_shared_prefix: neighbouring prompts sharing at least this many opening tokens prefill them once
             (0 turns prefix sharing off).
+        reuse_kv_cache: keep each row's KV across ``generate`` calls (multi-turn rollouts prefill only the new
+            tokens).
+        kv_cache_max_tokens: most tokens stored in total (least recently used entries are evicted); memory is
+            this times the KV bytes of a token (see :mod:`~worldgym.agents.llm.engines.prefix_cache`). Set it
+            to at least the episodes run at once times their length, or early rows get evicted.
     """
 
     def __init__(
@@ -109,6 +129,8 @@ class HFEngine:
         eos_token_ids: Sequence[int],
         batch_size: int = 64,
         min_shared_prefix: int = 16,
+        reuse_kv_cache: bool = False,
+        kv_cache_max_tokens: int = 32768,
     ):
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
@@ -121,21 +143,42 @@ class HFEngine:
         self.eos_token_ids = [int(i) for i in eos_token_ids]
         self.batch_size = batch_size
         self.min_shared_prefix = min_shared_prefix
+        self.kv_cache = PrefixKVCache(kv_cache_max_tokens) if reuse_kv_cache else None
+        self._kv_weight_versions: tuple[int, ...] = ()
 
     @property
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
 
     def sync_weights(self) -> None:
-        """Nothing to do: generation uses the trained model object itself."""
+        """Nothing to copy (generation uses the trained model object itself); drops the stored KV, which the
+        old weights computed."""
+        self.clear_kv_cache()
 
-    def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[list[Generation]]:
+    def clear_kv_cache(self) -> None:
+        """Drop every stored KV entry; needed after changing what the model computes other than by in-place
+        parameter updates (e.g. switching adapters, editing ``.data``)."""
+        if self.kv_cache is not None:
+            self.kv_cache.clear()
+
+    def generate(
+        self,
+        prompts: Sequence[Sequence[int]],
+        params: SamplingParams,
+        constraints: Sequence[CopyConstraint | None] | None = None,
+    ) -> list[list[Generation]]:
         """``params.n`` completions of each prompt; reproducible from ``params.seed`` (the caller's RNG is
-        untouched)."""
+        untouched). ``constraints[i]`` (``None`` = free) narrows prompt ``i``'s copied tool arguments; the
+        generations then record the allowed tokens and their logprobs are over those tokens only."""
         if any(len(prompt) == 0 for prompt in prompts):
             raise ValueError("every prompt needs at least one token")
+        if constraints is not None and len(constraints) != len(prompts):
+            raise ValueError(f"got {len(prompts)} prompts but {len(constraints)} constraints")
+        self._drop_stale_kv_cache()
+        row_constraints = list(constraints) if constraints is not None else [None] * len(prompts)
         jobs = [(index, list(prompt)) for index, prompt in enumerate(prompts) for _ in range(params.n)]
         results: list[list[Generation]] = [[] for _ in prompts]
+        consumed: set[tuple[int, ...]] = set()  # stored openings extended in this call, dropped at its end
         was_training = self.model.training
         self.model.eval()
         try:
@@ -143,29 +186,50 @@ class HFEngine:
                 torch.manual_seed(params.seed)
                 for start in range(0, len(jobs), self.batch_size):
                     chunk = jobs[start : start + self.batch_size]
+                    chunk_constraints = [row_constraints[index] for index, _ in chunk]
                     for (index, _), generation in zip(
-                        chunk, self._generate_batch([p for _, p in chunk], params)
+                        chunk, self._generate_batch([p for _, p in chunk], params, consumed, chunk_constraints)
                     ):
                         generation.prompt_index = index
                         results[index].append(generation)
         finally:
             self.model.train(was_training)
+        if self.kv_cache is not None:  # after every chunk: the samples of one prompt may span chunks
+            for key in consumed:
+                self.kv_cache.discard(key)
         return results
 
+    def _drop_stale_kv_cache(self) -> None:
+        """Clear the KV cache if a parameter changed in place since the last call (autograd's version counters
+        see optimizer steps and ``load_state_dict``): a safety net behind :meth:`sync_weights`."""
+        if self.kv_cache is None:
+            return
+        versions = tuple(parameter._version for parameter in self.model.parameters())
+        if versions != self._kv_weight_versions:
+            self.kv_cache.clear()
+            self._kv_weight_versions = versions
+
     @torch.no_grad()
-    def _generate_batch(self, prompts: list[list[int]], params: SamplingParams) -> list[Generation]:
-        groups = group_shared_prefixes(prompts, self.min_shared_prefix) if self.min_shared_prefix else None
-        if groups is None or not groups.saves_work(prompts):
-            input_ids, attention_mask = self._left_padded(prompts)
-            cache = None
-        else:
-            input_ids, attention_mask, cache = self._prefill_shared(prompts, groups)
+    def _generate_batch(
+        self,
+        prompts: list[list[int]],
+        params: SamplingParams,
+        consumed: set[tuple[int, ...]],
+        constraints: list[CopyConstraint | None],
+    ) -> list[Generation]:
+        hits = self.kv_cache.lookup(prompts) if self.kv_cache is not None else [None] * len(prompts)
+        consumed.update(hit[0] for hit in hits if hit is not None)
+        input_ids, attention_mask, cache = self._layout(prompts, hits)
         sampling = (
             {"do_sample": True, "temperature": params.temperature, "top_p": params.top_p, "top_k": 0}
             if params.temperature > 0
             else {"do_sample": False}
         )
         width = input_ids.shape[1]
+        processor = None
+        if any(c is not None for c in constraints):
+            processor = CopyArgumentsProcessor(constraints, prompt_width=width)
+            sampling["logits_processor"] = LogitsProcessorList([processor])
         output = self.model.generate(
             input_ids=input_ids,
             attention_mask=attention_mask,
@@ -179,21 +243,49 @@ class HFEngine:
         )
         new_tokens = output.sequences[:, width:].cpu()
         logits = torch.stack(output.logits, dim=1).float().cpu() / params.logprob_temperature
-        logprobs = torch.gather(logits.log_softmax(-1), -1, new_tokens.unsqueeze(-1)).squeeze(-1)
-        return [
-            self._cut(tokens.tolist(), row_logprobs.tolist())
-            for tokens, row_logprobs in zip(new_tokens, logprobs)
+        allowed = processor.allowed if processor is not None else [None] * len(prompts)
+        logprobs = _sampled_logprobs(logits, new_tokens, allowed)
+        generations = [
+            self._cut(tokens.tolist(), row_logprobs.tolist(), row_allowed)
+            for tokens, row_logprobs, row_allowed in zip(new_tokens, logprobs, allowed)
         ]
+        if self.kv_cache is not None:
+            steps = new_tokens.shape[1]
+            self._store(self.kv_cache, prompts, generations, attention_mask, output.past_key_values, steps)
+        return generations
+
+    def _layout(
+        self, prompts: list[list[int]], hits: list[_Hit]
+    ) -> tuple[torch.Tensor, torch.Tensor, DynamicCache | None]:
+        """Input ids, attention mask and cache ``generate`` starts from: stored KV if any prompt has some, else
+        shared prefixes if they save work, else plain left padding."""
+        if any(hit is not None for hit in hits):
+            return self._prefill_cached(prompts, hits)
+        groups = group_shared_prefixes(prompts, self.min_shared_prefix) if self.min_shared_prefix else None
+        if groups is not None and groups.saves_work(prompts):
+            return self._prefill_shared(prompts, groups)
+        return *self._left_padded(prompts), None
 
     def _left_padded(self, rows: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+        return self._padded(rows, left=True)
+
+    def _right_padded(self, rows: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+        return self._padded(rows, left=False)
+
+    def _padded(self, rows: list[list[int]], left: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        """Input ids and attention mask of ``rows`` padded to the longest (``[len(rows), width]``)."""
         width = max(len(row) for row in rows)
         input_ids = torch.full((len(rows), width), self.pad_token_id, dtype=torch.long)
         attention_mask = torch.zeros((len(rows), width), dtype=torch.long)
         for r, row in enumerate(rows):
             if row:
-                input_ids[r, width - len(row) :] = torch.tensor(row)
-                attention_mask[r, width - len(row) :] = 1
+                columns = slice(width - len(row), width) if left else slice(0, len(row))
+                input_ids[r, columns] = torch.tensor(row)
+                attention_mask[r, columns] = 1
         return input_ids.to(self.device), attention_mask.to(self.device)
+
+    def _base_model(self) -> PreTrainedModel:
+        return self.model.get_base_model() if isinstance(self.model, PeftModel) else self.model
 
     def _prefill_shared(
         self, prompts: list[list[int]], groups: PrefixGroups
@@ -205,16 +297,10 @@ class HFEngine:
         prefixes = [
             prompts[first][:length] for first, length in zip(groups.first_rows, groups.prefix_lengths)
         ]
-        width = max(groups.prefix_lengths)
-        prefix_ids = torch.full((len(prefixes), width), self.pad_token_id, dtype=torch.long)
-        prefix_mask = torch.zeros((len(prefixes), width), dtype=torch.long)
-        for g, prefix in enumerate(prefixes):
-            prefix_ids[g, : len(prefix)], prefix_mask[g, : len(prefix)] = torch.tensor(prefix), 1
-        prefix_ids, prefix_mask = prefix_ids.to(self.device), prefix_mask.to(self.device)
+        prefix_ids, prefix_mask = self._right_padded(prefixes)
         positions = (prefix_mask.cumsum(1) - 1).clamp(min=0)
         # the decoder alone: the prefix's logits are never used (a [G, W, V] tensor for a real vocabulary)
-        base = self.model.get_base_model() if isinstance(self.model, PeftModel) else self.model
-        cache = base.get_decoder()(
+        cache = self._base_model().get_decoder()(
             input_ids=prefix_ids, attention_mask=prefix_mask, position_ids=positions, use_cache=True
         ).past_key_values
         row_group = torch.tensor(groups.row_group, device=self.device)
@@ -224,10 +310,71 @@ class HFEngine:
         input_ids = torch.cat([prefix_ids[row_group], rest_ids], 1)
         return input_ids, torch.cat([prefix_mask[row_group], rest_mask], 1), cache
 
-    def _cut(self, tokens: list[int], logprobs: list[float]) -> Generation:
+    def _prefill_cached(
+        self, prompts: list[list[int]], hits: list[_Hit]
+    ) -> tuple[torch.Tensor, torch.Tensor, DynamicCache]:
+        """The layout ``generate`` continues from when some prompts open with stored sequences:
+
+            columns [0, P)              columns [P, W)
+            stored opening | padding    padding | uncached remainder     (a row with a stored opening)
+            padding (all P columns)     padding | whole prompt           (a row without one)
+
+        The cache holds the stored KV in columns ``[0, P)`` (zeros under the padding, which the attention mask
+        hides), so ``generate`` prefills only the remainders. It derives position ids from the attention mask,
+        so the padding between the parts does not shift any token's position (as in :meth:`_prefill_shared`).
+        """
+        reused = [0 if hit is None else len(hit[0]) for hit in hits]
+        prefix_ids, prefix_mask = self._right_padded([prompt[:n] for prompt, n in zip(prompts, reused)])
+        cache = batched_cache(
+            [None if hit is None else hit[1] for hit in hits], max(reused), self._base_model().config
+        )
+        rest_ids, rest_mask = self._left_padded([prompt[n:] for prompt, n in zip(prompts, reused)])
+        return torch.cat([prefix_ids, rest_ids], 1), torch.cat([prefix_mask, rest_mask], 1), cache
+
+    @staticmethod
+    def _store(
+        store: PrefixKVCache,
+        prompts: list[list[int]],
+        generations: list[Generation],
+        attention_mask: torch.Tensor,
+        cache: Cache | None,
+        steps: int,
+    ) -> None:
+        """Store each row's KV of its prompt and fed reply tokens (all but the last sampled one), cut out of
+        ``generate``'s cache: the columns the attention mask marks real, then the row's first
+        ``len(reply) - 1`` generated columns (later ones hold pad tokens fed after its eos)."""
+        width = attention_mask.shape[1]
+        if not storable(cache, width + steps - 1):  # e.g. sliding-window layers: nothing to store
+            return
+        for row, (prompt, generation) in enumerate(zip(prompts, generations)):
+            fed = generation.token_ids[:-1]
+            generated_columns = torch.arange(width, width + len(fed), device=attention_mask.device)
+            columns = torch.cat([attention_mask[row].nonzero().squeeze(1), generated_columns])
+            store.put([*prompt, *fed], row_kv(cache, row, columns))
+
+    def _cut(
+        self, tokens: list[int], logprobs: list[float], allowed: list[list[int] | None] | None
+    ) -> Generation:
         """Trim after the first stop token (kept: the model generated it) and drop the padding that
         follows."""
+        end, reason = len(tokens), "length"
         for position, token in enumerate(tokens):
             if token in self.eos_token_ids:
-                return Generation(tokens[: position + 1], logprobs[: position + 1], "stop")
-        return Generation(tokens, logprobs, "length")
+                end, reason = position + 1, "stop"
+                break
+        return Generation(tokens[:end], logprobs[:end], reason,
+                          allowed_token_ids=None if allowed is None else allowed[:end])
+
+
+def _sampled_logprobs(
+    logits: torch.Tensor, tokens: torch.Tensor, allowed: Sequence[list[list[int] | None] | None]
+) -> torch.Tensor:
+    """``log_softmax`` of ``logits`` ``[B, S, V]`` at the sampled ``tokens`` ``[B, S]``; where a constraint
+    narrowed a step (``allowed[row][step]``), over the allowed tokens only, as the sampler drew it."""
+    places = [(row, step) for row, steps in enumerate(allowed) if steps for step, ids in enumerate(steps) if ids]
+    if places:
+        rows, steps = torch.tensor(places).T
+        logits = logits.index_put(
+            (rows, steps), mask_logits(logits[rows, steps], [allowed[r][s] for r, s in places])
+        )
+    return torch.gather(logits.log_softmax(-1), -1, tokens.unsqueeze(-1)).squeeze(-1)

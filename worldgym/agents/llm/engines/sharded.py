@@ -5,8 +5,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from worldgym.agents.llm.engines.base import Generation, GenerationEngine, SamplingParams
+
+if TYPE_CHECKING:
+    from worldgym.agents.llm.constrained import CopyConstraint
 
 __all__ = ["ShardedEngine"]
 
@@ -30,12 +34,23 @@ class ShardedEngine:
         for engine in self.engines:
             engine.sync_weights()
 
-    def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[list[Generation]]:
-        """Generations for every prompt, in prompt order, whichever engine produced them."""
+    def generate(
+        self,
+        prompts: Sequence[Sequence[int]],
+        params: SamplingParams,
+        constraints: Sequence[CopyConstraint | None] | None = None,
+    ) -> list[list[Generation]]:
+        """Generations for every prompt, in prompt order, whichever engine produced them (each shard with
+        its prompts' constraints)."""
         size = -(-len(prompts) // len(self.engines))
         shards = [(i, list(prompts[i * size : (i + 1) * size])) for i in range(len(self.engines))]
         futures = [
-            self._pool.submit(self.engines[i].generate, shard, replace(params, seed=params.seed + i))
+            self._pool.submit(
+                self.engines[i].generate,
+                shard,
+                replace(params, seed=params.seed + i),
+                None if constraints is None else list(constraints[i * size : (i + 1) * size]),
+            )
             for i, shard in shards
             if shard
         ]

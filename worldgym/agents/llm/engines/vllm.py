@@ -91,10 +91,17 @@ class VLLMEngine:
         if self._owns_adapter_dir:
             shutil.rmtree(self.adapter_dir, ignore_errors=True)
 
-    def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[list[Generation]]:
+    def generate(
+        self, prompts: Sequence[Sequence[int]], params: SamplingParams, constraints: Sequence[Any] | None = None
+    ) -> list[list[Generation]]:
         """``params.n`` completions per prompt with the sampled tokens' logprobs."""
         if any(len(prompt) == 0 for prompt in prompts):
             raise ValueError("every prompt needs at least one token")
+        if constraints is not None and any(c is not None for c in constraints):
+            raise ValueError(
+                "VLLMEngine does not apply copy constraints (decoding='constrained'); the learner must see the "
+                "sampler's allowed tokens, which vLLM's structured outputs do not report: use HFEngine"
+            )
         if params.top_p < 1:
             raise ValueError(
                 f"VLLMEngine needs top_p=1 (got {params.top_p}): vLLM reports logprobs renormalised over the "

@@ -1,0 +1,187 @@
+"""CSR policies on CSRPhone-v0's 0/1 task reward: the copying random baseline, warm starts and DAPO, by difficulty.
+
+Every figure is greedy success on validation-split companies (never seen in training), episode ``i`` seeded
+``10**6 + i``. Each stage saves its own JSON under ``benchmarks/results/csr_policy/``; ``report`` merges them
+into ``benchmarks/results/csr_policy.json`` and draws ``csr_policy.png``.
+
+    python benchmarks/csr_policy.py random                                  # RandomPolicy, d1-d5 (seconds)
+    python benchmarks/csr_policy.py warm-start --model tiny                 # SFT (cached) + eval, free/constrained
+    python benchmarks/csr_policy.py warm-start --model smollm2-135m --decodings free
+    python benchmarks/csr_policy.py dapo --model tiny --decoding constrained --difficulty 1 --seed 0
+    python benchmarks/csr_policy.py dapo --model smollm2-135m --decoding free --difficulty 3 --seed 0
+    python benchmarks/csr_policy.py report
+
+``dapo`` runs are resumable: rerunning the same command continues from the run's last checkpoint
+(``runs/csr_policy/<model>-<decoding>-d<difficulty>-s<seed>/``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+import worldgym  # noqa: F401  (registers the ids)
+from worldgym.agents.grpo import CSR_PRESETS, GRPOTrainer, make_text_env
+from worldgym.agents.llm.evaluation import evaluate_chat_policy
+from worldgym.agents.llm.warm_start import WarmStart, load_or_train_warm_start
+
+RESULTS = Path(__file__).parent / "results"
+PARTS = RESULTS / "csr_policy"
+DIFFICULTIES = (1, 2, 3, 4, 5)
+MAX_TURNS = 16  # the env's own limit: the random baseline gets the same budget
+
+
+def warm_start(model: str) -> WarmStart:
+    return load_or_train_warm_start(CSR_PRESETS[model].warm_start, cache_dir="runs/warm_starts")
+
+
+def evaluate(ws: WarmStart, model: str, difficulty: int, episodes: int, decoding: str) -> dict[str, Any]:
+    engine = CSR_PRESETS[model].engine(ws.model, ws.tokenizer)
+    kwargs = {"split": "validation", "difficulty": difficulty}
+    start = time.perf_counter()
+    metrics, _ = evaluate_chat_policy(engine, ws.tokenizer, lambda: make_text_env("CSRPhone-v0", kwargs, True),
+                                      episodes, MAX_TURNS, CSR_PRESETS[model].max_new_tokens, decoding)
+    return {"success": metrics["eval/success_rate"], "copy_probe": metrics.get("eval/copy_probe"),
+            "episodes": episodes, "seconds": time.perf_counter() - start}
+
+
+# ---------------------------------------------------------------- stages
+def run_random(args: argparse.Namespace) -> None:
+    from worldgym.demo import run_demo
+
+    results = run_demo(args.episodes, 0, "validation", list(DIFFICULTIES))
+    success = {str(row["difficulty"]): row["random"]["success_rate"] for row in results["results"]}
+    _write_part("random_copy", {"success": success, "episodes": args.episodes,
+                                "command": "python benchmarks/csr_policy.py random"})
+    print("random (copying) baseline:", success)
+
+
+def run_warm_start(args: argparse.Namespace) -> None:
+    ws = warm_start(args.model)
+    ws.model.eval()
+    part: dict[str, Any] = {"warm_start": ws.summary | {"losses": None}, "key": ws.path.name}
+    for decoding in args.decodings:
+        rows = {}
+        for difficulty in args.difficulties:
+            rows[str(difficulty)] = evaluate(ws, args.model, difficulty, args.episodes, decoding)
+            print(args.model, decoding, f"d{difficulty}", rows[str(difficulty)])
+        probes = [r["copy_probe"] for r in rows.values() if r["copy_probe"] is not None]
+        part[decoding] = {"success": {d: r["success"] for d, r in rows.items()},
+                          "copy_probe": float(np.mean(probes)) if probes else None, "by_difficulty": rows}
+    _write_part(f"{args.model}-warm_start", part)
+
+
+def run_dapo(args: argparse.Namespace) -> None:
+    preset = CSR_PRESETS[args.model]
+    ws = warm_start(args.model)
+    out = Path("runs/csr_policy") / f"{args.model}-{args.decoding}-d{args.difficulty}-s{args.seed}"
+    config = preset.grpo_config(args.difficulty, decoding=args.decoding, num_steps=args.steps,
+                                eval_every=args.eval_every, eval_episodes=args.episodes, checkpoint_every=1,
+                                seed=args.seed, output_dir=str(out))
+    trainer = GRPOTrainer(config, model=ws.model, tokenizer=ws.tokenizer,
+                          make_engine=lambda policy: preset.engine(policy, ws.tokenizer))
+    checkpoints = sorted(out.glob("checkpoint-[0-9]*"), key=lambda p: int(p.name.split("-")[1]))
+    if checkpoints:
+        trainer.load(checkpoints[-1])
+        trainer.history = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+        print(f"resumed from {checkpoints[-1]} at step {trainer.step}")
+    trainer.train()
+    curve = [(m["step"], m["eval/success_rate"]) for m in trainer.history if "eval/success_rate" in m]
+    part = {"model": args.model, "decoding": args.decoding, "difficulty": args.difficulty, "seed": args.seed,
+            "steps": args.steps, "eval_episodes": args.episodes, "curve": curve,
+            "command": f"python benchmarks/csr_policy.py dapo --model {args.model} --decoding {args.decoding} "
+                       f"--difficulty {args.difficulty} --seed {args.seed} --steps {args.steps}"}
+    _write_part(f"{args.model}-dapo-{args.decoding}-d{args.difficulty}-s{args.seed}", part)
+    print("validation success by step:", curve)
+
+
+def run_report(args: argparse.Namespace) -> None:
+    parts = {path.stem: json.loads(path.read_text()) for path in sorted(PARTS.glob("*.json"))}
+    report: dict[str, Any] = {"split": "validation", "max_turns": MAX_TURNS}
+    if "random_copy" in parts:
+        report["random_copy"] = parts["random_copy"]["success"]
+    for model in CSR_PRESETS:
+        entry: dict[str, Any] = {}
+        if f"{model}-warm_start" in parts:
+            ws = parts[f"{model}-warm_start"]
+            entry["warm_start"] = {d: ws[d] for d in ("free", "constrained") if d in ws}
+        runs = [p for name, p in parts.items() if name.startswith(f"{model}-dapo-")]
+        for decoding in sorted({r["decoding"] for r in runs}):
+            by_difficulty: dict[str, Any] = {}
+            for difficulty in sorted({r["difficulty"] for r in runs if r["decoding"] == decoding}):
+                chosen = sorted((r for r in runs if r["decoding"] == decoding and r["difficulty"] == difficulty),
+                                key=lambda r: r["seed"])
+                finals = [r["curve"][-1][1] for r in chosen]
+                by_difficulty[str(difficulty)] = {
+                    "mean": float(np.mean(finals)), "seeds": finals, "seed_ids": [r["seed"] for r in chosen],
+                    "start": [r["curve"][0][1] for r in chosen], "curves": [r["curve"] for r in chosen]}
+            entry.setdefault("dapo", {})[decoding] = {"success": by_difficulty}
+        if entry:
+            report[model] = entry
+    (RESULTS / "csr_policy.json").write_text(json.dumps(report, indent=1))
+    _plot(report, RESULTS / "csr_policy.png")
+    print(json.dumps({k: v for k, v in report.items()}, indent=1)[:3000])
+
+
+def _plot(report: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for model in CSR_PRESETS:
+        for decoding, runs in report.get(model, {}).get("dapo", {}).items():
+            for difficulty, row in runs["success"].items():
+                steps = [step for step, _ in row["curves"][0]]
+                values = np.array([[v for _, v in curve] for curve in row["curves"]
+                                   if len(curve) == len(steps)])
+                mean = values.mean(0)
+                (line,) = ax.plot(steps, mean, marker="o", label=f"{model} {decoding} d{difficulty}")
+                ax.fill_between(steps, values.min(0), values.max(0), color=line.get_color(), alpha=0.2)
+    ax.set_xlabel("DAPO step")
+    ax.set_ylabel("validation success (greedy)")
+    ax.set_title("CSRPhone-v0, 0/1 reward: mean and range over seeds")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def _write_part(name: str, data: dict[str, Any]) -> None:
+    PARTS.mkdir(parents=True, exist_ok=True)
+    (PARTS / f"{name}.json").write_text(json.dumps(data, indent=1))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="stage", required=True)
+    random = sub.add_parser("random", help="the copying random baseline")
+    random.add_argument("--episodes", type=int, default=1000)
+    warm = sub.add_parser("warm-start", help="train (or load) a warm start and evaluate it")
+    warm.add_argument("--model", choices=sorted(CSR_PRESETS), required=True)
+    warm.add_argument("--decodings", nargs="+", choices=["free", "constrained"], default=["free", "constrained"])
+    warm.add_argument("--difficulties", type=int, nargs="+", default=list(DIFFICULTIES))
+    warm.add_argument("--episodes", type=int, default=64, help="validation episodes per difficulty")
+    dapo = sub.add_parser("dapo", help="DAPO from the warm start on the 0/1 reward (resumable)")
+    dapo.add_argument("--model", choices=sorted(CSR_PRESETS), required=True)
+    dapo.add_argument("--decoding", choices=["free", "constrained"], required=True)
+    dapo.add_argument("--difficulty", type=int, choices=DIFFICULTIES, required=True)
+    dapo.add_argument("--seed", type=int, default=0)
+    dapo.add_argument("--steps", type=int, default=30)
+    dapo.add_argument("--eval-every", type=int, default=5)
+    dapo.add_argument("--episodes", type=int, default=64, help="validation episodes per evaluation")
+    sub.add_parser("report", help="merge the stages into csr_policy.json and csr_policy.png")
+    args = parser.parse_args()
+    torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+    {"random": run_random, "warm-start": run_warm_start, "dapo": run_dapo, "report": run_report}[args.stage](args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,221 @@
+"""CSRPhone-v0 rollout speed of ``HFEngine``: whole multi-turn episodes per second, with and without keeping
+each episode's KV cache across turns (``reuse_kv_cache``).
+
+For every difficulty, batch size (episodes run together in one ``RolloutCollector.collect`` call) and KV reuse
+off / on, the same seeds are played greedily to the end (16 turns at most, the env's own limit). Reported:
+  * ``episodes_per_s``: episodes divided by the wall time of all the ``collect`` calls,
+  * ``episode_seconds``: the mean wall time from an episode's start to its end (its batch's ``collect`` call),
+  * ``positions_per_episode``: token positions the model ran (prefill and decoding, padding included), the
+    work KV reuse removes, and ``model_tokens_per_episode`` / ``turns_per_episode``,
+  * ``same_episodes``: whether reuse on gave exactly the token ids of reuse off for the same seeds.
+CPU seconds and the load average are recorded too (the machine's cores may be shared with other jobs).
+
+    OMP_WAIT_POLICY=PASSIVE python benchmarks/csr_rollout_speed.py --model tiny --episodes 4
+    OMP_WAIT_POLICY=PASSIVE python benchmarks/csr_rollout_speed.py --model smollm2-135m --adapter runs/x/adapter
+
+``--model tiny`` is a randomly initialised tiny Qwen3 with a tokenizer trained on the env's text (quick, for
+checking the machinery); ``--model smollm2-135m`` is SmolLM2-135M-Instruct (``make smollm2``), optionally with
+a PEFT adapter on top.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import torch
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from worldgym.agents.grpo.trainer import make_text_env
+from worldgym.agents.llm.engines import HFEngine, SamplingParams
+from worldgym.agents.llm.rollout import Episode, RolloutCollector
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_OUTPUT = Path(__file__).parent / "results" / "csr_rollout_speed.json"
+MAX_TURNS = 16
+
+
+@dataclass
+class Run:
+    """One configuration's episodes and timings."""
+
+    episodes: list[Episode]
+    wall_s: float
+    cpu_s: float
+    episode_seconds: float
+    positions: int
+
+
+def make_env_factory(difficulty: int) -> Callable[[], gym.Env]:
+    """CSRPhone-v0 at one difficulty, its tool calls parsed from the reply text."""
+    return lambda: make_text_env("CSRPhone-v0", {"difficulty": difficulty}, True)
+
+
+def load_model(name: str, adapter: Path | None, seed: int) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """The benchmarked model (in eval mode, a PEFT adapter on top if given) and its chat tokenizer."""
+    if name == "tiny":
+        from worldgym.agents.llm import build_tiny_model, env_text_corpus, train_chat_tokenizer
+
+        tokenizer = train_chat_tokenizer(env_text_corpus(make_env_factory(1)), vocab_size=2000)
+        model = build_tiny_model(tokenizer, "tiny", seed=seed)
+    else:
+        from worldgym.agents.llm.pretrained import load_chat_model
+
+        chat = load_chat_model(name)
+        model, tokenizer = chat.model, chat.tokenizer
+    if adapter is not None:
+        from peft import PeftModel
+
+        model = PeftModel.from_pretrained(model, str(adapter))
+    return model.eval(), tokenizer
+
+
+class PositionCounter:
+    """Counts the token positions a model runs, at its input embedding (prefill and every decoding step)."""
+
+    def __init__(self, model: PreTrainedModel):
+        self.count = 0
+        model.get_input_embeddings().register_forward_hook(self._hook)
+
+    def _hook(self, module: torch.nn.Module, inputs: tuple[torch.Tensor, ...], output: torch.Tensor) -> None:
+        self.count += inputs[0].numel()
+
+
+def run(collector: RolloutCollector, counter: PositionCounter, seeds: list[int], batch: int,
+        params: SamplingParams) -> Run:
+    """Play ``seeds`` in consecutive batches of ``batch`` episodes; time every ``collect`` call."""
+    episodes: list[Episode] = []
+    wall = cpu = latency = 0.0
+    counter.count = 0
+    for start in range(0, len(seeds), batch):
+        chunk = seeds[start : start + batch]
+        wall_start, cpu_start = time.perf_counter(), time.process_time()
+        episodes += collector.collect(chunk, 1, params)
+        seconds = time.perf_counter() - wall_start
+        wall, cpu, latency = wall + seconds, cpu + time.process_time() - cpu_start, latency + seconds * len(chunk)
+    return Run(episodes, wall, cpu, latency / len(seeds), counter.count)
+
+
+def summarise(result: Run) -> dict[str, float]:
+    """Per-episode figures of one configuration."""
+    episodes = result.episodes
+    count = len(episodes)
+    return {
+        "episodes": count,
+        "episodes_per_s": count / result.wall_s,
+        "episode_seconds": result.episode_seconds,
+        "wall_s": result.wall_s,
+        "cpu_s": result.cpu_s,
+        "positions_per_episode": result.positions / count,
+        "model_tokens_per_episode": sum(e.num_model_tokens for e in episodes) / count,
+        "episode_tokens": sum(len(e.token_ids) for e in episodes) / count,
+        "turns_per_episode": sum(len(e.turns) for e in episodes) / count,
+        "success_rate": sum(e.success for e in episodes) / count,
+    }
+
+
+def same_episodes(a: list[Episode], b: list[Episode]) -> tuple[bool, float]:
+    """Whether two runs produced the same token ids, and the largest logprob difference where they did."""
+    identical = all(x.token_ids == y.token_ids for x, y in zip(a, b, strict=True))
+    gaps = [abs(p - q) for x, y in zip(a, b) if x.token_ids == y.token_ids
+            for p, q in zip(x.old_logprobs, y.old_logprobs)]
+    return identical, max(gaps, default=0.0)
+
+
+def portable(path: Path | None) -> str | None:
+    """``path`` relative to the repository (or just its name when it lies outside): no machine paths."""
+    if path is None:
+        return None
+    resolved = path.resolve()
+    return str(resolved.relative_to(REPO)) if resolved.is_relative_to(REPO) else resolved.name
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="tiny", help="'tiny' or 'smollm2-135m'")
+    parser.add_argument("--adapter", type=Path, default=None, help="a PEFT adapter folder to load on top")
+    parser.add_argument("--episodes", type=int, default=16, help="episodes per configuration")
+    parser.add_argument("--difficulties", type=int, nargs="+", default=[1, 3])
+    parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 16])
+    parser.add_argument("--max-new-tokens", type=int, default=96, help="tokens per reply at most")
+    parser.add_argument("--max-episode-tokens", type=int, default=4096)
+    parser.add_argument("--seed", type=int, default=0, help="first env seed (and the tiny model's seed)")
+    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT)
+    args = parser.parse_args(argv)
+    if args.episodes < 1 or min(args.batch_sizes) < 1:
+        parser.error("--episodes and --batch-sizes must be >= 1")
+    return args
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any] | None:
+    """Run every configuration, print a table and write JSON (``None`` when the model is not installed)."""
+    args = parse_args(argv)
+    if args.model != "tiny":
+        from worldgym.agents.llm.pretrained import named_model_available
+
+        if not named_model_available(args.model):
+            print(f"skipped: {args.model} is not installed here (see worldgym.agents.llm.pretrained)")
+            return None
+    torch.set_num_threads(args.threads)
+    model, tokenizer = load_model(args.model, args.adapter, args.seed)
+    counter = PositionCounter(model)
+    params = SamplingParams(temperature=0.0, max_new_tokens=args.max_new_tokens)
+    seeds = list(range(args.seed, args.seed + args.episodes))
+    results: dict[str, Any] = {
+        "env": "CSRPhone-v0 (ParseToolCall), greedy",
+        "model": args.model,
+        "adapter": portable(args.adapter),
+        "settings": {k: getattr(args, k) for k in
+                     ("episodes", "difficulties", "batch_sizes", "max_new_tokens", "max_episode_tokens", "seed",
+                      "threads")} | {"max_turns": MAX_TURNS},
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "cpu_count": os.cpu_count(),
+        "load_average_before": os.getloadavg()[0],
+        "runs": [],
+    }
+    header = (f"{'difficulty':>10} {'batch':>5} {'kv reuse':>8} {'episodes/s':>10} {'s/episode':>9} "
+              f"{'positions/ep':>12} {'turns/ep':>8} {'same':>5}")
+    print(header)
+    for difficulty in args.difficulties:
+        for batch in args.batch_sizes:
+            runs: dict[bool, Run] = {}
+            for reuse in (False, True):
+                engine = HFEngine(model, tokenizer.pad_token_id, [tokenizer.eos_token_id],
+                                  batch_size=batch, reuse_kv_cache=reuse,
+                                  kv_cache_max_tokens=batch * args.max_episode_tokens)
+                collector = RolloutCollector(engine, tokenizer, make_env_factory(difficulty), max_turns=MAX_TURNS,
+                                             max_episode_tokens=args.max_episode_tokens)
+                collector.collect(seeds[:1], 1, SamplingParams(temperature=0.0, max_new_tokens=2))  # warm-up
+                engine.clear_kv_cache()
+                runs[reuse] = run(collector, counter, seeds, batch, params)
+            identical, logprob_gap = same_episodes(runs[False].episodes, runs[True].episodes)
+            for reuse, result in runs.items():
+                figures = summarise(result)
+                results["runs"].append({"difficulty": difficulty, "batch": batch, "kv_reuse": reuse, **figures,
+                                        "same_episodes": identical, "max_logprob_gap": logprob_gap})
+                print(f"{difficulty:>10} {batch:>5} {'on' if reuse else 'off':>8} "
+                      f"{figures['episodes_per_s']:>10.3f} {figures['episode_seconds']:>9.2f} "
+                      f"{figures['positions_per_episode']:>12,.0f} {figures['turns_per_episode']:>8.1f} "
+                      f"{'yes' if identical else 'NO':>5}")
+            speedup = runs[False].wall_s / runs[True].wall_s
+            print(f"{'':>10} {'':>5} speed-up with KV reuse: {speedup:.2f}x "
+                  f"(max logprob gap {logprob_gap:.1e})")
+    results["load_average_after"] = os.getloadavg()[0]
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(json.dumps(results, indent=2) + "\n")
+    print(f"wrote {portable(args.output)}")
+    return results
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,85 @@
+"""Named settings for training a CSR policy with DAPO on CSRPhone-v0's 0/1 reward, per model.
+
+Shared by ``examples/train_grpo.py --env CSRPhone-v0`` and ``benchmarks/csr_policy.py`` so that the example
+runs what the benchmark measured.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from worldgym.agents.grpo.config import GRPOConfig
+from worldgym.agents.llm.engines import HFEngine
+from worldgym.agents.llm.warm_start import WarmStartConfig
+
+__all__ = ["CSR_PRESETS", "CSRPreset"]
+
+
+@dataclass(frozen=True)
+class CSRPreset:
+    """A model's CSR warm start and DAPO settings.
+
+    Args:
+        warm_start: the cached SFT warm start (expert chats at difficulties 1-3, train split).
+        decoding: the decoding the model is trained and evaluated with by default.
+        prompts_per_step, group_size, learning_rate, minibatch_size: DAPO batch and optimiser settings.
+        max_new_tokens: tokens per reply (a CSR call is 25-60 tokens).
+        engine_batch_size: episodes generated together; kv_cache_max_tokens: the engine's KV store (room
+            for every running episode's conversation, or early rows are evicted and re-prefilled).
+    """
+
+    warm_start: WarmStartConfig
+    decoding: Literal["free", "constrained"]
+    prompts_per_step: int
+    group_size: int = 8
+    learning_rate: float = 2e-5
+    minibatch_size: int = 8
+    max_new_tokens: int = 96
+    engine_batch_size: int = 32
+    kv_cache_max_tokens: int = 131072
+
+    def engine(self, model: Any, tokenizer: Any) -> HFEngine:
+        """The rollout engine: batched, each episode's KV cache kept across turns."""
+        return HFEngine(model, tokenizer.pad_token_id, [tokenizer.eos_token_id], batch_size=self.engine_batch_size,
+                        reuse_kv_cache=True, kv_cache_max_tokens=self.kv_cache_max_tokens)
+
+    def grpo_config(self, difficulty: int, **overrides: Any) -> GRPOConfig:
+        """DAPO (clip 0.2/0.28, token-mean, dynamic sampling) on the 0/1 reward at ``difficulty``: train on the
+        train split, validate on the validation split, the env's 16-call limit."""
+        settings: dict[str, Any] = dict(
+            env_id="CSRPhone-v0",
+            env_kwargs={"split": "train", "difficulty": difficulty},
+            eval_env_kwargs={"split": "validation"},
+            wrap_tool_calls=True,
+            max_turns=16,
+            max_new_tokens=self.max_new_tokens,
+            max_episode_tokens=8192,
+            decoding=self.decoding,
+            finetune=self.warm_start.finetune,
+            prompts_per_step=self.prompts_per_step,
+            group_size=self.group_size,
+            learning_rate=self.learning_rate,
+            minibatch_size=self.minibatch_size,
+            loss_aggregation="token_mean",
+            eps_low=0.2,
+            eps_high=0.28,
+            dynamic_sampling=True,
+            max_resample_rounds=1,
+        )
+        return GRPOConfig(**{**settings, **overrides})
+
+
+CSR_PRESETS: dict[str, CSRPreset] = {
+    # a 0.8M-parameter Qwen3 from config, trained in full with a tokenizer trained on the expert chats (one
+    # token per digit); it does not learn to copy unseen values, so its arguments are constrained
+    "tiny": CSRPreset(
+        WarmStartConfig(model="tiny", episodes_per_difficulty=512, epochs=4, batch_size=8, learning_rate=3e-3),
+        decoding="constrained", prompts_per_step=8, learning_rate=3e-4, minibatch_size=64, engine_batch_size=64,
+    ),
+    # SmolLM2-135M-Instruct with a LoRA adapter (r16, all linear layers, plus the added tool tokens' rows)
+    "smollm2-135m": CSRPreset(
+        WarmStartConfig(model="smollm2-135m"), decoding="free", prompts_per_step=4, learning_rate=2e-5,
+        minibatch_size=4, engine_batch_size=32,
+    ),
+}

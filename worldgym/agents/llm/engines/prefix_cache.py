@@ -1,0 +1,147 @@
+"""A per-sequence KV store for :class:`~worldgym.agents.llm.engines.hf.HFEngine`: multi-turn rollouts prefill
+only each turn's new tokens.
+
+Each entry maps a token sequence (a row's prompt plus the tokens ``generate`` fed after it) to that sequence's
+KV, one tensor ``[layers, 2 (keys, values), kv_heads, length, head_dim]`` holding only real token positions
+(no padding), so entries from different batches and layouts can be combined into a new batch. Entries are
+evicted least-recently-used beyond a bound on the total number of stored tokens; memory is that bound times
+``layers * 2 * kv_heads * head_dim * dtype bytes`` (46 KB a token for SmolLM2-135M in float32).
+"""
+
+from __future__ import annotations
+
+from collections import Counter, OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TypeGuard
+
+import torch
+from transformers import DynamicCache, PreTrainedConfig
+from transformers.cache_utils import DynamicLayer
+
+__all__ = ["KVCacheStats", "PrefixKVCache", "batched_cache", "row_kv", "storable"]
+
+TokenKey = tuple[int, ...]
+
+
+@dataclass
+class KVCacheStats:
+    """Running counts over the prompts looked up: how many found a stored opening, and how many of their
+    tokens it covered (``HFEngine`` uses every hit: a batch with any starts from the stored KV)."""
+
+    rows: int = 0
+    hit_rows: int = 0
+    prompt_tokens: int = 0
+    reused_tokens: int = 0
+
+    @property
+    def prefilled_tokens(self) -> int:
+        """Prompt tokens the model had to run (not found in the store)."""
+        return self.prompt_tokens - self.reused_tokens
+
+
+class PrefixKVCache:
+    """LRU map from token sequences to their per-token KV (see the module docstring for the layout).
+
+    >>> store = PrefixKVCache(max_tokens=5)
+    >>> store.put([1, 2, 3], torch.zeros(1, 2, 1, 3, 4))
+    >>> key, kv = store.longest_prefix([1, 2, 3, 4])
+    >>> key, tuple(kv.shape), store.longest_prefix([1, 2, 3]) is None  # >= 1 token must stay uncached
+    ((1, 2, 3), (1, 2, 1, 3, 4), True)
+    >>> store.put([7, 8, 9], torch.zeros(1, 2, 1, 3, 4))  # 6 tokens > 5: the least recently used goes
+    >>> len(store), store.num_tokens, store.longest_prefix([1, 2, 3, 4]) is None
+    (1, 3, True)
+    """
+
+    def __init__(self, max_tokens: int):
+        if max_tokens < 1:
+            raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
+        self.max_tokens = max_tokens
+        self.stats = KVCacheStats()
+        self._entries: OrderedDict[TokenKey, torch.Tensor] = OrderedDict()
+        self._lengths: Counter[int] = Counter()
+        self.num_tokens = 0
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def clear(self) -> None:
+        """Drop every entry (the stats are kept)."""
+        self._entries.clear()
+        self._lengths.clear()
+        self.num_tokens = 0
+
+    def lookup(self, prompts: Sequence[Sequence[int]]) -> list[tuple[TokenKey, torch.Tensor] | None]:
+        """:meth:`longest_prefix` of each prompt, counted in :attr:`stats`."""
+        hits = [self.longest_prefix(prompt) for prompt in prompts]
+        self.stats.rows += len(prompts)
+        self.stats.hit_rows += sum(hit is not None for hit in hits)
+        self.stats.prompt_tokens += sum(len(prompt) for prompt in prompts)
+        self.stats.reused_tokens += sum(len(hit[0]) for hit in hits if hit is not None)
+        return hits
+
+    def longest_prefix(self, prompt: Sequence[int]) -> tuple[TokenKey, torch.Tensor] | None:
+        """The longest entry whose tokens open ``prompt`` and leave at least one of its tokens uncached
+        (``generate`` needs an input token); it becomes the most recently used."""
+        prompt = tuple(prompt)
+        for length in sorted((n for n in self._lengths if n < len(prompt)), reverse=True):
+            key = prompt[:length]
+            kv = self._entries.get(key)
+            if kv is not None:
+                self._entries.move_to_end(key)
+                return key, kv
+        return None
+
+    def put(self, tokens: Sequence[int], kv: torch.Tensor) -> None:
+        """Store ``kv`` (``[layers, 2, kv_heads, len(tokens), head_dim]``) for ``tokens``, evicting the least
+        recently used entries beyond the bound (an entry longer than the bound is not stored)."""
+        key = tuple(tokens)
+        if kv.shape[3] != len(key):
+            raise ValueError(f"{len(key)} tokens but KV for {kv.shape[3]} positions")
+        if not 0 < len(key) <= self.max_tokens:
+            return
+        self.discard(key)
+        self._entries[key] = kv
+        self._lengths[len(key)] += 1
+        self.num_tokens += len(key)
+        while self.num_tokens > self.max_tokens:
+            self.discard(next(iter(self._entries)))
+
+    def discard(self, key: TokenKey) -> None:
+        """Remove an entry if present."""
+        if self._entries.pop(key, None) is not None:
+            self._lengths[len(key)] -= 1
+            if not self._lengths[len(key)]:
+                del self._lengths[len(key)]
+            self.num_tokens -= len(key)
+
+
+def storable(cache: object, length: int) -> TypeGuard[DynamicCache]:
+    """Whether rows can be cut out of ``generate``'s returned cache: a :class:`DynamicCache` of plain full-
+    attention layers (no sliding windows, no linear attention), all ``length`` positions long."""
+    return (
+        isinstance(cache, DynamicCache)
+        and len(cache.layers) > 0
+        and all(type(layer) is DynamicLayer and layer.get_seq_length() == length for layer in cache.layers)
+    )
+
+
+def row_kv(cache: DynamicCache, row: int, columns: torch.Tensor) -> torch.Tensor:
+    """A copy of batch row ``row``'s KV at sequence positions ``columns``:
+    ``[layers, 2, kv_heads, len(columns), head_dim]``."""
+    return torch.stack(
+        [torch.stack((layer.keys[row, :, columns], layer.values[row, :, columns])) for layer in cache.layers]
+    )
+
+
+def batched_cache(kvs: Sequence[torch.Tensor | None], width: int, config: PreTrainedConfig) -> DynamicCache:
+    """A batch :class:`DynamicCache` ``width`` positions long: row ``r`` holds ``kvs[r]`` in its first positions
+    and zeros after (and everywhere when ``kvs[r]`` is ``None``); the attention mask must hide the zeros. At
+    least one entry must be a tensor (it gives the shapes)."""
+    like = next(kv for kv in kvs if kv is not None)
+    layers, _, heads, _, head_dim = like.shape
+    batch = torch.zeros((layers, 2, len(kvs), heads, width, head_dim), dtype=like.dtype, device=like.device)
+    for row, kv in enumerate(kvs):
+        if kv is not None:
+            batch[:, :, row, :, : kv.shape[3]] = kv
+    return DynamicCache(ddp_cache_data=[(layer[0], layer[1]) for layer in batch], config=config)

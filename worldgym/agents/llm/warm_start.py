@@ -1,0 +1,214 @@
+"""Cached supervised warm starts: SFT on an env's scripted expert, saved under a key made of the settings.
+
+A warm start is what RL starts from: :func:`load_or_train_warm_start` returns the model and tokenizer of the
+run with exactly these settings, training it once (minutes to an hour on CPU) and loading it afterwards.
+Expert chats come from the ``"train"`` split only, so no company a validation or test episode uses is seen.
+Pretrained models get a LoRA adapter (saved alone); tiny models are built from config and trained in full.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import gymnasium as gym
+import torch
+from peft import LoraConfig, PeftModel, get_peft_model
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+
+from worldgym.agents.llm.models import TINY_SIZES, build_tiny_model
+from worldgym.agents.llm.pretrained import load_chat_model
+from worldgym.agents.llm.sft import Chat, ExpertPolicy, SFTConfig, collect_expert_chats, sft_train
+from worldgym.agents.llm.tokenizer import train_chat_tokenizer
+
+__all__ = ["CSRTextExpert", "WarmStart", "WarmStartConfig", "expert_chats", "load_or_train_warm_start"]
+
+_FORMAT_VERSION = 1
+
+
+@dataclass(frozen=True)
+class WarmStartConfig:
+    """What a warm start is trained from; every field is part of its cache key.
+
+    Args:
+        model: ``"tiny"``/``"small"`` (a Qwen3 built from config, trained in full, with a tokenizer trained
+            on the expert chats) or a pretrained model for :func:`load_chat_model` (``"smollm2-135m"``, a local
+            path, a hub name), adapted with LoRA.
+        env_id, env_kwargs: the env whose expert is imitated (``split`` is always ``"train"``).
+        difficulties, episodes_per_difficulty: expert episodes per difficulty level (CSRPhone-v0).
+        epochs, batch_size, learning_rate, max_length: SFT settings (:class:`SFTConfig`).
+        lora_rank, lora_alpha: the LoRA adapter of a pretrained model (all linear layers, plus the rows of the
+            special tokens added to its vocabulary).
+        extra_special_tokens: more atomic tokens to reserve (e.g. a world model's markers).
+        seed: expert episodes, model init and batch order.
+    """
+
+    model: str = "smollm2-135m"
+    env_id: str = "CSRPhone-v0"
+    env_kwargs: dict[str, Any] = field(default_factory=dict)
+    difficulties: tuple[int, ...] = (1, 2, 3)
+    episodes_per_difficulty: int = 128
+    epochs: int = 1
+    batch_size: int = 4
+    learning_rate: float = 5e-4
+    max_length: int = 4096
+    lora_rank: int = 16
+    lora_alpha: int = 32
+    extra_special_tokens: tuple[str, ...] = ()
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "difficulties", tuple(self.difficulties))
+        object.__setattr__(self, "extra_special_tokens", tuple(self.extra_special_tokens))
+        if not self.difficulties:
+            raise ValueError("WarmStartConfig.difficulties must name at least one difficulty")
+        for name in ("episodes_per_difficulty", "epochs", "batch_size", "lora_rank", "lora_alpha"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"WarmStartConfig.{name} must be >= 1, got {getattr(self, name)}")
+        if self.learning_rate <= 0:
+            raise ValueError(f"WarmStartConfig.learning_rate must be > 0, got {self.learning_rate}")
+        if "split" in self.env_kwargs or "difficulty" in self.env_kwargs:
+            raise ValueError(
+                "WarmStartConfig.env_kwargs must not set 'split' or 'difficulty': expert chats always come "
+                "from the train split, at each of WarmStartConfig.difficulties"
+            )
+
+    @property
+    def finetune(self) -> Literal["full", "lora"]:
+        """Tiny models are trained in full, pretrained ones through a LoRA adapter."""
+        return "full" if self.model in TINY_SIZES else "lora"
+
+    def key(self) -> str:
+        """A readable cache key: model, env and a hash of every setting."""
+        digest = hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:12]
+        return f"{self.model.replace('/', '_')}-{self.env_id}-{digest}"
+
+
+@dataclass
+class WarmStart:
+    """A loaded warm start: the model (a ``PeftModel`` for pretrained models), its tokenizer, and what its
+    training recorded (``summary``: losses, chat count, seconds)."""
+
+    model: PreTrainedModel
+    tokenizer: PreTrainedTokenizerBase
+    path: Path
+    summary: dict[str, Any]
+
+
+class CSRTextExpert:
+    """CSRPhone-v0's scripted expert writing Hermes text, name first (a model picks the tool, then writes its
+    arguments); a new episode starts at every reset (``tools`` in info)."""
+
+    def __init__(self) -> None:
+        from worldgym.envs.csr_phone.policies import ExpertPolicy
+
+        self._new_policy = ExpertPolicy
+        self._policy = ExpertPolicy()
+
+    def __call__(self, env: gym.Env, observation: str, info: dict[str, Any]) -> str:
+        if "tools" in info:
+            self._policy = self._new_policy()
+            self._policy.reset(observation, info)
+        call = self._policy.act(observation, info)
+        return f"<tool_call>\n{json.dumps({'name': call.name, 'arguments': call.arguments})}\n</tool_call>"
+
+
+EXPERTS: dict[str, Callable[[], ExpertPolicy]] = {"CSRPhone-v0": CSRTextExpert}
+
+
+def expert_chats(config: WarmStartConfig, expert: ExpertPolicy | None = None) -> list[Chat]:
+    """The expert's train-split episodes at each difficulty, as chats."""
+    from worldgym.agents.grpo.trainer import make_text_env
+
+    if expert is None and config.env_id not in EXPERTS:
+        raise ValueError(f"no scripted expert for {config.env_id!r}; pass expert= (known: {sorted(EXPERTS)})")
+    expert = expert or EXPERTS[config.env_id]()
+    chats: list[Chat] = []
+    for difficulty in config.difficulties:
+        kwargs = {**config.env_kwargs, "split": "train", "difficulty": difficulty}
+        seeds = range(config.seed * 10**6 + difficulty * 10**4,
+                      config.seed * 10**6 + difficulty * 10**4 + config.episodes_per_difficulty)
+        chats += collect_expert_chats(lambda: make_text_env(config.env_id, kwargs, True), expert, seeds)
+    return chats
+
+
+def load_or_train_warm_start(
+    config: WarmStartConfig,
+    cache_dir: str | Path = "runs/warm_starts",
+    expert: ExpertPolicy | None = None,
+    progress: bool = True,
+    log: Callable[[str], None] = print,
+) -> WarmStart:
+    """The warm start with these settings, from ``cache_dir/<config.key()>`` or trained (and saved) now."""
+    path = Path(cache_dir) / config.key()
+    if (path / "warm_start.json").is_file():
+        return _load(path, config)
+    start = time.perf_counter()
+    chats = expert_chats(config, expert)
+    if config.finetune == "full":
+        corpus = [m["content"] for chat in chats for m in chat.messages]
+        corpus += [json.dumps(t) for t in (chats[0].tools or [])]
+        tokenizer = train_chat_tokenizer(corpus, vocab_size=2000, extra_special_tokens=config.extra_special_tokens,
+                                         tool_format="signatures", split_digits=True)
+        model = build_tiny_model(tokenizer, config.model, seed=config.seed)
+    else:
+        loaded = load_chat_model(config.model, extra_special_tokens=config.extra_special_tokens)
+        tokenizer, model = loaded.tokenizer, _with_lora(loaded.model, config, loaded)
+    tokens = sum(len(tokenizer.apply_chat_template(c.messages, tools=c.tools, tokenize=True, return_dict=True)
+                     ["input_ids"]) for c in chats)
+    log(f"warm start {config.key()}: {len(chats)} expert chats, {tokens} tokens")
+    losses = sft_train(model, tokenizer, chats, SFTConfig(
+        epochs=config.epochs, batch_size=config.batch_size, learning_rate=config.learning_rate,
+        max_length=config.max_length, seed=config.seed, bucket_by_length=True, progress=progress))
+    summary = {"chats": len(chats), "tokens": tokens, "seconds": time.perf_counter() - start,
+               "loss_first": losses[0], "loss_last": losses[-1], "losses": losses}
+    _save(path, config, model, tokenizer, summary)
+    log(f"warm start saved to {path}: loss {losses[0]:.3f} -> {losses[-1]:.3f} in {summary['seconds']:.0f}s")
+    return WarmStart(model, tokenizer, path, summary)
+
+
+def _with_lora(model: PreTrainedModel, config: WarmStartConfig, loaded: Any) -> PeftModel:
+    lora = LoraConfig(r=config.lora_rank, lora_alpha=config.lora_alpha, lora_dropout=0.0,
+                      target_modules=list(loaded.lora_target_modules), task_type="CAUSAL_LM",
+                      trainable_token_indices=loaded.added_token_ids or None)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(config.seed)
+        return get_peft_model(model, lora)
+
+
+def _save(path: Path, config: WarmStartConfig, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase,
+          summary: dict[str, Any]) -> None:
+    """Model (adapter only for LoRA) and tokenizer, then ``warm_start.json`` last: its presence marks a
+    complete warm start."""
+    partial = path.with_name(path.name + ".partial")
+    partial.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(partial)
+    tokenizer.save_pretrained(partial)
+    record = {"format_version": _FORMAT_VERSION, "config": asdict(config), "summary": summary}
+    (partial / "warm_start.json").write_text(json.dumps(record, indent=1))
+    if path.exists():
+        raise FileExistsError(f"{path} exists without warm_start.json (an interrupted save?): remove it")
+    partial.rename(path)
+
+
+def _load(path: Path, config: WarmStartConfig) -> WarmStart:
+    record = json.loads((path / "warm_start.json").read_text())
+    if record.get("format_version") != _FORMAT_VERSION:
+        raise ValueError(f"{path}: warm start format {record.get('format_version')}, expected {_FORMAT_VERSION}")
+    saved = WarmStartConfig(**{**record["config"], "difficulties": tuple(record["config"]["difficulties"])})
+    if saved != config:
+        raise ValueError(f"{path} holds a warm start of other settings: {asdict(saved)}")
+    if config.finetune == "full":
+        tokenizer = AutoTokenizer.from_pretrained(path)
+        model = AutoModelForCausalLM.from_pretrained(path)
+    else:
+        loaded = load_chat_model(config.model, extra_special_tokens=config.extra_special_tokens)
+        tokenizer = loaded.tokenizer
+        model = PeftModel.from_pretrained(loaded.model, path, is_trainable=True)
+    tokenizer.padding_side = "left"
+    return WarmStart(model, tokenizer, path, record["summary"])
