@@ -39,6 +39,8 @@ def test_example_runs_end_to_end(tmp_path, monkeypatch, env_id):
         "16",
         "--output-dir",
         str(out),
+        "--warm-start-dir",
+        str(tmp_path / "warm_starts"),
     ]
     monkeypatch.setattr(sys, "argv", argv)
     runpy.run_path(str(EXAMPLE), run_name="__main__")

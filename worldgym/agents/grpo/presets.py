@@ -47,26 +47,26 @@ class CSRPreset:
     def grpo_config(self, difficulty: int, **overrides: Any) -> GRPOConfig:
         """DAPO (clip 0.2/0.28, token-mean, dynamic sampling) on the 0/1 reward at ``difficulty``: train on the
         train split, validate on the validation split, the env's 16-call limit."""
-        settings: dict[str, Any] = dict(
-            env_id="CSRPhone-v0",
-            env_kwargs={"split": "train", "difficulty": difficulty},
-            eval_env_kwargs={"split": "validation"},
-            wrap_tool_calls=True,
-            max_turns=16,
-            max_new_tokens=self.max_new_tokens,
-            max_episode_tokens=8192,
-            decoding=self.decoding,
-            finetune=self.warm_start.finetune,
-            prompts_per_step=self.prompts_per_step,
-            group_size=self.group_size,
-            learning_rate=self.learning_rate,
-            minibatch_size=self.minibatch_size,
-            loss_aggregation="token_mean",
-            eps_low=0.2,
-            eps_high=0.28,
-            dynamic_sampling=True,
-            max_resample_rounds=1,
-        )
+        settings: dict[str, Any] = {
+            "env_id": "CSRPhone-v0",
+            "env_kwargs": {"split": "train", "difficulty": difficulty},
+            "eval_env_kwargs": {"split": "validation", "difficulty": difficulty},
+            "wrap_tool_calls": True,
+            "max_turns": 16,
+            "max_new_tokens": self.max_new_tokens,
+            "max_episode_tokens": 8192,
+            "decoding": self.decoding,
+            "finetune": self.warm_start.finetune,
+            "prompts_per_step": self.prompts_per_step,
+            "group_size": self.group_size,
+            "learning_rate": self.learning_rate,
+            "minibatch_size": self.minibatch_size,
+            "loss_aggregation": "token_mean",
+            "eps_low": 0.2,
+            "eps_high": 0.28,
+            "dynamic_sampling": True,
+            "max_resample_rounds": 1,
+        }
         return GRPOConfig(**{**settings, **overrides})
 
 

@@ -26,8 +26,8 @@ from worldgym.spaces import COPY_ANNOTATION
 
 __all__ = [
     "COPY_ANNOTATION",
-    "CopyConstraint",
     "CopyArgumentsProcessor",
+    "CopyConstraint",
     "TokenTextIndex",
     "copied_argument_keys",
     "mask_logits",

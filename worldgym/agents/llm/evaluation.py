@@ -13,7 +13,7 @@ from worldgym.agents.llm.copy_probe import copy_probe
 from worldgym.agents.llm.engines.base import GenerationEngine, SamplingParams
 from worldgym.agents.llm.rollout import Episode, RolloutCollector
 
-__all__ = ["VALIDATION_SEEDS_START", "evaluate_chat_policy", "episode_metrics"]
+__all__ = ["VALIDATION_SEEDS_START", "episode_metrics", "evaluate_chat_policy"]
 
 # Validation episodes are seeded from here on; training seeds are drawn below 2**31 - 1 by the trainers'
 # RNGs, so an overlap is possible but never systematic (and env splits keep tasks apart anyway).

@@ -23,8 +23,14 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, P
 
 from worldgym.agents.llm.tokenizer import CHAT_TEMPLATE, COMPACT_TOOLS_CHAT_TEMPLATE, TOOL_SPECIAL_TOKENS
 
-__all__ = ["NAMED_MODELS", "ChatModel", "NamedModel", "ModelNotInstalledError", "load_chat_model",
-           "named_model_available"]
+__all__ = [
+    "NAMED_MODELS",
+    "ChatModel",
+    "ModelNotInstalledError",
+    "NamedModel",
+    "load_chat_model",
+    "named_model_available",
+]
 
 
 class ModelNotInstalledError(ImportError):

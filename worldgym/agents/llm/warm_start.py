@@ -133,7 +133,7 @@ def expert_chats(config: WarmStartConfig, expert: ExpertPolicy | None = None) ->
         kwargs = {**config.env_kwargs, "split": "train", "difficulty": difficulty}
         seeds = range(config.seed * 10**6 + difficulty * 10**4,
                       config.seed * 10**6 + difficulty * 10**4 + config.episodes_per_difficulty)
-        chats += collect_expert_chats(lambda: make_text_env(config.env_id, kwargs, True), expert, seeds)
+        chats += collect_expert_chats(lambda k=kwargs: make_text_env(config.env_id, k, True), expert, seeds)
     return chats
 
 
