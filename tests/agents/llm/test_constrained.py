@@ -34,9 +34,9 @@ def index(csr_tokenizer):
     return TokenTextIndex(csr_tokenizer)
 
 
-def test_csr_schema_marks_the_phone_number_and_every_auth_value() -> None:
+def test_csr_schema_marks_the_company_phone_number_and_every_auth_value() -> None:
     tools = gym.make("CSRPhone-v0").unwrapped.action_space.openai_tools()
-    assert copied_argument_keys(tools) == {"phone_number", *FIELD_PHRASES}
+    assert copied_argument_keys(tools) == {"company", "phone_number", *FIELD_PHRASES}
 
 
 @pytest.mark.parametrize("rest", ['1-800"', ' "POL-1"', '"', "x-unknown"])

@@ -126,3 +126,19 @@ def test_transcripts_do_not_depend_on_the_process_hash_seed():
                                 text=True, check=True, cwd=root)
         digests.add(result.stdout.strip())
     assert len(digests) == 1
+
+
+def test_observed_values_list_the_copyable_strings_each_observation_shows():
+    from worldgym.envs.csr_phone import ExpertPolicy
+
+    env = CSRPhoneEnv(difficulty=3)
+    observation, info = env.reset(seed=4)
+    assert info["observed_values"] == [info["company"]] and info["company"] in observation
+    policy, seen = ExpertPolicy(), []
+    policy.reset(observation, info)
+    terminated = truncated = False
+    while not (terminated or truncated):
+        observation, _, terminated, truncated, info = env.step(policy.act(observation, info))
+        assert all(value in observation for value in info["observed_values"])
+        seen += info["observed_values"]
+    assert any(value.startswith("1-8") for value in seen) and terminated  # phone numbers and form values

@@ -41,7 +41,8 @@ def copy_probe(episodes: Sequence[Episode]) -> CopyProbe:
     arguments = copied = 0
     for episode in episodes:
         keys = copied_argument_keys(episode.reset_info.get("tools") or [])
-        seen: set[str] = set()
+        # the reset observation's values (those the collector kept: they occur in the prompt)
+        seen = {v for v in episode.reset_info.get("observed_values", ()) if v in episode.observed_values}
         for turn in episode.turns:
             call = parse_tool_call(turn.action)
             if isinstance(call, ToolCall):

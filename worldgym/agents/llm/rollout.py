@@ -204,6 +204,12 @@ class _VectorEnvRows:
         return results
 
 
+def _observed_values(info: dict[str, Any], observation: str, earlier: list[str]) -> list[str]:
+    """``earlier`` plus the new strings of ``info["observed_values"]`` that really occur in ``observation``."""
+    new = [v for v in info.get("observed_values", ()) if isinstance(v, str) and v and v in observation]
+    return earlier + [v for v in dict.fromkeys(new) if v not in earlier]
+
+
 def _row_info(info: dict[str, Any], row: int) -> dict[str, Any]:
     """Sub-env ``row``'s info out of a gymnasium vector info (arrays with ``_key`` masks; dicts nest)."""
     out = {}
@@ -344,11 +350,13 @@ class RolloutCollector:
             prompt = self._prompt_cache[key] = encode_chat(self.tokenizer, messages, tools)
         episode = Episode([], [], [], len(prompt), group_id, seed, reset_info=dict(info))
         episode.extend(prompt, from_model=False)
+        episode.observed_values = _observed_values(info, str(observation), [])
         run = _Running(episode, messages, tools)
         if self.decoding == "constrained":
             if self._token_index is None:
                 self._token_index = TokenTextIndex(self.tokenizer)
-            run.constraint = CopyConstraint(self._token_index, copied_argument_keys(tools or []), ())
+            keys = copied_argument_keys(tools or [])
+            run.constraint = CopyConstraint(self._token_index, keys, tuple(episode.observed_values))
         return run
 
     def _add_reply(self, episode: Episode, generation: Generation) -> tuple[str, tuple[int, int]]:
@@ -390,9 +398,9 @@ class RolloutCollector:
         episode.success = bool(info.get("success", episode.success))
         episode.terminated = bool(terminated)
         episode.truncated = bool(truncated) or (not terminated and len(episode.turns) >= self.max_turns)
-        new_values = [v for v in info.get("observed_values", ()) if isinstance(v, str) and v and v in observation]
-        episode.observed_values += [v for v in dict.fromkeys(new_values) if v not in episode.observed_values]
-        if run.constraint is not None and new_values:
+        seen = len(episode.observed_values)
+        episode.observed_values = _observed_values(info, observation, episode.observed_values)
+        if run.constraint is not None and len(episode.observed_values) > seen:
             run.constraint = replace(run.constraint, values=tuple(episode.observed_values))
         turn.observation_span = (len(episode.token_ids), len(episode.token_ids))
         if episode.done:

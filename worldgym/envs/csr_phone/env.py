@@ -18,8 +18,8 @@ from worldgym.spaces import COPY_ANNOTATION, Tool, ToolCall, ToolCallError
 
 __all__ = ["CSRPhoneEnv", "CSR_TOOLS"]
 
-# Phone numbers and auth values are copied from earlier observations (the annotation constrained decoding and
-# the copy probe read); the observations list them in ``info["observed_values"]``.
+# Company names, phone numbers and auth values are copied from earlier observations (the annotation constrained
+# decoding and the copy probe read); reset and step infos list them in ``info["observed_values"]``.
 _AUTH_VALUE = {"type": "string", "maxLength": 100, COPY_ANNOTATION: True}
 _PHONE_NUMBER = re.compile(r"\b1-8\d\d-\d{3}-\d{4}\b")
 _FIELD_LIST = ", ".join(f"{key} ({phrase})" for key, phrase in FIELD_PHRASES.items())
@@ -27,7 +27,8 @@ CSR_TOOLS: tuple[Tool, ...] = (
     Tool("search_company", "Look up a company in the phone book; returns its departments and phone numbers, "
          "plus companies with similar names.", {
              "type": "object",
-             "properties": {"company": {"type": "string", "minLength": 1, "maxLength": 100}},
+             "properties": {"company": {"type": "string", "minLength": 1, "maxLength": 100,
+                                        COPY_ANNOTATION: True}},
              "required": ["company"],
              "additionalProperties": False,
          }),
@@ -83,13 +84,14 @@ class CSRPhoneEnv(ToolEnv):
     included.
 
     ## Info
-    Reset: ``tools`` (OpenAI format), ``difficulty``, ``company``, ``goal``, ``split``. Step: ``turn``,
+    Reset: ``tools`` (OpenAI format), ``difficulty``, ``company``, ``goal``, ``split``, ``observed_values``
+    (the company name, which ``search_company`` copies). Step: ``turn``,
     ``tool``, for phone calls the ``company`` and ``department`` reached (None for unknown numbers),
     ``response_type`` (``search_results``, ``company_not_found``, ``auth_form``, one of
     :data:`worldgym.envs.csr_phone.phrases.RESPONSE_TYPES`, or ``invalid_call``), ``success`` (``True`` on
     the call that completes the task: the success key every worldgym env reports), ``task_complete`` (the
-    same value, kept for v0 users) and ``observed_values``: the phone numbers and customer values the
-    observation shows, which later calls copy (the schema marks those arguments with
+    same value, kept for v0 users) and ``observed_values``: the company names, phone numbers and customer
+    values the observation shows, which later calls copy (the schema marks those arguments with
     :data:`worldgym.spaces.COPY_ANNOTATION`).
 
     ## Arguments
@@ -144,14 +146,15 @@ class CSRPhoneEnv(ToolEnv):
         self.task = sample_task(self.world, self.split, difficulty, profile, self.np_random)
         self._csr = CSRSimulator(self.world, self.task)
         info = {"difficulty": difficulty, "company": self.task.company.name, "goal": self.task.goal,
-                "split": self.split}
+                "split": self.split, "observed_values": [self.task.company.name]}
         return task_prompt(self.task, self.max_turns), info
 
     def step(self, action: ToolCall | ToolCallError) -> tuple[str, float, bool, bool, dict[str, Any]]:
         observation, reward, terminated, truncated, info = super().step(action)
         info.setdefault("task_complete", False)
         values = list(info.get("values", {}).values()) if info["response_type"] == "auth_form" else []
-        info["observed_values"] = [*_PHONE_NUMBER.findall(observation), *values]
+        names = [name for name in info.get("companies", ()) if name in observation]  # search results, hints
+        info["observed_values"] = [*names, *_PHONE_NUMBER.findall(observation), *values]
         if self.step_penalty:
             reward -= self.step_penalty
         return observation, reward, terminated, truncated, info
