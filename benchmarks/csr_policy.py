@@ -81,8 +81,9 @@ def run_warm_start(args: argparse.Namespace) -> None:
 def run_dapo(args: argparse.Namespace) -> None:
     preset = CSR_PRESETS[args.model]
     ws = warm_start(args.model)
-    out = Path("runs/csr_policy") / f"{args.model}-{args.decoding}-d{args.difficulty}-s{args.seed}"
+    out = Path("runs/csr_policy") / f"{args.model}-{args.decoding}-d{args.difficulty}-t{args.max_turns}-s{args.seed}"
     config = preset.grpo_config(args.difficulty, decoding=args.decoding, num_steps=args.steps,
+                                max_turns=args.max_turns,
                                 eval_every=args.eval_every, eval_episodes=args.episodes, checkpoint_every=1,
                                 seed=args.seed, output_dir=str(out))
     trainer = GRPOTrainer(config, model=ws.model, tokenizer=ws.tokenizer,
@@ -95,10 +96,11 @@ def run_dapo(args: argparse.Namespace) -> None:
     trainer.train()
     curve = [(m["step"], m["eval/success_rate"]) for m in trainer.history if "eval/success_rate" in m]
     part = {"model": args.model, "decoding": args.decoding, "difficulty": args.difficulty, "seed": args.seed,
-            "steps": args.steps, "eval_episodes": args.episodes, "curve": curve,
+            "steps": args.steps, "max_turns": args.max_turns, "eval_episodes": args.episodes, "curve": curve,
             "command": f"python benchmarks/csr_policy.py dapo --model {args.model} --decoding {args.decoding} "
-                       f"--difficulty {args.difficulty} --seed {args.seed} --steps {args.steps}"}
-    _write_part(f"{args.model}-dapo-{args.decoding}-d{args.difficulty}-s{args.seed}", part)
+                       f"--difficulty {args.difficulty} --seed {args.seed} --steps {args.steps} "
+                       f"--max-turns {args.max_turns} --eval-every {args.eval_every} --episodes {args.episodes}"}
+    _write_part(f"{args.model}-dapo-{args.decoding}-d{args.difficulty}-t{args.max_turns}-s{args.seed}", part)
     print("validation success by step:", curve)
 
 
@@ -121,7 +123,8 @@ def run_report(args: argparse.Namespace) -> None:
                 finals = [r["curve"][-1][1] for r in chosen]
                 by_difficulty[str(difficulty)] = {
                     "mean": float(np.mean(finals)), "seeds": finals, "seed_ids": [r["seed"] for r in chosen],
-                    "start": [r["curve"][0][1] for r in chosen], "curves": [r["curve"] for r in chosen]}
+                    "start": [r["curve"][0][1] for r in chosen], "curves": [r["curve"] for r in chosen],
+                    "max_turns": sorted({r.get("max_turns", MAX_TURNS) for r in chosen})}
             entry.setdefault("dapo", {})[decoding] = {"success": by_difficulty}
         if entry:
             report[model] = entry
@@ -176,6 +179,9 @@ def main() -> None:
     dapo.add_argument("--seed", type=int, default=0)
     dapo.add_argument("--steps", type=int, default=30)
     dapo.add_argument("--eval-every", type=int, default=5)
+    dapo.add_argument("--max-turns", type=int, default=MAX_TURNS,
+                      help="tool calls per episode in training and validation (the step-0 validation of the run "
+                           "is the warm start under the same limit)")
     dapo.add_argument("--episodes", type=int, default=64, help="validation episodes per evaluation")
     sub.add_parser("report", help="merge the stages into csr_policy.json and csr_policy.png")
     args = parser.parse_args()
