@@ -78,6 +78,15 @@ def test_multi_turn_tool_episode_keeps_exact_ids_and_masks(tokenizer):
     ]
     assert model_ids == expected
     assert [lp for lp, m in zip(episode.old_logprobs, episode.action_mask) if m] == [-1.0] * len(expected)
+    for turn, text in zip(episode.turns, engine.replies):  # each turn's token spans index its own tokens
+        start, end = turn.action_span
+        assert episode.token_ids[start:end] == tokenizer(text, add_special_tokens=False)["input_ids"] + [
+            tokenizer.eos_token_id
+        ]
+        start, end = turn.observation_span
+        if turn is not episode.turns[-1]:
+            assert turn.observation in tokenizer.decode(episode.token_ids[start:end])
+    assert episode.turns[-1].observation_span[0] == episode.turns[-1].observation_span[1]  # the last: empty
     # Every turn's prompt is exactly the previous tokens: the model's own ids are never re-tokenized.
     assert episode.token_ids[: len(engine.prompts[2])] == engine.prompts[2]
     text = tokenizer.decode(episode.token_ids)
