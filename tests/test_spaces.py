@@ -9,7 +9,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from worldgym.spaces import Tool, ToolCall, ToolCallError, ToolCallSpace, validate_json
+from worldgym.spaces import (
+    MAX_ARGUMENT_DEPTH,
+    Tool,
+    ToolCall,
+    ToolCallError,
+    ToolCallSpace,
+    nesting_exceeds,
+    validate_json,
+)
 
 CALL_SCHEMA = {
     "type": "object",
@@ -174,3 +182,56 @@ def test_sample_respects_one_sided_bounds(schema):
         call = space.sample()
         assert call in space
         jsonschema.validate(dict(call.arguments), space.tools["t"].parameters)
+
+
+def _nested(depth: int) -> list:
+    value: list = []
+    for _ in range(depth - 1):
+        value = [value]
+    return value
+
+
+def test_nesting_limit_and_cycles():
+    space = ToolCallSpace([Tool("t", "", {"type": "object"})])
+    assert nesting_exceeds(_nested(32), 32) is False and nesting_exceeds(_nested(33), 32) is True
+    assert ToolCall("t", {"x": _nested(MAX_ARGUMENT_DEPTH - 1)}) in space
+    (message,) = space.validate(ToolCall("t", {"x": _nested(MAX_ARGUMENT_DEPTH)}))
+    assert message == (f"t: arguments must not nest lists or objects more than {MAX_ARGUMENT_DEPTH} "
+                       "levels deep")
+    cycle: list = []
+    cycle.append(cycle)
+    assert nesting_exceeds(cycle, 1000) and ToolCall("t", {"x": cycle}) not in space
+    shared = [[1]] * 3
+    wide = [shared] * 10_000  # shared containers are walked once per depth, not once per path
+    assert nesting_exceeds(wide, 3) is False
+
+
+def test_odd_values_never_break_validation_equality_or_json():
+    space = ToolCallSpace(TOOLS)
+    huge = 10**5000  # str() of it raises ValueError past Python's int-to-string limit
+    cycle: list = []
+    cycle.append(cycle)
+    for arguments in ({"phone_number": "555", "channel": "sms", "priority": huge},
+                      {"phone_number": "555", "channel": "sms", "tags": [huge, huge]},
+                      {"phone_number": "555", "channel": huge}, {huge: 1}, {"tags": cycle},
+                      {"tags": _nested(100_000)}, {"score": float("nan")}, {"score": float("-inf")}):
+        call = ToolCall("make_call", arguments)
+        assert call not in space and space.validate(call)
+        assert all(len(message) < 300 for message in space.validate(call))
+        assert isinstance(call.to_json(), str) and isinstance(hash(call), int)
+        assert call == ToolCall("make_call", arguments) and call != ToolCall("make_call", {})
+    call = ToolCall("make_call", {"phone_number": "555", "channel": "sms", "priority": huge})
+    (message,) = space.validate(call)
+    assert message == "make_call: priority must be <= 5, got an integer of more than 600 digits"
+    assert ToolCall("a", {"x": huge}) != ToolCall("a", {"x": huge + 1})
+    assert ToolCall("a", {"x": huge}) == ToolCall("a", {"x": 10**5000})
+
+
+def test_unknown_tool_hint_for_case_and_compatibility_forms():
+    space = make_space()
+    (message,) = space.validate(ToolCall("MAKE_CALL", {}))
+    assert message.endswith("(did you mean 'make_call'?)")
+    (message,) = space.validate(ToolCall("\uff4dake_call", {}))  # fullwidth m
+    assert message.endswith("(did you mean 'make_call'?)")
+    (message,) = space.validate(ToolCall("m\u0430ke_call", {}))  # Cyrillic a: no compatibility form
+    assert "did you mean" not in message

@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import math
 import string
+import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,8 +28,8 @@ from typing import Any
 import numpy as np
 from gymnasium.spaces import Space
 
-__all__ = ["COPY_ANNOTATION", "Tool", "ToolCall", "ToolCallError", "ToolCallSpace", "validate_json",
-           "PRINTABLE_CHARSET"]
+__all__ = ["COPY_ANNOTATION", "MAX_ARGUMENT_DEPTH", "MAX_INT_DIGITS", "PRINTABLE_CHARSET", "Tool", "ToolCall",
+           "ToolCallError", "ToolCallSpace", "nesting_exceeds", "validate_json"]
 
 # Characters text observations and actions may contain (printable ASCII, incl. whitespace).
 PRINTABLE_CHARSET = frozenset(string.printable)
@@ -37,6 +38,13 @@ PRINTABLE_CHARSET = frozenset(string.printable)
 # ``info["observed_values"]``; constrained decoding (``worldgym.agents.llm.constrained``) and the copy probe
 # read both. Validation ignores the mark.
 COPY_ANNOTATION = "x-copy-from-observations"
+# Arguments nested deeper than this (lists and objects) are invalid. Tool schemas nest a few levels; the bound
+# keeps validation, hashing and JSON writing far from Python's recursion limit whatever a caller sends.
+MAX_ARGUMENT_DEPTH = 32
+# Integers with more digits are never read from tool-call text nor printed in decimal here: Python refuses
+# int <-> str conversions past its digit limit, which can be set as low as 640.
+MAX_INT_DIGITS = 600
+_INT_BOUND = 10**MAX_INT_DIGITS
 
 _SAMPLE_CHARSET = string.ascii_letters + string.digits + " -_"
 _JSON_TYPES: dict[str, tuple[type, ...]] = {
@@ -55,18 +63,25 @@ class ToolCall:
     """One call of a named tool with JSON-compatible keyword arguments.
 
     Equality and hashing follow JSON semantics: ``1`` and ``1.0`` are the same argument, ``True`` and ``1`` are not.
+    Neither ever raises; values no valid call holds (see :func:`_plain`) compare by a marker.
     """
 
     name: str
     arguments: Mapping[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> str:
-        """The call as compact JSON ``{"name": ..., "arguments": {...}}`` (Hermes tool-call body)."""
-        arguments = dict(self.arguments) if isinstance(self.arguments, Mapping) else self.arguments
-        return json.dumps({"name": self.name, "arguments": arguments}, sort_keys=True, default=repr)
+        """The call as compact JSON ``{"name": ..., "arguments": {...}}`` (Hermes tool-call body).
+
+        Never raises: unknown objects are written with ``repr``, and what no valid call holds (integers of
+        more than :data:`MAX_INT_DIGITS` digits, nesting past :data:`MAX_ARGUMENT_DEPTH`, a list holding
+        itself) as marker strings.
+        """
+        return json.dumps({"name": _plain(self.name), "arguments": _plain(self.arguments)}, sort_keys=True,
+                          default=repr)
 
     def _key(self) -> str:
-        return _canonical_json({"name": self.name, "arguments": self.arguments})
+        return json.dumps({"name": _plain(self.name, canonical=True),
+                           "arguments": _plain(self.arguments, canonical=True)}, sort_keys=True, default=repr)
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, ToolCall) and self._key() == other._key()
@@ -112,20 +127,77 @@ class Tool:
         }
 
 
-def _canonical(value: Any) -> Any:
-    """``value`` with integral floats as ints and mappings as dicts, so JSON-equal values serialise alike."""
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, Mapping):
-        return {str(k): _canonical(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_canonical(v) for v in value]
-    return value
+def _plain(value: Any, canonical: bool = False, depth: int = 0, path: set[int] | None = None) -> Any:
+    """``value`` as data ``json.dumps`` always writes: mappings as dicts with string keys, tuples as lists.
+
+    Integers of more than :data:`MAX_INT_DIGITS` digits become ``"<int 0x...>"``, and lists or mappings nested
+    more than :data:`MAX_ARGUMENT_DEPTH` levels deep or inside themselves ``"<nested too deep>"``. With
+    ``canonical``, integral floats become ints, so JSON-equal values serialise alike.
+    """
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int):
+        return value if -_INT_BOUND < value < _INT_BOUND else f"<int {value:#x}>"
+    if isinstance(value, float):
+        return int(value) if canonical and value.is_integer() else value
+    if not _is_container(value):
+        return value
+    path = set() if path is None else path
+    if depth >= MAX_ARGUMENT_DEPTH or id(value) in path:
+        return "<nested too deep>"
+    path.add(id(value))
+    try:
+        if isinstance(value, Mapping):
+            return {(k if isinstance(k, str) else _brief(k)): _plain(v, canonical, depth + 1, path)
+                    for k, v in value.items()}
+        return [_plain(v, canonical, depth + 1, path) for v in value]
+    finally:
+        path.discard(id(value))
 
 
 def _canonical_json(value: Any) -> str:
     """One string per JSON value (never raises: unknown objects are written with ``repr``)."""
-    return json.dumps(_canonical(value), sort_keys=True, default=repr)
+    return json.dumps(_plain(value, canonical=True), sort_keys=True, default=repr)
+
+
+def _brief(value: Any, limit: int = 80) -> str:
+    """``repr(value)`` cut to ``limit`` characters, for error messages; never raises."""
+    if isinstance(value, int) and not -_INT_BOUND < value < _INT_BOUND:
+        return f"an integer of more than {MAX_INT_DIGITS} digits"
+    try:
+        text = repr(value)
+    except Exception:  # noqa: BLE001 - any object's repr may fail (too deep, too long, a broken __repr__)
+        text = f"<{type(value).__name__}>"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def nesting_exceeds(value: Any, max_depth: int) -> bool:
+    """Whether ``value`` nests lists, tuples or mappings more than ``max_depth`` levels deep.
+
+    A container holding itself nests without end. Iterative, so no nesting exhausts Python's stack.
+
+    >>> nesting_exceeds({"a": [1, [2]]}, 3), nesting_exceeds({"a": [1, [2]]}, 2)
+    (False, True)
+    """
+    stack, deepest = [(value, 1)], {}  # deepest: id -> deepest level a container was expanded at
+    while stack:
+        item, level = stack.pop()
+        if level > max_depth:
+            return True
+        if deepest.get(id(item), 0) >= level:  # shared containers are expanded again only when deeper
+            continue
+        deepest[id(item)] = level
+        for child in item.values() if isinstance(item, Mapping) else item:
+            if _is_container(child):
+                stack.append((child, level + 1))
+    return False
+
+
+def _is_container(value: Any) -> bool:
+    """Whether ``value`` is a list, tuple or mapping (fast paths skip the slow ``Mapping`` check)."""
+    if isinstance(value, (dict, list, tuple)):
+        return True
+    return not isinstance(value, (str, int, float)) and isinstance(value, Mapping)
 
 
 def validate_json(value: Any, schema: Mapping[str, Any], path: str = "") -> list[str]:
@@ -133,28 +205,33 @@ def validate_json(value: Any, schema: Mapping[str, Any], path: str = "") -> list
 
     Supported keywords: ``type`` (one or a list), ``enum``, ``const``, ``properties``, ``required``,
     ``additionalProperties`` (bool or schema), ``items``, ``minItems``, ``maxItems``, ``uniqueItems``,
-    ``minLength``, ``maxLength``, ``minimum``, ``maximum``. A hand-written subset rather than ``jsonschema``: it
-    runs on every env step (about 10x faster) and keeps the core free of extra dependencies; the tests check it
-    against ``jsonschema`` on random values.
+    ``minLength``, ``maxLength``, ``minimum``, ``maximum``. Values nested more than
+    :data:`MAX_ARGUMENT_DEPTH` levels deep and non-finite floats (NaN and Infinity are not JSON) are invalid.
+    A hand-written subset rather than ``jsonschema``: it runs on every env step (about 10x faster) and keeps
+    the core free of extra dependencies; the tests check it against ``jsonschema`` on random values.
     """
     where = path or "arguments"
     errors: list[str] = []
+    if not path and _is_container(value) and nesting_exceeds(value, MAX_ARGUMENT_DEPTH):
+        return [f"{where} must not nest lists or objects more than {MAX_ARGUMENT_DEPTH} levels deep"]
     types = schema.get("type")
     if types is not None:
         type_names = [types] if isinstance(types, str) else list(types)
         if not any(_is_json_type(value, t) for t in type_names):
             return [f"{where} must be of type {' or '.join(type_names)}, got {_json_type_name(value)}"]
     if "enum" in schema and not any(_json_equal(value, option) for option in schema["enum"]):
-        errors.append(f"{where} must be one of {list(schema['enum'])}, got {value!r}")
+        errors.append(f"{where} must be one of {list(schema['enum'])}, got {_brief(value)}")
     if "const" in schema and not _json_equal(value, schema["const"]):
-        errors.append(f"{where} must equal {schema['const']!r}, got {value!r}")
+        errors.append(f"{where} must equal {schema['const']!r}, got {_brief(value)}")
     if isinstance(value, str):
         errors += _validate_length(value, schema, where, "characters")
+    elif isinstance(value, float) and not math.isfinite(value):  # NaN and Infinity are not JSON numbers
+        errors.append(f"{where} must be a finite number, got {value}")
     elif isinstance(value, (int, float)) and not isinstance(value, bool):
         if "minimum" in schema and value < schema["minimum"]:
-            errors.append(f"{where} must be >= {schema['minimum']}, got {value}")
+            errors.append(f"{where} must be >= {schema['minimum']}, got {_brief(value)}")
         if "maximum" in schema and value > schema["maximum"]:
-            errors.append(f"{where} must be <= {schema['maximum']}, got {value}")
+            errors.append(f"{where} must be <= {schema['maximum']}, got {_brief(value)}")
     elif isinstance(value, (list, tuple)):
         errors += _validate_array(value, schema, where)
     elif isinstance(value, Mapping):
@@ -195,11 +272,11 @@ def _validate_object(value: Mapping[str, Any], schema: Mapping[str, Any], path: 
     extra = schema.get("additionalProperties", True)
     for key, item in value.items():
         if not isinstance(key, str):
-            errors.append(f"argument names must be strings, got {key!r}")
+            errors.append(f"argument names must be strings, got {_brief(key)}")
         elif key in properties:
             errors += validate_json(item, properties[key], prefix + key)
         elif extra is False:
-            errors.append(f"unexpected argument '{prefix}{key}' (allowed: {sorted(properties)})")
+            errors.append(f"unexpected argument {_brief(prefix + key)} (allowed: {sorted(properties)})")
         elif isinstance(extra, Mapping):
             errors += validate_json(item, extra, prefix + key)
     return errors
@@ -257,10 +334,19 @@ class ToolCallSpace(Space[ToolCall]):
             return [f"expected a ToolCall, got {type(call).__name__}"]
         tool = self.tools.get(call.name) if isinstance(call.name, str) else None
         if tool is None:
-            return [f"unknown tool {call.name!r}; available tools: {list(self.tools)}"]
+            hint = self._hint(call.name)
+            return [f"unknown tool {_brief(call.name)}; available tools: {list(self.tools)}{hint}"]
         if not isinstance(call.arguments, Mapping):
             return [f"{call.name}: arguments must be an object, got {_json_type_name(call.arguments)}"]
         return [f"{call.name}: {message}" for message in validate_json(call.arguments, tool.parameters)]
+
+    def _hint(self, name: Any) -> str:
+        """A "did you mean" for a name that differs from a tool's by case or Unicode compatibility form."""
+        if not isinstance(name, str) or len(name) > 256:
+            return ""
+        folded = unicodedata.normalize("NFKC", name).casefold()
+        matches = [tool for tool in self.tools if tool.casefold() == folded]
+        return f" (did you mean {matches[0]!r}?)" if matches else ""
 
     def contains(self, x: Any) -> bool:
         """Whether ``x`` is a ToolCall of a known tool whose arguments satisfy that tool's schema."""

@@ -1,5 +1,7 @@
 """Tests for parsing model text into tool calls."""
 
+import json
+
 import pytest
 
 from worldgym.spaces import ToolCall, ToolCallError
@@ -32,6 +34,13 @@ def test_parse_valid_calls(text, expected):
         ('<tool_call>{"name": "f", "arguments": "{oops"}</tool_call>', "'arguments' string is not valid JSON"),
         ('<tool_call>{"name": "f", "arguments": [1]}</tool_call>', "'arguments' must be a JSON object"),
         ("<tool_call></tool_call>", "not valid JSON"),
+        ('<tool_call>{"name": "f", "arguments": ' + "[" * 10**5 + "]" * 10**5 + "}", "more than 32 levels"),
+        ('<tool_call>{"name": "f", "arguments": ' + "[" * 990 + "]" * 990 + "}", "more than 32 levels deep"),
+        ('<tool_call>{"name": "f", "arguments": "' + "[" * 5000 + '"}', "more than 32 levels deep"),
+        ('<tool_call>{"name": "f", "arguments": {"x": ' + "1" * 10_000 + "}}", "more than 600 digits"),
+        ('<tool_call>{"name": "f", "arguments": {"x": -' + "1" * 601 + "}}", "more than 600 digits"),
+        ('<tool_call>{"name": "f", "arguments": {"x": NaN}}', "NaN is not a JSON value"),
+        ('<tool_call>{"name": "f", "arguments": {"x": -Infinity}}', "-Infinity is not a JSON value"),
     ],
 )
 def test_parse_malformed_calls_become_errors(text, reason):
@@ -44,3 +53,11 @@ def test_parse_malformed_calls_become_errors(text, reason):
 def test_format_then_parse_round_trips():
     call = ToolCall("make_phone_call", {"phone_number": "1-800-555-0100", "auth_info": {"zip": "02139"}})
     assert parse_tool_call(format_tool_call(call)) == call
+
+
+def test_limits_admit_what_they_promise():
+    depth_32 = "[" * 31 + "]" * 31  # the arguments object is the first level
+    assert parse_tool_call('<tool_call>{"name": "f", "arguments": {"x": ' + depth_32 + "}}") == ToolCall(
+        "f", {"x": json.loads(depth_32)})
+    assert parse_tool_call('<tool_call>{"name": "f", "arguments": {"x": ' + "9" * 600 + "}}") == ToolCall(
+        "f", {"x": int("9" * 600)})

@@ -48,8 +48,9 @@ class ToolEnv(gym.Env[str, ToolCall]):
     owns what every such env shares: the :class:`ToolCallSpace` action space and ``Text`` observation space, the
     turn counter and turn limit (``truncated`` after ``max_turns`` calls; stepping an ended episode raises
     ``ResetNeeded``), and the answer to invalid actions — a
-    :class:`ToolCallError` from a text wrapper or a call that fails its schema costs a turn and yields an error
-    observation, never an exception.
+    :class:`ToolCallError` from a text wrapper, a call that fails its schema (wrong argument types, unknown
+    tool names, NaN, nesting deeper than :data:`worldgym.spaces.MAX_ARGUMENT_DEPTH`) or any other object costs
+    a turn and yields an error observation, never an exception.
 
     Observations are printable-ASCII strings of at most ``max_observation_chars``. ``info`` on reset carries
     ``tools`` (OpenAI format, for a chat template); on every step it carries ``turn``, ``success`` (the
@@ -100,10 +101,11 @@ class ToolEnv(gym.Env[str, ToolCall]):
         if self._ended:
             raise gym.error.ResetNeeded("The episode has ended (terminated or truncated): call reset() first.")
         self._turn += 1
-        errors = [action.message] if isinstance(action, ToolCallError) else self.action_space.validate(action)
+        invalid_text = isinstance(action, ToolCallError)
+        errors = [_reason(action)] if invalid_text else self.action_space.validate(action)
         if errors:
             info = {"response_type": "invalid_call", "errors": errors}
-            if isinstance(action, ToolCallError):
+            if invalid_text:
                 info["raw_text"] = action.raw_text
             result = ToolResult(self._error_text(errors), info=info)
         else:
@@ -133,9 +135,15 @@ class ToolEnv(gym.Env[str, ToolCall]):
         return "\n".join([f"TASK: {prompt}"] + [f"CALL: {_describe(a)}\nRESULT: {text}" for a, text in turns])
 
 
+def _reason(error: ToolCallError) -> str:
+    """The error's message, or a generic one when a caller built it without a (string) message."""
+    message = error.message
+    return message if isinstance(message, str) and message else "the reply holds no readable tool call"
+
+
 def _describe(action: Any) -> str:
     if isinstance(action, ToolCall):
         return action.to_json()
     if isinstance(action, ToolCallError):
-        return f"<invalid: {action.message}>"
+        return f"<invalid: {_reason(action)}>"
     return f"<invalid action of type {type(action).__name__}>"

@@ -8,7 +8,15 @@ from typing import Any
 import gymnasium as gym
 from gymnasium import spaces
 
-from worldgym.spaces import PRINTABLE_CHARSET, ToolCall, ToolCallError, ToolCallSpace
+from worldgym.spaces import (
+    MAX_ARGUMENT_DEPTH,
+    MAX_INT_DIGITS,
+    PRINTABLE_CHARSET,
+    ToolCall,
+    ToolCallError,
+    ToolCallSpace,
+    nesting_exceeds,
+)
 
 __all__ = ["ParseToolCall", "parse_tool_call", "format_tool_call", "TOOL_CALL_OPEN", "TOOL_CALL_CLOSE"]
 
@@ -27,11 +35,17 @@ def parse_tool_call(text: str) -> ToolCall | ToolCallError:
     A missing closing tag is tolerated (generation often stops right before it). ``arguments`` may also be a JSON
     string holding an object. The result is not checked against any schema: that is the env's job.
 
+    Never raises: besides invalid JSON, text nested more than ``MAX_ARGUMENT_DEPTH`` levels deep, integers of
+    more than ``MAX_INT_DIGITS`` digits and ``NaN``/``Infinity`` (not JSON, though Python reads them) are
+    errors.
+
     >>> parse_tool_call('I will search. <tool_call>{"name": "search_company", "arguments": {"company": "Acme"}}'
     ...                 '</tool_call>')
     ToolCall(name='search_company', arguments={'company': 'Acme'})
     >>> parse_tool_call("Hello!").message
     'no <tool_call>...</tool_call> block found in the reply'
+    >>> parse_tool_call('<tool_call>{"name": "f", "arguments": {"x": NaN}}').message
+    'the tool call is not valid JSON (NaN is not a JSON value)'
     """
     start = text.find(TOOL_CALL_OPEN)
     if start < 0:
@@ -39,26 +53,56 @@ def parse_tool_call(text: str) -> ToolCall | ToolCallError:
     body = text[start + len(TOOL_CALL_OPEN):]
     end = body.find(TOOL_CALL_CLOSE)
     body = (body if end < 0 else body[:end]).strip()
-    try:
-        payload = json.loads(body)
-    except json.JSONDecodeError as error:
-        return ToolCallError(f"the tool call is not valid JSON ({error.msg} at position {error.pos})", text)
+    payload = _load_json(body)
+    if isinstance(payload, _Unreadable):
+        return ToolCallError(f"the tool call is not valid JSON ({payload})", text)
     if not isinstance(payload, dict):
         return ToolCallError("the tool call must be a JSON object with 'name' and 'arguments'", text)
     name, arguments = payload.get("name"), payload.get("arguments", {})
     if not isinstance(name, str):
         return ToolCallError("the tool call needs a string field 'name'", text)
     if isinstance(arguments, str):
-        try:
-            arguments = json.loads(arguments)
-        except json.JSONDecodeError:
-            return ToolCallError("the tool call's 'arguments' string is not valid JSON", text)
+        arguments = _load_json(arguments)
+        if isinstance(arguments, _Unreadable):
+            return ToolCallError(f"the tool call's 'arguments' string is not valid JSON ({arguments})", text)
     if not isinstance(arguments, dict):
         return ToolCallError("the tool call's 'arguments' must be a JSON object", text)
     return ToolCall(name, arguments)
 
 
-class ParseToolCall(gym.ActionWrapper):
+class _Unreadable(ValueError):
+    """Why a JSON text was not read (returned, not raised, by :func:`_load_json`)."""
+
+
+def _load_json(text: str) -> Any:
+    """The JSON value in ``text``, or an :class:`_Unreadable` saying why there is none; never raises."""
+    try:
+        value = _DECODER.decode(text)
+    except json.JSONDecodeError as error:
+        return _Unreadable(f"{error.msg} at position {error.pos}")
+    except _Unreadable as error:
+        return error
+    except RecursionError:  # json's C parser recurses once per level
+        return _Unreadable(f"nested more than {MAX_ARGUMENT_DEPTH} levels deep")
+    if isinstance(value, (dict, list)) and nesting_exceeds(value, MAX_ARGUMENT_DEPTH + 1):  # + call object
+        return _Unreadable(f"nested more than {MAX_ARGUMENT_DEPTH} levels deep")
+    return value
+
+
+def _parse_int(digits: str) -> int:
+    if len(digits.lstrip("-")) > MAX_INT_DIGITS:
+        raise _Unreadable(f"an integer has more than {MAX_INT_DIGITS} digits")
+    return int(digits)
+
+
+def _reject_constant(name: str) -> float:
+    raise _Unreadable(f"{name} is not a JSON value")
+
+
+_DECODER = json.JSONDecoder(parse_int=_parse_int, parse_constant=_reject_constant)
+
+
+class ParseToolCall(gym.ActionWrapper, gym.utils.RecordConstructorArgs):
     """Lets an agent act with raw text: each action string is parsed into a :class:`ToolCall`.
 
     Text without a well-formed call becomes a :class:`ToolCallError`, which the wrapped tool env answers with an
@@ -73,7 +117,12 @@ class ParseToolCall(gym.ActionWrapper):
     def __init__(self, env: gym.Env, max_action_chars: int = 4096):
         if not isinstance(env.action_space, ToolCallSpace):
             raise TypeError(f"ParseToolCall needs an env with a ToolCallSpace action space, got {env.action_space}")
-        super().__init__(env)
+        if type(max_action_chars) is not int:  # bool is an int subclass
+            raise TypeError(f"max_action_chars must be an int, got {type(max_action_chars).__name__}")
+        if max_action_chars < 1:
+            raise ValueError(f"max_action_chars must be >= 1, got {max_action_chars}")
+        gym.utils.RecordConstructorArgs.__init__(self, max_action_chars=max_action_chars)
+        gym.ActionWrapper.__init__(self, env)
         self.action_space = spaces.Text(
             max_length=max_action_chars, min_length=0, charset="".join(sorted(PRINTABLE_CHARSET))
         )

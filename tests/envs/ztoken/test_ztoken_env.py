@@ -215,13 +215,19 @@ def test_test_split_env_only_draws_test_problems() -> None:
 
 
 @pytest.mark.parametrize(
-    "action",
-    [{"token": 9, "digits": [0] * 5}, {"token": 0, "digits": [0, 0, 0, 0, 10]}, {"token": 0}, (0, [0] * 5)],
+    ("action", "error"),
+    [
+        ({"token": 9, "digits": [0] * 5}, ValueError),
+        ({"token": 0, "digits": [0, 0, 0, 0, 10]}, ValueError),
+        ({"token": 0}, ValueError),
+        ((0, [0] * 5), TypeError),
+        ({"token": 0, "digits": [1.5] * 5}, TypeError),
+    ],
 )
-def test_env_rejects_actions_outside_the_space(action) -> None:
+def test_env_rejects_actions_outside_the_space(action, error) -> None:
     env = ZTokenDigitsEnv(num_z_tokens=8)
     env.reset(seed=0)
-    with pytest.raises(ValueError, match="is not in the action space"):
+    with pytest.raises(error, match="is not in the action space"):
         env.step(action)
 
 

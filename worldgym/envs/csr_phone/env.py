@@ -109,7 +109,10 @@ class CSRPhoneEnv(ToolEnv):
     latter (gymnasium 1.4's shared memory garbles ``Text`` observations).
 
     ## Version History
-    * v0: initial version.
+    * v0: initial version. Later fixes, same id: one ``service_provided`` paraphrase no longer repeats
+      "on your account" after a reason that ends with it (reply text only: response types, rewards and RNG
+      draws are unchanged); tool-call text that is nested too deeply or holds an overlong number, NaN or
+      Infinity is an invalid call instead of an exception.
     """
 
     def __init__(self, difficulty: int | None = None, split: Split = "train", world_seed: int = 0,

@@ -42,7 +42,7 @@ PARAPHRASES: dict[str, tuple[str, ...]] = {
         "Unfortunately those details don't line up with any account I can see.",
     ),
     SERVICE_PROVIDED: (
-        "All set: I've {reason} on your account. You can now call {next} back and they'll be able to help.",
+        "All set: I've {reason}. You can now call {next} back and they'll be able to help.",
         "Done. I've {reason}, so {next} can take it from here.",
         "Okay, I've {reason}. Please go ahead and contact {next} now.",
         "That's taken care of; I've {reason}. {next} will be able to continue with your request.",

@@ -12,6 +12,7 @@ import numpy as np
 import torch
 from gymnasium.vector import AutoresetMode, VectorEnv
 
+from worldgym.action_checks import bool_mask, integer_action
 from worldgym.envs.gameboy import layout as L
 from worldgym.envs.gameboy.emulator import GameBoyEmulator
 from worldgym.envs.gameboy.tasks import ACTIONS, TASKS, SpriteGoalTask, Task
@@ -79,6 +80,13 @@ class GameBoyVecEnv(VectorEnv):
     those envs after their reset (to render their first observation), leaving the others untouched. An action
     presses one button (``ACTIONS``) for ``press_frames`` frames out of ``frames_per_step``.
 
+    ## Actions and reset masks
+    ``step`` takes integers of shape ``(num_envs,)`` in ``[0, len(ACTIONS))``, of any integer dtype (array,
+    list or CPU tensor); ``reset(options={"reset_mask": m})`` takes booleans of shape ``(num_envs,)``. Floats,
+    bools as actions, integers as a mask, strings or ``None`` raise ``TypeError``; a wrong shape or range
+    ``ValueError`` (see :mod:`worldgym.action_checks`). Both are checked before anything changes, so a
+    rejected call leaves every emulator, counter and the RNG as they were.
+
     ## Observation
     The last frame of each step, downsampled to 72x80 shades 0 (white) to 3 (black), uint8; or packed
     (72, 20) bytes, 4 pixels per byte, first pixel in the high bits. ``observation_tensor`` is a zero-copy
@@ -96,7 +104,9 @@ class GameBoyVecEnv(VectorEnv):
     (tasks with ``state_dict``/``load_state_dict``), so a loaded run continues exactly as the saved one would.
 
     ## Version History
-    * v0: initial version.
+    * v0: initial version. Later fix, same id: float actions and integer or float reset masks raise
+      ``TypeError`` (they used to be cast), and actions must have shape ``(num_envs,)`` (any shape with
+      ``num_envs`` entries used to be flattened).
     """
 
     metadata: ClassVar[dict[str, Any]] = {
@@ -207,14 +217,12 @@ class GameBoyVecEnv(VectorEnv):
         Restored envs run one frame (to render their first observation) in a launch that skips the others,
         which are left untouched and return their last observation.
         """
+        mask = np.ones(self.num_envs, dtype=bool)
+        if options and "reset_mask" in options:  # checked before the RNG is reseeded
+            mask = bool_mask(options["reset_mask"], "options['reset_mask']", (self.num_envs,))
         super().reset(seed=seed)  # seeds self.np_random, which the task draws from
         if seed is not None:
             self.action_space.seed(seed)
-        mask = np.ones(self.num_envs, dtype=bool)
-        if options and "reset_mask" in options:
-            mask = np.asarray(options["reset_mask"], dtype=bool)
-            if mask.shape != (self.num_envs,):
-                raise ValueError(f"reset_mask must have shape ({self.num_envs},), got {mask.shape}")
         self._reset_envs(mask)
         self.emulator.run_frames(1, render=True, env_mask=mask)
         observations = self._observe().copy()
@@ -226,9 +234,7 @@ class GameBoyVecEnv(VectorEnv):
 
         Finished envs are restored and run one more frame in a second launch that skips every other env.
         """
-        actions = np.asarray(actions, dtype=np.int64).reshape(self.num_envs)
-        if actions.min() < 0 or actions.max() >= len(ACTIONS):
-            raise ValueError(f"actions must be in [0, {len(ACTIONS)}), got {actions}")
+        actions = integer_action(actions, "actions", (self.num_envs,), len(ACTIONS))
         self._buttons.assign(_ACTION_BUTTONS[actions])
         self.emulator.run_frames(self.config.frames_per_step, buttons=self._buttons,
                                  press_frames=self.config.press_frames, render=True)  # fmt: skip

@@ -30,7 +30,9 @@ class MathQAEnv(gym.Env[str, str]):
 
     ## Spaces
     Observation and action: ``Text`` over printable ASCII (question up to ``max_question_chars``, answer up to
-    ``max_answer_chars``; longer answers are graded on their text anyway, nothing raises).
+    ``max_answer_chars``). Whatever text the model writes is graded and nothing raises: longer answers and
+    characters outside the charset (control characters, lone surrogates) are graded on their text anyway.
+    A non-string action is an invalid answer: reward 0, with the reason in ``info["errors"]``.
 
     ## Rewards
     1.0 for a correct final answer, else 0.0 (an answer with no number scores 0).
@@ -40,7 +42,8 @@ class MathQAEnv(gym.Env[str, str]):
 
     ## Info
     reset: ``system_prompt`` (the instruction a chat agent should use), ``index``, ``difficulty``, ``split``.
-    step: ``predicted`` (extracted text or None), ``answer``, ``success``.
+    step: ``predicted`` (extracted text or None), ``answer``, ``success``; and ``errors`` (why the answer
+    could not be graded) when there is no number to grade or the action is not a string.
 
     ## Arguments
     split, difficulty (1-3 or a list), num_problems, seed (of the problem set), dataset_path (overrides the
@@ -48,10 +51,11 @@ class MathQAEnv(gym.Env[str, str]):
     otherwise the problem is drawn with the env's seeded RNG.
 
     ## Version History
-    * v0: initial version.
+    * v0: initial version. Later fix, same id: a non-string action is an invalid answer (it used to be
+      graded as ``str(action)``), and ungradable answers report ``info["errors"]``.
     """
 
-    metadata = {"render_modes": ["ansi"]}
+    metadata = {"render_modes": ["ansi"], "render_fps": 4}
 
     def __init__(
         self,
@@ -107,11 +111,18 @@ class MathQAEnv(gym.Env[str, str]):
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         if self._problem is None:
             raise gym.error.ResetNeeded("Call reset() before step(); MathQA episodes end after one step.")
-        text = action if isinstance(action, str) else str(action)
-        reward = self.reward_model(text, self._problem.answer)
-        info = {"predicted": extract_answer(text), "answer": self._problem.answer_text, "success": reward > 0}
-        self._last += f"\nA: {text}\nreward={reward}"
-        self._problem = None
+        problem, self._problem = self._problem, None
+        if not isinstance(action, str):
+            error = f"expected the answer as a string, got {type(action).__name__}"
+            self._last += f"\nA: <invalid: {error}>\nreward=0.0"
+            return "Invalid answer: expected text.", 0.0, True, False, {
+                "predicted": None, "answer": problem.answer_text, "success": False, "errors": [error]}
+        predicted = extract_answer(action)
+        reward = self.reward_model(action, problem.answer)
+        info: dict[str, Any] = {"predicted": predicted, "answer": problem.answer_text, "success": reward > 0}
+        if predicted is None:
+            info["errors"] = ["no number found in the answer"]
+        self._last += f"\nA: {action}\nreward={reward}"
         return ("Correct." if reward > 0 else "Incorrect."), reward, True, False, info
 
     def render(self) -> str | None:

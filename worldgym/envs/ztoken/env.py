@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Literal
 
 import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
+from worldgym.action_checks import integer_action
 from worldgym.envs.ztoken.problems import (
     MAX_ANSWER,
     NUM_DIGITS,
@@ -31,7 +33,11 @@ class ZTokenDigitsEnv(gym.Env[np.ndarray, dict[str, Any]]):
     ## Action Space
     ``Dict({"token": Discrete(V + 1), "digits": MultiDiscrete([10] * 5)})``: ``token < V`` emits
     ``<Z_token>``, ``token == V`` emits ``<ANSWER>``. ``digits`` is read only when the episode ends (scored
-    at ``<ANSWER>``, logged at truncation). Actions outside the space raise ``ValueError``.
+    at ``<ANSWER>``, logged at truncation). Actions are checked (``worldgym.action_checks``) before anything
+    changes: ``token`` a Python or numpy integer, ``digits`` integers of any integer dtype (list, tuple or
+    array). A non-dict action or a float, bool, string or ``None`` value raises ``TypeError``; missing or
+    extra keys, a wrong shape or a value out of range raise ``ValueError``. A rejected action leaves the
+    episode as it was.
 
     ## Observation Space
     ``MultiDiscrete([vocab_size] * (max_question_length + max_new_tokens))``: the question token ids
@@ -56,6 +62,7 @@ class ZTokenDigitsEnv(gym.Env[np.ndarray, dict[str, Any]]):
     ## Version History
     * v0: initial version. Later fix, same id: truncation is charged ``length_penalty`` per token like an
       answer is (it used to give exactly 0); rewards with the default ``length_penalty=0`` are unchanged.
+      Later fix, same id: float digits (``[1.5] * 5`` was scored) and other wrong types raise ``TypeError``.
 
     >>> import gymnasium as gym, worldgym
     >>> env = gym.make("ZTokenDigits-v0", num_z_tokens=4, max_new_tokens=3)
@@ -152,9 +159,7 @@ class ZTokenDigitsEnv(gym.Env[np.ndarray, dict[str, Any]]):
         """Emit one token; at ``<ANSWER>`` (or the token limit) score the digits and end the episode."""
         if self._done or self._problem is None:
             raise RuntimeError("step() called on a finished episode; call reset() first")
-        if not self.action_space.contains(_as_space_action(action)):
-            raise ValueError(f"action {action!r} is not in the action space {self.action_space}")
-        token = int(action["token"])
+        token, digits = self._check_action(action)
         token_id = self.vocab.action_to_id(token)
         self._generated.append(token_id)
         info: dict[str, Any] = {
@@ -170,7 +175,7 @@ class ZTokenDigitsEnv(gym.Env[np.ndarray, dict[str, Any]]):
         if terminated or truncated:
             self._done = True
             breakdown = score_answer(
-                np.asarray(action["digits"]),
+                digits,
                 self._problem.digits,
                 len(self._generated),
                 "answer" if terminated else "max_new_tokens",
@@ -182,15 +187,21 @@ class ZTokenDigitsEnv(gym.Env[np.ndarray, dict[str, Any]]):
             reward = breakdown.reward_final
         return self._observation(), reward, terminated, truncated, info
 
+    def _check_action(self, action: Any) -> tuple[int, np.ndarray]:
+        """The token and digits of an action in the action space, or a typed error naming what is wrong."""
+        where = "action is not in the action space"
+        if not isinstance(action, Mapping):
+            raise TypeError(f"{where} {self.action_space}: expected a dict with keys 'token' and 'digits', "
+                            f"got {type(action).__name__}")
+        if set(action) != {"token", "digits"}:
+            keys = ", ".join(sorted(map(repr, action)))
+            raise ValueError(f"{where}: expected exactly the keys 'token' and 'digits', got {keys}")
+        token = integer_action(action["token"], f"{where}: action['token']", (), self.vocab.num_z_tokens + 1)
+        digits = integer_action(action["digits"], f"{where}: action['digits']", (NUM_DIGITS,), 10)
+        return int(token), digits
+
     def render(self) -> str | None:
         """``"ansi"``: the question and the tokens generated so far."""
         if self.render_mode != "ansi" or self._problem is None:
             return None
         return self._problem.question + self.vocab.decode(self._generated)
-
-
-def _as_space_action(action: Any) -> Any:
-    """Coerce list digits to an array so ``Dict.contains`` can check them; anything else passes through."""
-    if isinstance(action, dict) and isinstance(action.get("digits"), (list, tuple)):
-        return {**action, "digits": np.asarray(action["digits"], dtype=np.int64)}
-    return action
