@@ -64,18 +64,22 @@ def run_random(args: argparse.Namespace) -> None:
 
 
 def run_warm_start(args: argparse.Namespace) -> None:
+    """Evaluate the (cached) warm start; rows are merged into the model's part file after every difficulty,
+    so difficulties can be run in separate invocations (and an interrupted run keeps what it measured)."""
     ws = warm_start(args.model)
     ws.model.eval()
-    part: dict[str, Any] = {"warm_start": ws.summary | {"losses": None}, "key": ws.path.name}
+    path = PARTS / f"{args.model}-warm_start.json"
+    part: dict[str, Any] = json.loads(path.read_text()) if path.is_file() else {}
+    part.update({"warm_start": ws.summary | {"losses": None}, "key": ws.path.name})
     for decoding in args.decodings:
-        rows = {}
+        rows = part.get(decoding, {}).get("by_difficulty", {})
         for difficulty in args.difficulties:
             rows[str(difficulty)] = evaluate(ws, args.model, difficulty, args.episodes, decoding)
             print(args.model, decoding, f"d{difficulty}", rows[str(difficulty)])
-        probes = [r["copy_probe"] for r in rows.values() if r["copy_probe"] is not None]
-        part[decoding] = {"success": {d: r["success"] for d, r in rows.items()},
-                          "copy_probe": float(np.mean(probes)) if probes else None, "by_difficulty": rows}
-    _write_part(f"{args.model}-warm_start", part)
+            probes = [r["copy_probe"] for r in rows.values() if r["copy_probe"] is not None]
+            part[decoding] = {"success": {d: r["success"] for d, r in sorted(rows.items())},
+                              "copy_probe": float(np.mean(probes)) if probes else None, "by_difficulty": rows}
+            _write_part(f"{args.model}-warm_start", part)
 
 
 def run_dapo(args: argparse.Namespace) -> None:
