@@ -134,7 +134,14 @@ def run_report(args: argparse.Namespace) -> None:
             report[model] = entry
     (RESULTS / "csr_policy.json").write_text(json.dumps(report, indent=1))
     _plot(report, RESULTS / "csr_policy.png")
-    print(json.dumps({k: v for k, v in report.items()}, indent=1)[:3000])
+    for model in CSR_PRESETS:
+        for decoding, entry in report.get(model, {}).get("warm_start", {}).items():
+            print(f"{model} warm start ({decoding}):", entry["success"], "copy probe", entry["copy_probe"])
+        for decoding, runs in report.get(model, {}).get("dapo", {}).items():
+            for difficulty, row in runs["success"].items():
+                print(f"{model} DAPO ({decoding}) d{difficulty}: start {row['start']} -> {row['seeds']} "
+                      f"(mean {row['mean']:.3f}, max_turns {row['max_turns']})")
+    print("random (copying):", report.get("random_copy"))
 
 
 def _plot(report: dict[str, Any], path: Path) -> None:
