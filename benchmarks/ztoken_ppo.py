@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import tempfile
 import time
@@ -258,7 +259,8 @@ def main() -> None:
         print(f"{key:32s} {shown}")
     args.out.mkdir(parents=True, exist_ok=True)
     name = "ztoken_ppo_quick" if args.quick else "ztoken_ppo"
-    settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
+    # paths relative to the working directory: results never hold a machine's absolute paths
+    settings = {k: (os.path.relpath(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
     report = {
         "settings": settings,
         "env_kwargs": env_kwargs,
