@@ -1,9 +1,30 @@
-"""Tests for the shared checkpoint pieces: optimizer state round trips and atomic directories."""
+"""Tests for the shared checkpoint format: optimizer round trips, damage detection, kill -9 during a save."""
+
+import json
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
 import torch
 
-from worldgym.checkpointing import atomic_directory, optimizer_from_tensors, optimizer_to_tensors
+from worldgym.checkpointing import (
+    CRASH_ENV,
+    CRASH_STAGES,
+    MANIFEST,
+    atomic_directory,
+    load_checkpoint,
+    optimizer_from_tensors,
+    optimizer_to_tensors,
+    resolve_checkpoint,
+    save_checkpoint,
+)
+from worldgym.errors import CheckpointError
 
 
 def _stepped_optimizers():
@@ -46,3 +67,130 @@ def test_atomic_directory_keeps_the_old_checkpoint_when_writing_fails(tmp_path):
     with atomic_directory(target) as tmp:
         (tmp / "b.txt").write_text("new")
     assert sorted(p.name for p in target.iterdir()) == ["b.txt"]
+
+
+# ---------------------------------------------------------------- one error type, one format
+def test_every_trainer_raises_the_one_checkpoint_error():
+    from worldgym.agents.dreamer_v3 import checkpoint as dreamer_checkpoint
+    from worldgym.agents.llm import checkpoint as llm_checkpoint
+    from worldgym.agents.ztoken_ppo import checkpoint as ztoken_checkpoint
+
+    assert issubclass(CheckpointError, ValueError)
+    for module in (llm_checkpoint, ztoken_checkpoint, dreamer_checkpoint):
+        assert module.CheckpointError is CheckpointError, module.__name__
+
+
+def _weights_checkpoint(path: Path, step: int = 3) -> Path:
+    param = torch.nn.Parameter(torch.arange(64.0).reshape(8, 8))
+    optimizer = torch.optim.AdamW([param], lr=0.1)
+    param.grad = torch.ones_like(param)
+    optimizer.step()
+    return save_checkpoint(path, {"w": param}, {"step": step}, optimizer)
+
+
+@pytest.mark.parametrize(
+    ("kind", "name"),
+    [
+        ("truncated", "weights.safetensors"),
+        ("truncated", "state.json"),
+        ("flipped_byte", "weights.safetensors"),
+        ("flipped_byte", "optimizer.safetensors"),
+        ("missing", "weights.safetensors"),
+        ("missing", "optimizer.safetensors"),
+        ("wrong_version", "manifest.json"),
+    ],
+)
+def test_damaged_weights_checkpoint_names_the_file(tmp_path, damage, kind, name):
+    """The format GRPO (and every LLM agent) saves: each damage gives a CheckpointError naming the file."""
+    path = _weights_checkpoint(tmp_path / "ckpt")
+    message = damage(path, name, kind)
+    with pytest.raises(CheckpointError, match=message):
+        load_checkpoint(path)
+
+
+def test_format_1_and_foreign_manifests_are_refused_clearly(tmp_path):
+    path = _weights_checkpoint(tmp_path / "ckpt")
+    manifest = json.loads((path / MANIFEST).read_text())
+    (path / MANIFEST).write_text(json.dumps(manifest["files"]))  # format 1: a bare {file: sha256} table
+    with pytest.raises(CheckpointError, match="checkpoint format 1, this worldgym reads format 2 only"):
+        load_checkpoint(path)
+    (path / MANIFEST).write_text(json.dumps({**manifest, "kind": "dreamer_v3"}))
+    with pytest.raises(CheckpointError, match="a 'dreamer_v3' checkpoint, not a 'weights' one"):
+        load_checkpoint(path)
+    escaping = {**manifest["files"], "../escape.json": "0" * 64}
+    (path / MANIFEST).write_text(json.dumps({**manifest, "files": escaping}))
+    with pytest.raises(CheckpointError, match="points outside the checkpoint"):
+        load_checkpoint(path)
+    (path / MANIFEST).write_text('{"kind": "weig')
+    with pytest.raises(CheckpointError, match=re.escape(f"{path / MANIFEST} is corrupt")):
+        load_checkpoint(path)
+    with pytest.raises(CheckpointError, match="is not a weights checkpoint: it holds none of"):
+        load_checkpoint(tmp_path / "nowhere")
+
+
+# ---------------------------------------------------------------- crashes during a save
+def test_a_save_interrupted_between_its_renames_is_recovered(tmp_path):
+    target = tmp_path / "ckpt"
+    _weights_checkpoint(target, step=1)
+    target.rename(tmp_path / "ckpt.old")  # what a kill between "old moved aside" and "new renamed in" leaves
+    assert resolve_checkpoint(target) == tmp_path / "ckpt.old"
+    assert load_checkpoint(target)[1] == {"step": 1}
+    _weights_checkpoint(target, step=2)
+    assert load_checkpoint(target)[1] == {"step": 2}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"]
+
+
+_SAVER = """
+import sys
+import torch
+from worldgym.checkpointing import save_checkpoint
+
+print("ready", flush=True)
+for i in range(int(sys.argv[2]), int(sys.argv[3])):
+    save_checkpoint(sys.argv[1], {"w": torch.full((64, 64), float(i))}, {"i": i})
+    print(i, flush=True)
+"""
+
+
+def _start_saver(path: Path, first: int, stop: int, crash_at: str | None = None) -> subprocess.Popen:
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env.pop(CRASH_ENV, None)
+    if crash_at is not None:
+        env[CRASH_ENV] = crash_at
+    command = [sys.executable, "-c", _SAVER, str(path), str(first), str(stop)]
+    return subprocess.Popen(command, env=env, stdout=subprocess.PIPE, text=True)
+
+
+def _saved_index(path: Path) -> int:
+    weights, state, _ = load_checkpoint(path)
+    assert torch.equal(weights["w"], torch.full((64, 64), float(state["i"])))
+    return state["i"]
+
+
+@pytest.mark.parametrize("stage", CRASH_STAGES)
+def test_kill_at_each_stage_of_a_save_leaves_a_loadable_checkpoint(tmp_path, stage):
+    target = tmp_path / "ckpt"
+    save_checkpoint(target, {"w": torch.full((64, 64), 0.0)}, {"i": 0})
+    saver = _start_saver(target, 1, 2, crash_at=stage)
+    saver.communicate(timeout=120)
+    assert saver.returncode == -signal.SIGKILL, "the save was not killed at the injection point"
+    assert _saved_index(target) == (1 if stage == "new_renamed_in" else 0)
+    save_checkpoint(target, {"w": torch.full((64, 64), 2.0)}, {"i": 2})  # the next save cleans up
+    assert _saved_index(target) == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"]
+
+
+def test_kill_at_random_moments_never_loses_the_checkpoint(tmp_path):
+    """SIGKILL a process that saves over its checkpoint in a loop: the last or the next save always loads."""
+    rng = random.Random(0)
+    target = tmp_path / "ckpt"
+    save_checkpoint(target, {"w": torch.full((64, 64), 0.0)}, {"i": 0})
+    for _ in range(3):
+        first = _saved_index(target) + 1
+        saver = _start_saver(target, first, first + 10_000)
+        assert saver.stdout.readline() == "ready\n"
+        time.sleep(rng.uniform(0.0, 0.25))
+        saver.send_signal(signal.SIGKILL)
+        printed = saver.communicate(timeout=60)[0].split()
+        last_done = int(printed[-1]) if printed else first - 1
+        assert last_done <= _saved_index(target) <= last_done + 1

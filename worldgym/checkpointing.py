@@ -1,18 +1,56 @@
-"""Pieces every agent's checkpoint code shares: optimizer state as safetensors + JSON, and atomic directories."""
+"""One checkpoint format for every trainer: safetensors + JSON files, a SHA-256 manifest, a format version."""
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
 import shutil
-from collections.abc import Iterator
+import signal
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
 
-__all__ = ["atomic_directory", "optimizer_from_tensors", "optimizer_to_tensors"]
+from worldgym.errors import CheckpointError
+
+__all__ = [
+    "CRASH_ENV",
+    "CRASH_STAGES",
+    "FORMAT_VERSION",
+    "MANIFEST",
+    "CheckpointError",
+    "atomic_directory",
+    "checkpoint_directory",
+    "load_checkpoint",
+    "open_checkpoint",
+    "optimizer_from_tensors",
+    "optimizer_to_tensors",
+    "read_json",
+    "read_tensors",
+    "recover_directory",
+    "resolve_checkpoint",
+    "save_checkpoint",
+    "write_manifest",
+]
+
+MANIFEST = "manifest.json"
+# 1: per-trainer layouts, checksums only in GRPO's flat manifest; 2: one manifest with kind, version, SHA-256s
+FORMAT_VERSION = 2
+# Tests set this to one of CRASH_STAGES to have the saving process SIGKILL itself at that point of a save.
+CRASH_ENV = "WORLDGYM_CHECKPOINT_CRASH_AT"
+CRASH_STAGES = ("files_written", "synced", "old_moved_aside", "new_renamed_in")
+_OLD, _TMP = ".old", ".tmp"
+
+_WEIGHTS, _OPTIMIZER, _STATE = "weights.safetensors", "optimizer.safetensors", "state.json"
+_WEIGHTS_KIND = "weights"
 
 
+# ---------------------------------------------------------------- optimizer state as tensors + JSON
 def optimizer_to_tensors(state_dict: dict[str, Any], prefix: str = "") -> tuple[dict[str, torch.Tensor], dict]:
     """Split ``optimizer.state_dict()`` into tensors (for safetensors) and a JSON-compatible structure.
 
@@ -53,15 +91,20 @@ def optimizer_from_tensors(tensors: dict[str, torch.Tensor], structure: dict, pr
     return {"state": state, "param_groups": structure["param_groups"]}
 
 
+# ---------------------------------------------------------------- atomic, durable directories
 @contextmanager
 def atomic_directory(final: str | Path) -> Iterator[Path]:
-    """Yield a temporary sibling directory to write into; on success it replaces ``final`` in one rename.
+    """Yield a temporary sibling directory to write into; on success it replaces ``final`` durably.
 
-    A crash mid-write leaves ``final`` as it was (and a stale ``<final>.tmp`` that the next save clears), so a
-    checkpoint directory is always either the old complete one or the new complete one.
+    The new files and folders are fsynced before anything is renamed. An existing ``final`` is renamed aside
+    to ``<final>.old``, the new directory renamed in, and only then is ``<final>.old`` removed, so at every
+    instant a complete checkpoint exists on disk: a kill -9 anywhere leaves ``final`` or ``<final>.old``
+    (which :func:`resolve_checkpoint` finds and the next save restores). An exception while writing leaves
+    ``final`` untouched and removes the temporary directory.
     """
     final = Path(final)
-    tmp = final.with_name(final.name + ".tmp")
+    recover_directory(final)
+    tmp = _sibling(final, _TMP)
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     try:
@@ -69,6 +112,233 @@ def atomic_directory(final: str | Path) -> Iterator[Path]:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    _fsync_tree(tmp)
+    _crash_point("synced")
+    _replace_directory(tmp, final)
+
+
+def recover_directory(final: str | Path) -> None:
+    """Finish a replacement a crash cut short: restore ``<final>.old`` if ``final`` is gone, else drop it."""
+    final = Path(final)
+    old = _sibling(final, _OLD)
+    if not old.is_dir():
+        return
     if final.exists():
-        shutil.rmtree(final)
-    tmp.rename(final)
+        shutil.rmtree(old)
+    else:
+        old.rename(final)
+        _fsync_directory(final.parent)
+
+
+def resolve_checkpoint(path: str | Path) -> Path:
+    """``path``, or ``<path>.old`` when a save was killed after moving the previous checkpoint aside."""
+    path = Path(path)
+    old = _sibling(path, _OLD)
+    return old if not path.exists() and old.is_dir() else path
+
+
+def _replace_directory(new: Path, final: Path) -> None:
+    old = _sibling(final, _OLD)
+    if final.exists():
+        final.rename(old)
+        _fsync_directory(final.parent)
+        _crash_point("old_moved_aside")
+    new.rename(final)
+    _fsync_directory(final.parent)
+    _crash_point("new_renamed_in")
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def _sibling(path: Path, suffix: str) -> Path:
+    return path.with_name(path.name + suffix)
+
+
+def _fsync_tree(root: Path) -> None:
+    for directory, _, files in os.walk(root):
+        for name in files:
+            with open(Path(directory) / name, "rb") as file:
+                os.fsync(file.fileno())
+        _fsync_directory(Path(directory))
+
+
+def _fsync_directory(path: Path) -> None:
+    if os.name != "posix":  # Windows cannot open a directory to fsync it; NTFS journals renames itself
+        return
+    descriptor = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
+
+
+def _crash_point(stage: str) -> None:
+    if os.environ.get(CRASH_ENV) == stage:
+        os.kill(os.getpid(), getattr(signal, "SIGKILL", signal.SIGTERM))
+
+
+# ---------------------------------------------------------------- manifest: kind, format version, SHA-256s
+@contextmanager
+def checkpoint_directory(final: str | Path, kind: str, format_version: int) -> Iterator[Path]:
+    """:func:`atomic_directory` that also writes the manifest of everything written into it, last."""
+    with atomic_directory(final) as tmp:
+        yield tmp
+        _crash_point("files_written")
+        write_manifest(tmp, kind, format_version)
+
+
+def write_manifest(directory: Path, kind: str, format_version: int) -> None:
+    """Record ``kind``, ``format_version`` and the SHA-256 of every file under ``directory`` in a manifest."""
+    files = {name: _sha256(directory / name) for name in _relative_files(directory)}
+    manifest = {"kind": kind, "format_version": format_version, "files": files}
+    (directory / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
+
+
+def open_checkpoint(path: str | Path, kind: str, format_version: int, required: Sequence[str]) -> Path:
+    """The checked directory of the checkpoint at ``path`` (or the ``<path>.old`` an interrupted save left).
+
+    Raises:
+        CheckpointError: naming the file at fault, when nothing or only part of a checkpoint is there, the
+            manifest is missing, corrupt, of another kind or format version, or a file's SHA-256 differs from
+            the manifest (truncated, edited or bit-flipped).
+    """
+    root = resolve_checkpoint(path)
+    _check_present(root, kind, format_version, required)
+    manifest = _read_manifest(root / MANIFEST)
+    _check_kind_and_version(root / MANIFEST, manifest, kind, format_version)
+    _check_files(root, manifest["files"], required)
+    return root
+
+
+def _check_present(root: Path, kind: str, format_version: int, required: Sequence[str]) -> None:
+    names = [*required, MANIFEST]
+    present = [name for name in names if (root / name).is_file()]
+    if not present:
+        raise CheckpointError(
+            f"{root} is not a {kind} checkpoint: it holds none of {names} "
+            "(wrong folder, or nothing saved yet)"
+        )
+    missing = [name for name in required if name not in present]
+    if missing:
+        raise CheckpointError(f"checkpoint {root} is incomplete: missing {missing}")
+    if MANIFEST not in present:
+        raise CheckpointError(
+            f"{root} is not a checkpoint in worldgym's checksummed format: {MANIFEST} is missing "
+            f"(an interrupted copy, or a checkpoint saved before format {format_version}, which this "
+            "version cannot load: re-create it)"
+        )
+
+
+def _read_manifest(file: Path) -> dict[str, Any]:
+    manifest = read_json(file)
+    if not isinstance(manifest, dict):
+        raise CheckpointError(f"{file} is corrupt: expected a JSON object, got {type(manifest).__name__}")
+    if "format_version" in manifest and not isinstance(manifest.get("files"), dict):
+        raise CheckpointError(f"{file} is corrupt: it has no 'files' table")
+    return manifest
+
+
+def _check_kind_and_version(file: Path, manifest: dict[str, Any], kind: str, format_version: int) -> None:
+    found = manifest.get("format_version", 1)  # format 1 manifests were a bare {file: sha256} table
+    if found != format_version:
+        raise CheckpointError(
+            f"{file}: checkpoint format {found!r}, this worldgym reads format {format_version} only "
+            "(saved by another worldgym version: load it with that version, or re-create it)"
+        )
+    if manifest.get("kind") != kind:
+        raise CheckpointError(
+            f"{file}: a {manifest.get('kind')!r} checkpoint, not a {kind!r} one (wrong folder?)"
+        )
+
+
+def _check_files(root: Path, files: dict[str, str], required: Sequence[str]) -> None:
+    unlisted = [name for name in required if name not in files]
+    if unlisted:
+        raise CheckpointError(f"{root / MANIFEST} is corrupt: it does not list {unlisted}")
+    for name, digest in files.items():
+        _check_name(root / MANIFEST, name)
+        if not (root / name).is_file():
+            raise CheckpointError(
+                f"checkpoint {root} is incomplete: missing {[name]} (listed in its {MANIFEST})"
+            )
+        if _sha256(root / name) != digest:
+            raise CheckpointError(
+                f"checkpoint file {root / name} is corrupt: its SHA-256 differs from {MANIFEST} (truncated, "
+                "edited or damaged on disk; resume from an earlier checkpoint)"
+            )
+
+
+def _check_name(manifest: Path, name: str) -> None:
+    if not isinstance(name, str) or PurePosixPath(name).is_absolute() or ".." in PurePosixPath(name).parts:
+        raise CheckpointError(f"{manifest} is corrupt: file name {name!r} points outside the checkpoint")
+
+
+def _relative_files(directory: Path) -> list[str]:
+    files = (p for p in directory.rglob("*") if p.is_file() and p != directory / MANIFEST)
+    return sorted(p.relative_to(directory).as_posix() for p in files)
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as file:
+        for block in iter(lambda: file.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+# ---------------------------------------------------------------- reading files of a checked checkpoint
+def read_json(file: Path) -> Any:
+    """Parse a checkpoint's JSON file; one that does not parse raises :class:`CheckpointError` naming it."""
+    try:
+        return json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise CheckpointError(f"{file} is corrupt: {error}") from None
+
+
+def read_tensors(file: Path) -> dict[str, torch.Tensor]:
+    """Load a checkpoint's safetensors file; a bad one raises :class:`CheckpointError` naming it."""
+    try:
+        return load_file(str(file))
+    except (OSError, SafetensorError) as error:
+        raise CheckpointError(f"{file} is corrupt: {error}") from None
+
+
+# ---------------------------------------------------------------- weights + JSON state (+ optimizer)
+def save_checkpoint(
+    path: str | Path,
+    weights: dict[str, torch.Tensor],
+    state: dict[str, Any],
+    optimizer: torch.optim.Optimizer | None = None,
+) -> Path:
+    """Write ``weights`` and the optimizer's tensors as safetensors and ``state`` (JSON-able) as JSON.
+
+    The files go into a temporary folder with a manifest of their SHA-256s, fsynced, then swapped in for any
+    previous checkpoint at ``path`` (see :func:`atomic_directory`), so a kill -9 never leaves no checkpoint.
+    """
+    path = Path(path)
+    with checkpoint_directory(path, _WEIGHTS_KIND, FORMAT_VERSION) as tmp:
+        save_file({k: v.detach().contiguous().cpu() for k, v in weights.items()}, str(tmp / _WEIGHTS))
+        full_state = {"state": state, "optimizer": None}
+        if optimizer is not None:
+            tensors, structure = optimizer_to_tensors(optimizer.state_dict())
+            save_file(tensors, str(tmp / _OPTIMIZER))
+            full_state["optimizer"] = structure
+        (tmp / _STATE).write_text(json.dumps(full_state, indent=1))
+    return path
+
+
+def load_checkpoint(
+    path: str | Path,
+) -> tuple[dict[str, torch.Tensor], dict[str, Any], dict[str, Any] | None]:
+    """``(weights, state, optimizer_state_dict or None)`` from :func:`save_checkpoint`'s folder.
+
+    Raises:
+        CheckpointError: the folder or a file is missing, a file's hash differs from the manifest (truncated
+            or edited), the format version differs, or a file does not parse. The message names the file.
+    """
+    root = open_checkpoint(path, _WEIGHTS_KIND, FORMAT_VERSION, required=(_WEIGHTS, _STATE))
+    weights = read_tensors(root / _WEIGHTS)
+    full_state = read_json(root / _STATE)
+    optimizer = None
+    if full_state.get("optimizer") is not None:
+        optimizer = optimizer_from_tensors(read_tensors(root / _OPTIMIZER), full_state["optimizer"])
+    return weights, full_state["state"], optimizer

@@ -17,10 +17,12 @@ from worldgym.agents.ztoken_ppo import (
     masked_token_log_probs,
     save_checkpoint,
 )
+from worldgym.agents.ztoken_ppo.checkpoint import FORMAT_VERSION, KIND
 from worldgym.agents.ztoken_ppo.encoding import TokenizerEncoder
 from worldgym.agents.ztoken_ppo.model import joint_entropy, joint_log_prob
 from worldgym.agents.ztoken_ppo.rollout import collect_episodes, make_vector_env
 from worldgym.agents.ztoken_ppo.warm_start import collect_scripted_episodes, warm_start_loss
+from worldgym.checkpointing import write_manifest
 from worldgym.envs.ztoken import ZTokenVocab
 
 
@@ -198,6 +200,7 @@ def test_dropout_is_disabled_so_the_first_minibatch_ratio_is_one(
     spec = json.loads(spec_file.read_text())
     spec["lm_config"]["attention_dropout"] = 0.5  # a checkpoint written before dropout was disabled
     spec_file.write_text(json.dumps(spec))
+    write_manifest(tmp_path / "ckpt", KIND, FORMAT_VERSION)  # as if saved so (the edit broke its SHA-256)
     loaded, _, _ = load_policy(tmp_path / "ckpt")
     assert loaded.lm.config.attention_dropout == 0.0
     loaded.train()

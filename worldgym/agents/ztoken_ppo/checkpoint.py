@@ -1,4 +1,4 @@
-"""Checkpoints: safetensors for policy/optimizer/RNG tensors, JSON for architecture and trainer state."""
+"""Checkpoints in the shared checksummed format: safetensors for policy/optimizer/RNG, JSON for the rest."""
 
 from __future__ import annotations
 
@@ -7,23 +7,31 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import load_file, load_model, save_file, save_model
+from safetensors import SafetensorError
+from safetensors.torch import load_model, save_file, save_model
 
 from worldgym.agents.ztoken_ppo.encoding import ObservationEncoder, TokenizerEncoder
 from worldgym.agents.ztoken_ppo.factory import rebuild_policy
 from worldgym.agents.ztoken_ppo.model import ZTokenPolicy
-from worldgym.checkpointing import atomic_directory, optimizer_from_tensors, optimizer_to_tensors
+from worldgym.checkpointing import (
+    checkpoint_directory,
+    open_checkpoint,
+    optimizer_from_tensors,
+    optimizer_to_tensors,
+    read_json,
+    read_tensors,
+)
 from worldgym.envs.ztoken.vocab import ZTokenVocab
+from worldgym.errors import CheckpointError
 
-FORMAT_VERSION = 1
+__all__ = ["CheckpointError", "load_policy", "load_training_state", "save_checkpoint"]
+
+KIND = "ztoken_ppo"
+FORMAT_VERSION = 2  # 1: no manifest (checkpoints of format 1 are refused with a message saying so)
 POLICY_WEIGHTS = "policy.safetensors"
 POLICY_SPEC = "policy.json"
 OPTIMIZER_TENSORS = "optimizer.safetensors"
 TRAINER_STATE = "trainer_state.json"
-
-
-class CheckpointError(ValueError):
-    """A checkpoint directory is missing files or does not match what is being loaded."""
 
 
 def save_checkpoint(
@@ -35,9 +43,9 @@ def save_checkpoint(
     generator: torch.Generator | None = None,
     trainer_state: dict[str, Any] | None = None,
 ) -> Path:
-    """Write a checkpoint atomically (into ``<path>.tmp``, then renamed over ``path``)."""
+    """Write a checkpoint into ``<path>.tmp`` with a SHA-256 manifest, fsync it, then swap it in."""
     final = Path(path)
-    with atomic_directory(final) as tmp:
+    with checkpoint_directory(final, KIND, FORMAT_VERSION) as tmp:
         _write_checkpoint(tmp, policy, encoder, num_z_tokens, optimizer, generator, trainer_state)
     return final
 
@@ -57,7 +65,6 @@ def _write_checkpoint(
         tokenizer_dir = "tokenizer"
         encoder.tokenizer.save_pretrained(str(tmp / tokenizer_dir))
     spec = {
-        "format_version": FORMAT_VERSION,
         "num_z_tokens": num_z_tokens,
         "tokenizer_dir": tokenizer_dir,
         "lm_config": policy.lm.config.to_dict(),
@@ -76,26 +83,25 @@ def _write_checkpoint(
 
 
 def load_policy(path: str | Path) -> tuple[ZTokenPolicy, ObservationEncoder, int]:
-    """Load ``(policy, encoder, num_z_tokens)`` from a checkpoint directory."""
-    root = Path(path)
-    spec_file = root / POLICY_SPEC
-    if not spec_file.is_file() or not (root / POLICY_WEIGHTS).is_file():
-        raise CheckpointError(
-            f"{root} is not a ztoken_ppo checkpoint: need {POLICY_SPEC} and {POLICY_WEIGHTS}"
-        )
-    spec = json.loads(spec_file.read_text())
-    if spec.get("format_version") != FORMAT_VERSION:
-        raise CheckpointError(
-            f"{spec_file}: format_version {spec.get('format_version')!r}, expected {FORMAT_VERSION}"
-        )
+    """Load ``(policy, encoder, num_z_tokens)`` from a checkpoint directory.
+
+    Raises:
+        CheckpointError: naming the file, when the checkpoint is missing, incomplete, corrupt, of another
+            format version, or its weights do not fit the architecture it records.
+    """
+    root = open_checkpoint(path, KIND, FORMAT_VERSION, required=(POLICY_SPEC, POLICY_WEIGHTS))
+    spec = read_json(root / POLICY_SPEC)
     tokenizer_dir = str(root / spec["tokenizer_dir"]) if spec["tokenizer_dir"] else None
     vocab = ZTokenVocab(int(spec["num_z_tokens"]))
     policy, encoder = rebuild_policy(spec["lm_config"], vocab, tokenizer_dir)
-    missing, unexpected = load_model(policy, str(root / POLICY_WEIGHTS), strict=False)
+    try:
+        missing, unexpected = load_model(policy, str(root / POLICY_WEIGHTS), strict=False)
+    except (OSError, SafetensorError) as error:
+        raise CheckpointError(f"{root / POLICY_WEIGHTS} is corrupt: {error}") from None
     if missing or unexpected:
         raise CheckpointError(
-            f"{root}: weights do not match the architecture (missing {missing[:3]}, "
-            f"unexpected {unexpected[:3]})"
+            f"{root / POLICY_WEIGHTS}: weights do not match the architecture in {POLICY_SPEC} (missing "
+            f"{missing[:3]}, unexpected {unexpected[:3]})"
         )
     return policy, encoder, vocab.num_z_tokens
 
@@ -104,14 +110,14 @@ def load_training_state(
     path: str | Path, optimizer: torch.optim.Optimizer, generator: torch.Generator
 ) -> dict[str, Any]:
     """Restore the optimizer and RNG in place; return the trainer state dict."""
-    root = Path(path)
+    root = open_checkpoint(path, KIND, FORMAT_VERSION, required=(POLICY_SPEC, POLICY_WEIGHTS))
     if not (root / TRAINER_STATE).is_file() or not (root / OPTIMIZER_TENSORS).is_file():
         raise CheckpointError(
             f"{root} has no training state ({TRAINER_STATE}, {OPTIMIZER_TENSORS}); "
             "it is a policy-only checkpoint: start a new run from it instead of resuming"
         )
-    state = json.loads((root / TRAINER_STATE).read_text())
-    tensors = load_file(str(root / OPTIMIZER_TENSORS))
+    state = read_json(root / TRAINER_STATE)
+    tensors = read_tensors(root / OPTIMIZER_TENSORS)
     generator.set_state(tensors.pop("rng.torch"))
     optimizer.load_state_dict(optimizer_from_tensors(tensors, state["optimizer"], prefix="optim."))
     return state

@@ -1,0 +1,54 @@
+"""Dreamer v3 checkpoints: damage raises a CheckpointError naming the file; partial saves are skipped."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from worldgym.agents.dreamer_v3.checkpoint import CheckpointError, latest_checkpoint, load_checkpoint
+from worldgym.agents.dreamer_v3.engine.cpu import CPUEngine
+
+
+@pytest.fixture
+def saved(tmp_path, make_config):
+    """A fresh CartPole engine and the checkpoint it saved at iteration 0."""
+    engine = CPUEngine(make_config(tmp_path))
+    return engine.core, engine.core.save()
+
+
+def _load(core, path) -> dict:
+    return load_checkpoint(path, core.learner, core.replay, core.generators)
+
+
+@pytest.mark.parametrize(
+    ("kind", "name"),
+    [
+        ("truncated", "model.safetensors"),
+        ("truncated", "state.json"),
+        ("flipped_byte", "model.safetensors"),
+        ("flipped_byte", "replay.safetensors"),
+        ("missing", "rng.safetensors"),
+        ("wrong_version", "manifest.json"),
+    ],
+)
+def test_damaged_checkpoint_names_the_file(saved, damage, kind, name):
+    core, path = saved
+    assert _load(core, path)["iter_num"] == 0
+    message = damage(path, name, kind)
+    with pytest.raises(CheckpointError, match=message):
+        _load(core, path)
+
+
+def test_latest_checkpoint_skips_partial_saves_and_finds_an_interrupted_replacement(saved):
+    core, path = saved
+    checkpoints = path.parent
+    shutil.copytree(path, checkpoints / "iter_7.tmp")  # a save killed before its rename
+    shutil.copytree(path, checkpoints / "iter_9")
+    (checkpoints / "iter_9" / "manifest.json").unlink()  # not written last by a save: incomplete
+    assert latest_checkpoint(core.run_dir) == path
+    shutil.copytree(path, checkpoints / "iter_5.old")  # killed between moving iter_5 aside and renaming
+    assert latest_checkpoint(core.run_dir) == checkpoints / "iter_5.old"
+    shutil.copytree(path, checkpoints / "iter_5")
+    assert latest_checkpoint(core.run_dir) == checkpoints / "iter_5"
+    assert _load(core, latest_checkpoint(core.run_dir))["iter_num"] == 0

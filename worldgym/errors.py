@@ -1,0 +1,9 @@
+"""The library's error types, each a subclass of the matching built-in exception."""
+
+from __future__ import annotations
+
+__all__ = ["CheckpointError"]
+
+
+class CheckpointError(ValueError):
+    """A checkpoint is missing, incomplete, corrupt, of another format version, or does not fit the model."""
