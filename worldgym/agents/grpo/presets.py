@@ -44,9 +44,10 @@ class CSRPreset:
         return HFEngine(model, tokenizer.pad_token_id, [tokenizer.eos_token_id], batch_size=self.engine_batch_size,
                         reuse_kv_cache=True, kv_cache_max_tokens=self.kv_cache_max_tokens)
 
-    def grpo_config(self, difficulty: int, **overrides: Any) -> GRPOConfig:
+    def grpo_config(self, difficulty: int, config_class: type[GRPOConfig] = GRPOConfig, **overrides: Any) -> Any:
         """DAPO (clip 0.2/0.28, token-mean, dynamic sampling) on the 0/1 reward at ``difficulty``: train on the
-        train split, validate on the validation split, the env's 16-call limit."""
+        train split, validate on the validation split, the env's 16-call limit. ``config_class``: a
+        :class:`GRPOConfig` subclass to build instead (e.g. the dual-LoRA agent's config)."""
         settings: dict[str, Any] = {
             "env_id": "CSRPhone-v0",
             "env_kwargs": {"split": "train", "difficulty": difficulty},
@@ -67,7 +68,9 @@ class CSRPreset:
             "dynamic_sampling": True,
             "max_resample_rounds": 1,
         }
-        return GRPOConfig(**{**settings, **overrides})
+        if config_class is not GRPOConfig:  # an agent on adapters: the warm start is the frozen base
+            settings["finetune"] = "lora"
+        return config_class(**{**settings, **overrides})
 
 
 CSR_PRESETS: dict[str, CSRPreset] = {

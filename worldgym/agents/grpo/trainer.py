@@ -16,6 +16,7 @@ from peft import LoraConfig, PeftModel, get_peft_model
 from tqdm.auto import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from worldgym.agents.grpo.auxiliary import AuxiliaryLoss
 from worldgym.agents.grpo.config import GRPOConfig
 from worldgym.agents.grpo.rewards import EpisodeRewardFn, episode_rewards
 from worldgym.agents.llm.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
@@ -34,6 +35,8 @@ from worldgym.agents.llm.tokenizer import env_text_corpus, train_chat_tokenizer
 from worldgym.jsonl import append_jsonl, truncate_jsonl
 
 __all__ = ["GRPOTrainer", "make_text_env"]
+
+_AUXILIARY = "auxiliary/"  # checkpoint key prefix of the auxiliary loss's tensors
 
 
 def make_text_env(env_id: str, env_kwargs: dict[str, Any], wrap_tool_calls: bool) -> gym.Env:
@@ -59,6 +62,9 @@ class GRPOTrainer:
         reward_fn: the training reward of a finished episode (reward shaping, e.g. partial credit read from
             the turns' infos); default: the env's reward. Metrics and validation always report the env's
             reward and success.
+        auxiliary_loss: an objective added to every minibatch's loss in the same backward pass
+            (:class:`~worldgym.agents.grpo.auxiliary.AuxiliaryLoss`, e.g. the dual-LoRA world model); also
+            settable after construction as ``trainer.auxiliary_loss``.
 
     >>> trainer = GRPOTrainer(GRPOConfig(num_steps=2, prompts_per_step=2, group_size=2, max_new_tokens=8,
     ...                                   eval_every=0, progress=False, output_dir="/tmp/wg_grpo_doctest"))
@@ -76,9 +82,11 @@ class GRPOTrainer:
         make_eval_env: Callable[[], gym.Env] | None = None,
         make_engine: Callable[[PreTrainedModel], GenerationEngine] | None = None,
         reward_fn: EpisodeRewardFn | None = None,
+        auxiliary_loss: AuxiliaryLoss | None = None,
     ):
         self.config = config
         self.reward_fn = reward_fn
+        self.auxiliary_loss = auxiliary_loss
         self.rng = np.random.default_rng(config.seed)
         self.make_env = make_env or (
             lambda: make_text_env(config.env_id, config.env_kwargs, config.wrap_tool_calls)
@@ -180,8 +188,14 @@ class GRPOTrainer:
     def train_step(self) -> dict[str, Any]:
         """One GRPO iteration: sample groups, score them, update the policy, sync the engine."""
         start = time.perf_counter()
-        episodes, rollout_metrics = self._collect_batch()
+        auxiliary = self.auxiliary_loss
+        # training the auxiliary objective alone (policy weight 0), every group is informative
+        episodes, rollout_metrics = self._collect_batch(
+            self.config.dynamic_sampling and (auxiliary is None or auxiliary.policy_weight > 0)
+        )
         rollout_time = time.perf_counter() - start
+        if auxiliary is not None:
+            auxiliary.begin_step(episodes, self.step)
         max_response = self.config.max_new_tokens * self.config.max_turns
         _, rewards = episode_rewards(
             episodes, max_response, self.config.overlong_buffer, self.config.overlong_penalty, self.reward_fn
@@ -190,6 +204,8 @@ class GRPOTrainer:
         advantages = group_advantages(rewards, batch["group_ids"], self.config.advantage_norm)
         update_start = time.perf_counter()
         update_metrics = self._update(batch, advantages)
+        if auxiliary is not None:
+            update_metrics.update(auxiliary.end_step())
         self.engine.sync_weights()
         self.step += 1
         end = time.perf_counter()
@@ -207,7 +223,7 @@ class GRPOTrainer:
             "time/step_s": end - start,
         }
 
-    def _collect_batch(self) -> tuple[list[Episode], dict[str, float]]:
+    def _collect_batch(self, dynamic_sampling: bool) -> tuple[list[Episode], dict[str, float]]:
         """Sample ``prompts_per_step`` groups; with dynamic sampling keep only groups whose rewards differ and
         resample (up to ``max_resample_rounds``) to refill. Rollout metrics describe the first, unfiltered
         round."""
@@ -215,7 +231,7 @@ class GRPOTrainer:
         kept: list[Episode] = []
         metrics: dict[str, float] = {}
         group_offset = 0
-        for round_index in range(1 + (config.max_resample_rounds if config.dynamic_sampling else 0)):
+        for round_index in range(1 + (config.max_resample_rounds if dynamic_sampling else 0)):
             seeds = self.rng.integers(0, 2**31 - 1, size=config.prompts_per_step).tolist()
             params = SamplingParams(
                 config.temperature,
@@ -227,8 +243,8 @@ class GRPOTrainer:
             group_offset += config.prompts_per_step
             if round_index == 0:
                 metrics = _rollout_metrics(episodes)
-            if not config.dynamic_sampling:
-                return episodes, metrics
+            if not dynamic_sampling:
+                return episodes, metrics | {"rollout/episodes_sampled": len(episodes)}
             rewards = [self.reward_fn(e) if self.reward_fn else e.reward for e in episodes]
             informative = dynamic_sampling_mask(
                 torch.tensor(rewards), torch.tensor([e.group_id for e in episodes])
@@ -237,21 +253,26 @@ class GRPOTrainer:
             if len(kept) >= config.prompts_per_step * config.group_size:
                 break
         metrics["rollout/kept_groups"] = len(kept) / config.group_size
+        metrics["rollout/episodes_sampled"] = group_offset * config.group_size
         kept = kept[: config.prompts_per_step * config.group_size]
         return (kept or episodes), metrics  # no informative group: train on the last round (zero advantages)
 
     def _update(self, batch: dict[str, torch.Tensor], advantages: torch.Tensor) -> dict[str, float]:
         config = self.config
         size = batch["input_ids"].shape[0]
-        generator = torch.Generator().manual_seed(int(self.rng.integers(0, 2**31 - 1)))
+        seed = int(self.rng.integers(0, 2**31 - 1))
+        generator = torch.Generator().manual_seed(seed)
         totals: dict[str, list[float]] = {}
         self.policy.train()
-        for _ in range(config.ppo_epochs):
-            order = torch.randperm(size, generator=generator)
-            for start in range(0, size, config.minibatch_size):
-                rows = order[start : start + config.minibatch_size]
-                for key, value in self._minibatch_step(batch, advantages, rows).items():
-                    totals.setdefault(key, []).append(value)
+        devices = [self.config.device] if self.config.device.startswith("cuda") else []
+        with torch.random.fork_rng(devices=devices):  # dropout masks from the trainer's seed: resumes exactly
+            torch.manual_seed(seed + 1)
+            for _ in range(config.ppo_epochs):
+                order = torch.randperm(size, generator=generator)
+                for start in range(0, size, config.minibatch_size):
+                    rows = order[start : start + config.minibatch_size]
+                    for key, value in self._minibatch_step(batch, advantages, rows).items():
+                        totals.setdefault(key, []).append(value)
         return {key: float(np.mean(values)) for key, values in totals.items()}
 
     def _minibatch_step(
@@ -293,6 +314,10 @@ class GRPOTrainer:
         with torch.set_grad_enabled(config.entropy_coef > 0):  # a metric only, unless it is in the loss
             entropy = entropy_from_logits(scored.logits).mean() if len(scored.logits) else torch.zeros(())
         loss = out.loss - config.entropy_coef * entropy
+        auxiliary_metrics: dict[str, float] = {}
+        if self.auxiliary_loss is not None:
+            auxiliary, auxiliary_metrics = self.auxiliary_loss.loss(rows.tolist())
+            loss = self.auxiliary_loss.policy_weight * loss + auxiliary
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(list(self.trainable.values()), config.grad_clip)
@@ -305,6 +330,7 @@ class GRPOTrainer:
             "loss/clip_fraction": out.clip_fraction.item(),
             "loss/ratio_mean": out.ratio_mean.item(),
             "loss/grad_norm": grad_norm.item(),
+            **auxiliary_metrics,
         }
 
     @torch.no_grad()
@@ -348,6 +374,8 @@ class GRPOTrainer:
         metrics = episode_metrics(episodes)
         if self.reward_fn is not None:
             metrics["eval/shaped_reward_mean"] = float(np.mean([self.reward_fn(e) for e in episodes]))
+        if self.auxiliary_loss is not None:
+            metrics.update(self.auxiliary_loss.evaluate(episodes))
         return metrics
 
     # ---------------------------------------------------------------- logging and checkpoints
@@ -363,11 +391,22 @@ class GRPOTrainer:
     def save(self, path: str | Path) -> Path:
         """Trainable weights + optimizer (safetensors) and step, RNG and config (JSON)."""
         state = {"step": self.step, "rng": self.rng.bit_generator.state, "config": self.config.to_dict()}
-        return save_checkpoint(path, self.trainable, state, self.optimizer)
+        weights = dict(self.trainable)
+        if self.auxiliary_loss is not None:
+            tensors, state["auxiliary"] = self.auxiliary_loss.state()
+            weights.update({_AUXILIARY + name: tensor for name, tensor in tensors.items()})
+        return save_checkpoint(path, weights, state, self.optimizer)
 
     def load(self, path: str | Path) -> None:
         """Restore a :meth:`save` checkpoint into this trainer so training continues the same run exactly."""
         weights, state, optimizer_state = load_checkpoint(path)
+        auxiliary = {name[len(_AUXILIARY):]: weights.pop(name) for name in list(weights)
+                     if name.startswith(_AUXILIARY)}
+        if (self.auxiliary_loss is not None) != ("auxiliary" in state):
+            raise CheckpointError(
+                f"checkpoint {path} was saved {'with' if 'auxiliary' in state else 'without'} an auxiliary loss, "
+                f"this trainer has {'one' if self.auxiliary_loss is not None else 'none'}"
+            )
         missing = sorted(set(self.trainable) - set(weights))
         unexpected = sorted(set(weights) - set(self.trainable))
         if missing or unexpected:
@@ -388,6 +427,8 @@ class GRPOTrainer:
             self.optimizer.load_state_dict(optimizer_state)
         self.rng.bit_generator.state = state["rng"]
         self.step = int(state["step"])
+        if self.auxiliary_loss is not None:
+            self.auxiliary_loss.load_state(auxiliary, state["auxiliary"])
         # a crash after this checkpoint left later lines in the log: drop them so no step is logged twice
         truncate_jsonl(self.output_dir / "metrics.jsonl", "step", self.step)
         self.engine.sync_weights()

@@ -1,0 +1,178 @@
+"""Dual-LoRA world-model agent vs DAPO on CSRPhone-v0's 0/1 reward: same warm start, same task budget.
+
+Every mode trains two fresh LoRA adapters' worth of settings on the CSR policy's cached warm start (frozen):
+``dapo`` is the policy adapter alone (λ = 0; the world model is still evaluated), ``separate`` / ``stacked`` /
+``shared`` / ``iwm`` are the dual-LoRA transfer modes (:class:`worldgym.agents.dual_lora.DualLoRAConfig`).
+Validation is greedy on validation-split companies (never seen in training), episode ``i`` seeded
+``10**6 + i``.
+
+    python benchmarks/csr_dual_lora_vs_dapo.py run --model tiny --mode dapo --seed 0     # resumable
+    python benchmarks/csr_dual_lora_vs_dapo.py run --model tiny --mode separate --seed 0
+    python benchmarks/csr_dual_lora_vs_dapo.py report --threshold 0.25
+
+Each run writes ``benchmarks/results/csr_dual_lora/<model>-<mode>-d<difficulty>-s<seed>.json``; ``report``
+merges them into ``benchmarks/results/csr_dual_lora_vs_dapo.json`` and ``.png``: tasks (training episodes
+sampled, dynamic-sampling resamples included) and steps to reach the validation-success threshold, final
+success, world-model token accuracy, and seconds per step relative to DAPO.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+import worldgym  # noqa: F401  (registers the ids)
+from worldgym.agents.dual_lora import DualLoRATrainer, wm_success_correlation
+from worldgym.agents.dual_lora.presets import dual_lora_config, engine, warm_start_config
+from worldgym.agents.llm.warm_start import load_or_train_warm_start
+
+RESULTS = Path(__file__).parent / "results"
+PARTS = RESULTS / "csr_dual_lora"
+MODES: dict[str, dict[str, Any]] = {
+    "dapo": {"transfer": "separate", "wm_coef": 0.0},
+    "separate": {"transfer": "separate"},
+    "stacked": {"transfer": "stacked"},
+    "shared": {"transfer": "shared"},
+    "iwm": {"transfer": "iwm"},
+}
+
+
+def run(args: argparse.Namespace) -> None:
+    name = f"{args.model}-{args.mode}-d{args.difficulty}-s{args.seed}"
+    out = Path("runs/csr_dual_lora") / name
+    config = dual_lora_config(
+        args.model, args.difficulty, **MODES[args.mode], num_steps=args.steps, max_turns=args.max_turns,
+        eval_every=args.eval_every, eval_episodes=args.episodes, checkpoint_every=1, seed=args.seed,
+        iwm_steps=args.iwm_steps, output_dir=str(out))
+    ws = load_or_train_warm_start(warm_start_config(args.model), cache_dir="runs/warm_starts")
+    trainer = DualLoRATrainer(config, model=ws.model, tokenizer=ws.tokenizer,
+                              make_engine=lambda policy: engine(args.model, policy, ws.tokenizer))
+    checkpoints = sorted(out.glob("checkpoint-[0-9]*"), key=lambda p: int(p.name.split("-")[1]))
+    if checkpoints:
+        trainer.load(checkpoints[-1])
+        trainer.history = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+        print(f"resumed from {checkpoints[-1]} at step {trainer.step}")
+    trainer.train()
+    history = trainer.history
+    evals = [m for m in history if "eval/success_rate" in m]
+    steps = [m for m in history if "rollout/reward_mean" in m]
+    part = {
+        "model": args.model, "mode": args.mode, "difficulty": args.difficulty, "seed": args.seed,
+        "steps": args.steps, "max_turns": args.max_turns, "eval_episodes": args.episodes,
+        "config": config.to_dict(),
+        "curve": [[m["step"], m["eval/success_rate"]] for m in evals],
+        "wm_accuracy_curve": [[m["step"], m.get("eval/wm_token_accuracy")] for m in evals],
+        "tasks_by_step": np.cumsum([0] + [m["rollout/episodes_sampled"] for m in steps]).tolist(),
+        "step_seconds": [m["time/step_s"] for m in steps],
+        "wm_success_correlation": wm_success_correlation(history),
+        "final_eval": {k: v for k, v in evals[-1].items() if k.startswith("eval/")},
+        "command": f"python benchmarks/csr_dual_lora_vs_dapo.py run --model {args.model} --mode {args.mode} "
+                   f"--seed {args.seed} --difficulty {args.difficulty} --steps {args.steps} --max-turns "
+                   f"{args.max_turns} --eval-every {args.eval_every} --episodes {args.episodes} "
+                   f"--iwm-steps {args.iwm_steps}",
+    }
+    PARTS.mkdir(parents=True, exist_ok=True)
+    (PARTS / f"{name}.json").write_text(json.dumps(part, indent=1))
+    print("validation success by step:", part["curve"])
+
+
+def tasks_to_threshold(part: dict[str, Any], threshold: float) -> tuple[int | None, int | None]:
+    """(training tasks, steps) until the first validation at or above ``threshold`` (None: never)."""
+    for step, success in part["curve"]:
+        if success >= threshold:
+            return part["tasks_by_step"][step], step
+    return None, None
+
+
+def report(args: argparse.Namespace) -> None:
+    parts = [json.loads(p.read_text()) for p in sorted(PARTS.glob("*.json"))]
+    summary: dict[str, Any] = {"threshold": args.threshold, "split": "validation", "runs": {}}
+    for model in sorted({p["model"] for p in parts}):
+        for difficulty in sorted({p["difficulty"] for p in parts if p["model"] == model}):
+            chosen = [p for p in parts if p["model"] == model and p["difficulty"] == difficulty]
+            dapo_seconds = [s for p in chosen if p["mode"] == "dapo" for s in p["step_seconds"]]
+            rows = {}
+            for mode in [m for m in MODES if any(p["mode"] == m for p in chosen)]:
+                runs = sorted((p for p in chosen if p["mode"] == mode), key=lambda p: p["seed"])
+                reached = [tasks_to_threshold(p, args.threshold) for p in runs]
+                seconds = [s for p in runs for s in p["step_seconds"]]
+                rows[mode] = {
+                    "seeds": [p["seed"] for p in runs],
+                    "start_success": [p["curve"][0][1] for p in runs],
+                    "final_success": [p["curve"][-1][1] for p in runs],
+                    "final_success_mean": float(np.mean([p["curve"][-1][1] for p in runs])),
+                    "tasks_to_threshold": [t for t, _ in reached],
+                    "steps_to_threshold": [s for _, s in reached],
+                    "final_wm_token_accuracy": [p["final_eval"].get("eval/wm_token_accuracy") for p in runs],
+                    "wm_success_correlation": [p["wm_success_correlation"] for p in runs],
+                    "seconds_per_step": float(np.mean(seconds)),
+                    "step_time_vs_dapo": float(np.mean(seconds) / np.mean(dapo_seconds)) if dapo_seconds else None,
+                    "curves": [p["curve"] for p in runs],
+                    "wm_accuracy_curves": [p["wm_accuracy_curve"] for p in runs],
+                    "tasks_by_step": [p["tasks_by_step"] for p in runs],
+                    "commands": [p["command"] for p in runs],
+                }
+            summary["runs"][f"{model}-d{difficulty}"] = rows
+    (RESULTS / "csr_dual_lora_vs_dapo.json").write_text(json.dumps(summary, indent=1))
+    _plot(summary, RESULTS / "csr_dual_lora_vs_dapo.png")
+    for key, rows in summary["runs"].items():
+        for mode, row in rows.items():
+            print(f"{key} {mode:9s} success {row['start_success']} -> {row['final_success']} | tasks to "
+                  f"{args.threshold}: {row['tasks_to_threshold']} | WM acc {row['final_wm_token_accuracy']} | "
+                  f"step time x{row['step_time_vs_dapo']}")
+
+
+def _plot(summary: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    keys = list(summary["runs"])
+    fig, axes = plt.subplots(len(keys), 2, figsize=(11, 3.6 * len(keys)), squeeze=False)
+    for (success_ax, wm_ax), key in zip(axes, keys):
+        for mode, row in summary["runs"][key].items():
+            for ax, curves in ((success_ax, row["curves"]), (wm_ax, row["wm_accuracy_curves"])):
+                length = min(len(c) for c in curves)
+                tasks = np.array([row["tasks_by_step"][i][int(c[j][0])] for i, c in enumerate(curves)
+                                  for j in range(length)]).reshape(len(curves), length).mean(0)
+                values = np.array([[v if v is not None else np.nan for _, v in c[:length]] for c in curves])
+                (line,) = ax.plot(tasks, np.nanmean(values, 0), marker="o", label=mode)
+                ax.fill_between(tasks, np.nanmin(values, 0), np.nanmax(values, 0), color=line.get_color(),
+                                alpha=0.15)
+        success_ax.axhline(summary["threshold"], color="grey", linestyle=":")
+        success_ax.set(xlabel="training tasks", ylabel="validation success (greedy)", title=key)
+        wm_ax.set(xlabel="training tasks", ylabel="world-model token accuracy (validation calls)", title=key)
+        success_ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="stage", required=True)
+    one = sub.add_parser("run", help="train one mode from the warm start (resumable)")
+    one.add_argument("--model", choices=["tiny", "smollm2-135m"], default="tiny")
+    one.add_argument("--mode", choices=sorted(MODES), required=True)
+    one.add_argument("--seed", type=int, default=0)
+    one.add_argument("--difficulty", type=int, default=1)
+    one.add_argument("--steps", type=int, default=16)
+    one.add_argument("--max-turns", type=int, default=8)
+    one.add_argument("--eval-every", type=int, default=4)
+    one.add_argument("--episodes", type=int, default=64, help="validation episodes per evaluation")
+    one.add_argument("--iwm-steps", type=int, default=4, help="world-model-only steps of the iwm mode")
+    summary = sub.add_parser("report", help="merge the runs into the results JSON and PNG")
+    summary.add_argument("--threshold", type=float, default=0.25, help="validation success to reach")
+    args = parser.parse_args()
+    torch.set_num_threads(int(os.environ.get("WORLDGYM_THREADS", "1")))
+    {"run": run, "report": report}[args.stage](args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,128 @@
+"""DualLoRATrainer: the world-model loss trains through its adapter, rollouts use the policy's, checkpoints
+resume exactly, the config rejects bad settings."""
+
+import dataclasses
+
+import pytest
+import torch
+
+from worldgym.agents.dual_lora import DualLoRAConfig, DualLoRATrainer, wm_success_correlation
+from worldgym.agents.llm.checkpoint import CheckpointError
+from worldgym.agents.llm.models import build_tiny_model
+
+from .conftest import PhoningEngine, make_csr_env
+
+
+def _config(tmp_path, **overrides):
+    settings = dict(env_id="CSRPhone-v0", wrap_tool_calls=True, env_kwargs={"difficulty": 1},
+                    eval_env_kwargs={"split": "validation", "difficulty": 1}, max_turns=3, num_steps=2,
+                    prompts_per_step=2, group_size=2, max_new_tokens=40, eval_every=0, eval_episodes=2,
+                    minibatch_size=4, progress=False, learning_rate=1e-2, output_dir=str(tmp_path / "run"))
+    return DualLoRAConfig(**{**settings, **overrides})
+
+
+def _trainer(tmp_path, csr_tokenizer, **overrides):
+    return DualLoRATrainer(_config(tmp_path, **overrides), model=build_tiny_model(csr_tokenizer, seed=0),
+                           tokenizer=csr_tokenizer, make_env=make_csr_env,
+                           make_engine=lambda policy: PhoningEngine(csr_tokenizer))
+
+
+def _adapter_weights(trainer, adapter):
+    return {n: p.detach().clone() for n, p in trainer.trainable.items() if f".{adapter}." in n}
+
+
+def test_trainer_collects_both_adapters_once_and_trains_the_world_model(tmp_path, csr_tokenizer):
+    trainer = _trainer(tmp_path, csr_tokenizer)
+    assert {n.split(".")[-2] for n in trainer.trainable} == {"policy", "world_model"}
+    before = _adapter_weights(trainer, "world_model")
+    metrics = trainer.train_step()
+    assert metrics["wm/calls"] > 0 and metrics["wm/loss"] > 0 and metrics["wm/lambda"] == 0.5
+    after = _adapter_weights(trainer, "world_model")
+    assert all(not torch.equal(before[n], after[n]) for n in before if "lora_B" in n)  # B moves first (B=0)
+    assert trainer.policy.active_adapters == ["policy"]  # back to the rollout adapter after the WM forward
+
+
+def test_wm_coef_zero_is_dapo_alone_and_leaves_the_world_model_untouched(tmp_path, csr_tokenizer):
+    trainer = _trainer(tmp_path, csr_tokenizer, wm_coef=0.0)
+    before = _adapter_weights(trainer, "world_model")
+    metrics = trainer.train_step()
+    assert "wm/loss" not in metrics
+    assert all(torch.equal(before[n], p) for n, p in _adapter_weights(trainer, "world_model").items())
+
+
+def test_rollouts_see_only_the_policy_adapter_unless_stacked(tmp_path, csr_tokenizer):
+    ids = torch.randint(0, len(csr_tokenizer), (1, 8))
+    for transfer, changes in (("separate", False), ("stacked", True)):
+        trainer = _trainer(tmp_path / transfer, csr_tokenizer, transfer=transfer)
+        trainer.policy.eval()
+        before = trainer.policy(input_ids=ids).logits
+        with torch.no_grad():
+            for name, parameter in trainer.policy.named_parameters():
+                if "lora_B" in name and ".world_model." in name:
+                    parameter.normal_()
+        assert torch.allclose(trainer.policy(input_ids=ids).logits, before) != changes, transfer
+
+
+def test_iwm_trains_the_policy_adapter_on_replies_first_then_dapo(tmp_path, csr_tokenizer):
+    trainer = _trainer(tmp_path, csr_tokenizer, transfer="iwm", iwm_steps=1, num_steps=2)
+    assert trainer.world_model.config.adapter_names == ("policy",)
+    first = trainer.train_step()
+    assert first["wm/lambda"] == 1.0 and trainer.world_model.schedule.policy_weight(0) == 0.0
+    second = trainer.train_step()
+    assert second["wm/lambda"] == 0.0 and "wm/loss" not in second
+
+
+def test_checkpoint_resume_continues_exactly_and_corruption_is_named(tmp_path, csr_tokenizer):
+    straight = _trainer(tmp_path / "a", csr_tokenizer, num_steps=3, wm_replay_fraction=0.5)
+    for _ in range(3):
+        straight.train_step()
+    first = _trainer(tmp_path / "b", csr_tokenizer, num_steps=3, wm_replay_fraction=0.5)
+    first.train_step()
+    first.train_step()
+    path = first.save(tmp_path / "ckpt")
+    resumed = _trainer(tmp_path / "c", csr_tokenizer, num_steps=3, wm_replay_fraction=0.5)
+    resumed.load(path)
+    assert len(resumed.world_model.replay) == len(first.world_model.replay) > 0
+    resumed.train_step()
+    for name, parameter in straight.trainable.items():
+        torch.testing.assert_close(resumed.trainable[name], parameter, rtol=0, atol=0)
+    weights = path / "weights.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-3] ^= 0xFF
+    weights.write_bytes(bytes(data))
+    with pytest.raises(CheckpointError, match="weights.safetensors"):
+        resumed.load(path)
+
+
+def test_config_rejects_bad_settings():
+    with pytest.raises(ValueError, match="transfer must be one of"):
+        DualLoRAConfig(transfer="both")
+    with pytest.raises(ValueError, match="finetune must be 'lora'"):
+        DualLoRAConfig(finetune="full")
+    with pytest.raises(ValueError, match="lambda_steps must start at step 0"):
+        DualLoRAConfig(lambda_schedule="step", lambda_steps=((5, 1.0),))
+    with pytest.raises(ValueError, match="iwm_steps"):
+        DualLoRAConfig(transfer="iwm", iwm_steps=5, num_steps=5)
+    assert DualLoRAConfig(adapter_targets="all-linear").lora_target_modules[-1] == "down_proj"
+    custom = DualLoRAConfig(adapter_targets="custom", lora_target_modules=("q_proj",))
+    assert custom.lora_target_modules == ("q_proj",)
+    assert dataclasses.asdict(custom)["transfer"] == "separate"
+
+
+def test_adaptive_lambda_shrinks_once_the_world_model_beats_its_baseline():
+    from worldgym.agents.dual_lora.schedule import LambdaController
+
+    controller = LambdaController(DualLoRAConfig(lambda_schedule="adaptive", wm_coef=0.5, lambda_adapt_rate=2.0))
+    controller.observe_step(0.9)  # no baseline yet: unchanged
+    assert controller.value(0) == 0.5
+    controller.observe_validation(0.3)
+    controller.observe_step(0.5)
+    assert controller.value(1) == 0.25
+    controller.observe_step(0.31)
+    assert controller.value(2) == 0.5
+
+
+def test_wm_success_correlation():
+    history = [{"eval/wm_token_accuracy": a, "eval/success_rate": s} for a, s in ((0.1, 0.0), (0.2, 0.1), (0.3, 0.3))]
+    assert wm_success_correlation(history) == pytest.approx(0.9820, abs=1e-3)
+    assert wm_success_correlation(history[:2]) is None

@@ -1,0 +1,85 @@
+"""World-model examples come from the rollout's own ids; the loss is the reply's cross-entropy, per call."""
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from worldgym.agents.dual_lora.replay import PhoneCallReplay
+from worldgym.agents.dual_lora.world_model import (
+    PhoneCallExample,
+    phone_call_examples,
+    score_examples,
+    wm_token_ids,
+)
+from worldgym.agents.llm.engines import SamplingParams
+from worldgym.agents.llm.models import build_tiny_model
+from worldgym.agents.llm.rollout import RolloutCollector
+from worldgym.agents.llm.tokenizer import train_chat_tokenizer
+
+from .conftest import PhoningEngine, make_csr_env
+
+
+@pytest.fixture(scope="module")
+def episodes(csr_tokenizer):
+    collector = RolloutCollector(PhoningEngine(csr_tokenizer), csr_tokenizer, make_csr_env, max_turns=4)
+    return collector.collect([3, 4], 1, SamplingParams())
+
+
+def test_examples_are_context_ids_then_markers_then_the_reply(episodes, csr_tokenizer):
+    per_episode = phone_call_examples(episodes, csr_tokenizer)
+    predict, start, end = wm_token_ids(csr_tokenizer)
+    for episode, examples in zip(episodes, per_episode):
+        calls = [t for t in episode.turns if t.info.get("tool") == "make_phone_call"]
+        assert len(examples) == len(calls) == 3  # the first turn searches: not a phone call
+        for turn, example in zip(calls, examples):
+            context_end = turn.action_span[1]
+            assert example.token_ids[:context_end] == tuple(episode.token_ids[:context_end])
+            assert example.token_ids[context_end : context_end + 2] == (predict, start)
+            assert example.target_start == context_end + 2 and example.token_ids[-1] == end
+            assert csr_tokenizer.decode(example.token_ids[example.target_start : -1]) == turn.observation
+            assert example.response_type == turn.info["response_type"]
+    short = phone_call_examples(episodes, csr_tokenizer, max_context_tokens=5)[0][0]
+    assert short.target_start == 7
+
+
+def test_a_tokenizer_without_the_markers_is_refused():
+    plain = train_chat_tokenizer(["hello world"] * 10, vocab_size=300)
+    with pytest.raises(ValueError, match="extra_special_tokens"):
+        wm_token_ids(plain)
+
+
+def test_loss_is_the_mean_over_calls_of_each_reply_token_mean(csr_tokenizer):
+    model = build_tiny_model(csr_tokenizer, seed=0).eval()
+    examples = [PhoneCallExample((5, 6, 7, 8, 9), 3, "a"), PhoneCallExample((5, 6, 10, 11, 12, 13, 14), 4, "b")]
+    scores = score_examples(model, examples, csr_tokenizer.pad_token_id)
+    for row, example in enumerate(examples):
+        ids = torch.tensor([example.token_ids])
+        logits = model(input_ids=ids).logits[0, :-1]
+        expected = F.cross_entropy(logits[example.target_start - 1 :], ids[0, example.target_start :])
+        torch.testing.assert_close(scores.loss[row], expected, atol=1e-5, rtol=1e-5)
+        assert scores.num_targets[row] == example.num_targets
+
+
+def test_replay_samples_only_past_steps_and_round_trips():
+    replay = PhoneCallReplay(capacity=3)
+    replay.add([PhoneCallExample((1, 2, 3), 2, "a"), PhoneCallExample((4, 5), 1, "b")], step=0)
+    replay.add([PhoneCallExample((6, 7, 8, 9), 3, "c"), PhoneCallExample((1, 1), 1, "d")], step=1)
+    assert len(replay) == 3  # the oldest is gone
+    rng = np.random.default_rng(0)
+    assert {e.response_type for e in replay.sample(5, current_step=1, rng=rng)} == {"b"}
+    tensors, state = replay.state()
+    copy = PhoneCallReplay(1)
+    copy.load_state(tensors, state)
+    assert copy.sample(5, 2, np.random.default_rng(0)) == replay.sample(5, 2, np.random.default_rng(0))
+
+
+def test_chunked_scores_keep_the_order_of_the_examples(csr_tokenizer):
+    from worldgym.agents.dual_lora.world_model import score_in_chunks
+
+    model = build_tiny_model(csr_tokenizer, seed=0).eval()
+    examples = [PhoneCallExample(tuple(range(5, 5 + n)), 2, "a") for n in (9, 4, 12, 6, 5)]
+    whole = score_examples(model, examples, csr_tokenizer.pad_token_id)
+    chunked = score_in_chunks(model, examples, csr_tokenizer.pad_token_id, chunk_size=2)
+    torch.testing.assert_close(chunked.loss, whole.loss, atol=1e-5, rtol=1e-5)
+    assert chunked.num_targets.tolist() == [7, 2, 10, 4, 3]

@@ -1,0 +1,142 @@
+"""``DualLoRAConfig``: the GRPO/DAPO settings plus the world-model adapter, its loss weight and transfer mode."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from worldgym.agents.grpo.config import GRPOConfig
+
+__all__ = ["ADAPTER_TARGETS", "DualLoRAConfig", "LambdaSchedule", "Transfer", "WM_SPECIAL_TOKENS"]
+
+Transfer = Literal["separate", "stacked", "shared", "iwm"]
+LambdaSchedule = Literal["constant", "step", "adaptive"]
+
+# The world model reads ``conversation + phone call + <|predict_csr|>`` and writes ``<|csr|> reply <|/csr|>``.
+PREDICT_CSR, CSR_START, CSR_END = "<|predict_csr|>", "<|csr|>", "<|/csr|>"
+WM_SPECIAL_TOKENS = (PREDICT_CSR, CSR_START, CSR_END)
+
+ADAPTER_TARGETS: dict[str, tuple[str, ...]] = {
+    "qvo": ("q_proj", "v_proj", "o_proj"),
+    "all-linear": ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"),
+}
+
+
+@dataclass
+class DualLoRAConfig(GRPOConfig):
+    """Dual-LoRA agent settings: every :class:`GRPOConfig` field (the policy's DAPO) plus the ones below.
+
+    Adapters (both on one frozen base):
+        lora_rank, lora_alpha (inherited; 16 / 32), lora_dropout (0.05), adapter_targets: ``"qvo"``,
+        ``"all-linear"`` or ``"custom"`` (then ``lora_target_modules`` is used as given).
+    World model:
+        wm_coef: λ in ``L = L_policy + λ·L_wm`` (0 = DAPO alone; the world model is still evaluated).
+        transfer: how the world model can help the policy. ``"separate"``: two adapters, each loss on its own
+            (the seed design; only the shared grad-norm clip couples them). ``"stacked"``: the policy's forward
+            (and its rollouts) runs with both adapters active, the world model's with its own only.
+            ``"shared"``: one adapter gets both losses (an auxiliary loss). ``"iwm"``: implicit world modelling
+            first (the policy adapter learns its own rollouts' CSR replies, no reward, for ``iwm_steps``
+            steps), then DAPO alone.
+        iwm_steps: world-model-only steps of ``"iwm"``.
+        lambda_schedule: ``"constant"``; ``"step"``: ``lambda_steps`` = ((step, λ), ...) pairs, each λ from its
+            step on (e.g. ((0, 1.0), (10, 0.5), (20, 0.3))); ``"adaptive"``: λ shrinks by ``lambda_adapt_rate``
+            after a step whose world-model token accuracy beats the first validation's by
+            ``lambda_adapt_margin`` and grows by it otherwise, within [``lambda_min``, ``lambda_max``].
+        loss_ratio_band: warn when ``L_wm / |L_policy|`` leaves this band (logged as ``wm/loss_ratio``).
+        wm_replay_capacity: phone calls kept for replay (0 = off); wm_replay_fraction: share of each
+            minibatch's world-model examples drawn from past steps (0.2: 80% recent / 20% past).
+        wm_confidence_skip: drop from the loss the phone calls whose mean target-token probability is above
+            this (already predicted; None = keep all).
+        wm_max_context_tokens: keep only the last this-many context tokens of a world-model input (None: all).
+        wm_max_calls: train on at most this many of a minibatch's phone calls, drawn at random (None: every
+            call). Each call is a forward over its whole conversation, so this bounds the world model's cost.
+        wm_chunk_size: phone calls per forward (sorted by length, so little is padding); all chunks share one
+            backward pass.
+    """
+
+    lora_dropout: float = 0.05
+    adapter_targets: Literal["qvo", "all-linear", "custom"] = "qvo"
+    wm_coef: float = 0.5
+    transfer: Transfer = "separate"
+    iwm_steps: int = 4
+    lambda_schedule: LambdaSchedule = "constant"
+    lambda_steps: tuple[tuple[int, float], ...] = ((0, 1.0), (10, 0.5), (20, 0.3))
+    lambda_adapt_rate: float = 1.25
+    lambda_adapt_margin: float = 0.05
+    lambda_min: float = 0.05
+    lambda_max: float = 2.0
+    loss_ratio_band: tuple[float, float] = (0.5, 2.0)
+    wm_replay_capacity: int = 5000
+    wm_replay_fraction: float = 0.2
+    wm_confidence_skip: float | None = None
+    wm_max_context_tokens: int | None = None
+    wm_max_calls: int | None = None
+    wm_chunk_size: int = 8
+    output_dir: str = "runs/dual_lora"
+
+    def __post_init__(self) -> None:
+        if self.adapter_targets != "custom":
+            self.lora_target_modules = ADAPTER_TARGETS.get(self.adapter_targets, ())
+        self.lambda_steps = tuple((int(step), float(value)) for step, value in self.lambda_steps)
+        self.loss_ratio_band = tuple(self.loss_ratio_band)  # type: ignore[assignment]
+        super().__post_init__()
+        _one_of(self, "adapter_targets", ("qvo", "all-linear", "custom"))
+        _one_of(self, "transfer", ("separate", "stacked", "shared", "iwm"))
+        _one_of(self, "lambda_schedule", ("constant", "step", "adaptive"))
+        if self.finetune != "lora":
+            raise ValueError("DualLoRAConfig.finetune must be 'lora': both adapters sit on one frozen base")
+        _in_range(self, "lora_dropout", 0.0, 1.0, high_open=True)
+        _in_range(self, "wm_replay_fraction", 0.0, 1.0, high_open=True)
+        for name in ("wm_coef", "iwm_steps", "wm_replay_capacity", "lambda_min"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"DualLoRAConfig.{name} must be >= 0, got {getattr(self, name)}")
+        if not 0 <= self.lambda_min <= self.lambda_max:
+            raise ValueError(f"DualLoRAConfig needs 0 <= lambda_min <= lambda_max, got {self.lambda_min}, "
+                             f"{self.lambda_max}")
+        if self.lambda_adapt_rate < 1:
+            raise ValueError(f"DualLoRAConfig.lambda_adapt_rate must be >= 1 (λ is multiplied or divided by it), "
+                             f"got {self.lambda_adapt_rate}")
+        if self.lambda_schedule == "step" and (not self.lambda_steps or self.lambda_steps[0][0] != 0):
+            raise ValueError("DualLoRAConfig.lambda_steps must start at step 0, e.g. ((0, 1.0), (10, 0.5)), got "
+                             f"{self.lambda_steps}")
+        low, high = self.loss_ratio_band
+        if not 0 < low < high:
+            raise ValueError(f"DualLoRAConfig.loss_ratio_band must be (low, high) with 0 < low < high, got "
+                             f"{self.loss_ratio_band}")
+        if self.wm_confidence_skip is not None:
+            _in_range(self, "wm_confidence_skip", 0.0, 1.0, high_open=False)
+        for name in ("wm_max_context_tokens", "wm_max_calls"):
+            if getattr(self, name) is not None and getattr(self, name) < 1:
+                raise ValueError(f"DualLoRAConfig.{name} must be >= 1 or None, got {getattr(self, name)}")
+        if self.wm_chunk_size < 1:
+            raise ValueError(f"DualLoRAConfig.wm_chunk_size must be >= 1, got {self.wm_chunk_size}")
+        if self.transfer == "iwm" and self.iwm_steps >= self.num_steps:
+            raise ValueError(f"DualLoRAConfig.iwm_steps ({self.iwm_steps}) must be below num_steps "
+                             f"({self.num_steps}), or no DAPO step would run")
+
+    @property
+    def adapter_names(self) -> tuple[str, ...]:
+        """The adapters this transfer mode builds (``"shared"``/``"iwm"``: the policy adapter only)."""
+        return ("policy",) if self.transfer in ("shared", "iwm") else ("policy", "world_model")
+
+    @property
+    def policy_adapters(self) -> tuple[str, ...]:
+        """The adapters the policy's forward (and every rollout) uses."""
+        return ("policy", "world_model") if self.transfer == "stacked" else ("policy",)
+
+    @property
+    def world_model_adapter(self) -> str:
+        """The adapter the world-model loss trains through."""
+        return "world_model" if "world_model" in self.adapter_names else "policy"
+
+
+def _one_of(config: DualLoRAConfig, name: str, options: tuple[str, ...]) -> None:
+    value = getattr(config, name)
+    if value not in options:
+        raise ValueError(f"DualLoRAConfig.{name} must be one of {list(options)}, got {value!r}")
+
+
+def _in_range(config: DualLoRAConfig, name: str, low: float, high: float, high_open: bool) -> None:
+    value = getattr(config, name)
+    if not (low <= value < high if high_open else low <= value <= high):
+        raise ValueError(f"DualLoRAConfig.{name} must be in [{low}, {high}{')' if high_open else ']'}, got {value}")

@@ -1,0 +1,124 @@
+"""``WorldModelObjective``: ``λ·L_wm`` as the GRPO trainer's auxiliary loss, with replay, λ schedule and
+validation metrics."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from peft import PeftModel
+from transformers import PreTrainedTokenizerBase
+
+from worldgym.agents.dual_lora.config import DualLoRAConfig
+from worldgym.agents.dual_lora.replay import PhoneCallReplay
+from worldgym.agents.dual_lora.schedule import LambdaController
+from worldgym.agents.dual_lora.world_model import (
+    PhoneCallExample,
+    evaluation_metrics,
+    phone_call_examples,
+    score_in_chunks,
+    wm_token_ids,
+)
+from worldgym.agents.llm.adapters import using_adapters
+from worldgym.agents.llm.rollout import Episode
+
+__all__ = ["WorldModelObjective"]
+
+_EVAL_CHUNK = 16  # validation calls scored per forward
+
+
+class WorldModelObjective:
+    """The world model's loss on the phone calls of each step's training episodes (an
+    :class:`~worldgym.agents.grpo.auxiliary.AuxiliaryLoss`).
+
+    Each minibatch's world-model examples are the phone calls of its episodes (the recent ones), plus, with a
+    replay buffer, ``wm_replay_fraction`` of them drawn from earlier steps; the loss is their mean
+    cross-entropy (0 when the minibatch made no call), run through the world-model adapter and weighted by
+    the step's λ.
+    """
+
+    def __init__(self, model: PeftModel, tokenizer: PreTrainedTokenizerBase, config: DualLoRAConfig):
+        wm_token_ids(tokenizer)  # fail at construction, not at the first phone call
+        self.model, self.tokenizer, self.config = model, tokenizer, config
+        self.schedule = LambdaController(config)
+        self.replay = PhoneCallReplay(config.wm_replay_capacity) if config.wm_replay_capacity else None
+        self.rng = np.random.default_rng([config.seed, 17])
+        self._step = 0
+        self._lambda = self.schedule.value(0)
+        self._rows: list[list[PhoneCallExample]] = []
+        self._accuracies: list[float] = []
+
+    @property
+    def policy_weight(self) -> float:
+        return self.schedule.policy_weight(self._step)
+
+    def begin_step(self, episodes: Sequence[Episode], step: int) -> None:
+        self._step, self._lambda = step, self.schedule.value(step)
+        self._rows = phone_call_examples(episodes, self.tokenizer, self.config.wm_max_context_tokens)
+        self._accuracies = []
+
+    def loss(self, rows: Sequence[int]) -> tuple[torch.Tensor, dict[str, float]]:
+        config = self.config
+        recent = [example for row in rows for example in self._rows[row]]
+        metrics = {"wm/lambda": self._lambda, "wm/calls": float(len(recent))}
+        if self._lambda == 0 or not recent:
+            return torch.zeros((), device=next(self.model.parameters()).device), metrics
+        if config.wm_max_calls is not None and len(recent) > config.wm_max_calls:
+            chosen = self.rng.choice(len(recent), size=config.wm_max_calls, replace=False)
+            recent = [recent[i] for i in sorted(chosen.tolist())]
+        fraction = config.wm_replay_fraction
+        past = self.replay.sample(round(len(recent) * fraction / (1 - fraction)), self._step, self.rng) \
+            if self.replay is not None else []
+        with using_adapters(self.model, [config.world_model_adapter], config.adapter_names):
+            scores = score_in_chunks(self.model, recent + past, self.tokenizer.pad_token_id, config.wm_chunk_size)
+        keep = torch.ones_like(scores.loss, dtype=torch.bool)
+        if self.config.wm_confidence_skip is not None:
+            keep = scores.mean_probability <= self.config.wm_confidence_skip
+        wm_loss = scores.loss[keep].mean() if keep.any() else scores.loss.sum() * 0.0
+        accuracy = float(scores.token_accuracy[: len(recent)].mean())
+        self._accuracies.append(accuracy)
+        metrics |= {"wm/loss": wm_loss.item(), "wm/token_accuracy": accuracy, "wm/trained_calls": float(len(recent)),
+                    "wm/replayed": float(len(past)),
+                    "wm/skipped_confident": float((~keep).sum())}
+        return self._lambda * wm_loss, metrics
+
+    def end_step(self) -> dict[str, float]:
+        if self.replay is not None:
+            self.replay.add([example for row in self._rows for example in row], self._step)
+        if self._accuracies:
+            self.schedule.observe_step(float(np.mean(self._accuracies)))
+        return {"wm/replay_size": float(len(self.replay) if self.replay is not None else 0)}
+
+    @torch.no_grad()
+    def evaluate(self, episodes: Sequence[Episode]) -> dict[str, float]:
+        """Teacher-forced world-model metrics on the validation episodes' phone calls, overall and by response
+        type: token accuracy, exact-match reply, perplexity."""
+        examples = [e for row in phone_call_examples(episodes, self.tokenizer, self.config.wm_max_context_tokens)
+                    for e in row]
+        if not examples:
+            return {"eval/wm_calls": 0.0}
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            with using_adapters(self.model, [self.config.world_model_adapter], self.config.adapter_names):
+                scores = score_in_chunks(self.model, examples, self.tokenizer.pad_token_id, _EVAL_CHUNK)
+        finally:
+            self.model.train(was_training)
+        metrics = evaluation_metrics(examples, scores)
+        self.schedule.observe_validation(metrics["eval/wm_token_accuracy"])
+        return metrics
+
+    def state(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+        tensors, replay_state = self.replay.state() if self.replay is not None else ({}, None)
+        tensors = {f"replay.{name}": tensor for name, tensor in tensors.items()}
+        return tensors, {"schedule": self.schedule.state(), "rng": self.rng.bit_generator.state,
+                         "replay": replay_state}
+
+    def load_state(self, tensors: dict[str, torch.Tensor], json_state: dict[str, Any]) -> None:
+        self.schedule.load_state(json_state["schedule"])
+        self.rng.bit_generator.state = json_state["rng"]
+        if self.replay is not None and json_state["replay"] is not None:
+            replay = {name[len("replay."):]: t for name, t in tensors.items() if name.startswith("replay.")}
+            self.replay.load_state(replay, json_state["replay"])

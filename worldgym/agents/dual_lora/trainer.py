@@ -1,0 +1,134 @@
+"""``DualLoRATrainer``: DAPO on a policy LoRA plus a world-model LoRA, one frozen base, ``L = L_policy + λ·L_wm``.
+
+The GRPO trainer does the rollouts, rewards, DAPO loss, optimiser step and checkpoints; this trainer builds the
+two adapters and plugs the world model in through the GRPO trainer's auxiliary-loss hook (one AdamW over both
+adapters, one backward, one grad-norm clip over every trainable tensor).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+from peft import LoraConfig, PeftModel, get_peft_model
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from worldgym.agents.dual_lora.config import WM_SPECIAL_TOKENS, DualLoRAConfig
+from worldgym.agents.dual_lora.objective import WorldModelObjective
+from worldgym.agents.grpo.rewards import EpisodeRewardFn
+from worldgym.agents.grpo.trainer import GRPOTrainer
+from worldgym.agents.llm.adapters import activate_adapters, save_adapter_flat
+from worldgym.agents.llm.engines import GenerationEngine
+from worldgym.agents.llm.models import TINY_SIZES, build_tiny_model
+from worldgym.agents.llm.tokenizer import env_text_corpus, train_chat_tokenizer
+
+__all__ = ["DualLoRATrainer", "attach_adapters", "wm_success_correlation"]
+
+logger = logging.getLogger(__name__)
+
+
+def attach_adapters(model: PreTrainedModel, config: DualLoRAConfig) -> PeftModel:
+    """Freeze ``model`` and put the config's adapters on it (a ``PeftModel`` warm start's adapter is merged into
+    the base first), the policy's adapters active, every adapter trainable. Seeded by ``config.seed``."""
+    if isinstance(model, PeftModel):
+        model = model.merge_and_unload()
+    lora = LoraConfig(r=config.lora_rank, lora_alpha=config.lora_alpha, lora_dropout=config.lora_dropout,
+                      target_modules=list(config.lora_target_modules), task_type="CAUSAL_LM")
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(config.seed)
+        peft_model = get_peft_model(model, lora, adapter_name="policy")
+        for name in config.adapter_names[1:]:
+            peft_model.add_adapter(name, lora)  # PEFT adds it frozen: activate_adapters re-enables it
+    activate_adapters(peft_model, config.policy_adapters, trainable=config.adapter_names)
+    return peft_model
+
+
+class DualLoRATrainer(GRPOTrainer):
+    """The dual-LoRA world-model agent (see :class:`DualLoRAConfig` for the transfer modes).
+
+    Args:
+        config: the settings.
+        model, tokenizer: the warm start to build on (a full model, or a ``PeftModel`` whose adapter is merged
+            into the frozen base); the tokenizer needs the world model's markers (``WM_SPECIAL_TOKENS``).
+            Default: a tiny model built from config with such a tokenizer, or ``config.model`` loaded by name.
+        make_env, make_eval_env, make_engine, reward_fn: as for :class:`GRPOTrainer`. The engine gets the
+            policy model with only the policy's adapters active.
+
+    >>> trainer = DualLoRATrainer(DualLoRAConfig(env_id="CSRPhone-v0", wrap_tool_calls=True, max_turns=2,
+    ...     env_kwargs={"difficulty": 1}, num_steps=1, prompts_per_step=1, group_size=2, max_new_tokens=8,
+    ...     eval_every=0, progress=False, output_dir="/tmp/wg_dual_lora_doctest"))
+    >>> sorted(trainer.world_model.config.adapter_names)
+    ['policy', 'world_model']
+    """
+
+    config: DualLoRAConfig
+
+    def __init__(
+        self,
+        config: DualLoRAConfig,
+        model: PreTrainedModel | None = None,
+        tokenizer: PreTrainedTokenizerBase | None = None,
+        make_env: Callable[[], gym.Env] | None = None,
+        make_eval_env: Callable[[], gym.Env] | None = None,
+        make_engine: Callable[[PreTrainedModel], GenerationEngine] | None = None,
+        reward_fn: EpisodeRewardFn | None = None,
+    ):
+        if not isinstance(config, DualLoRAConfig):
+            raise TypeError(f"DualLoRATrainer needs a DualLoRAConfig, got {type(config).__name__}")
+        super().__init__(config, model, tokenizer, make_env, make_eval_env, make_engine, reward_fn)
+        self.world_model = WorldModelObjective(self.policy, self.tokenizer, config)
+        self.auxiliary_loss = self.world_model
+        self._ratio_outside = False
+
+    def _model_and_tokenizer(self, model, tokenizer):
+        if model is not None or self.config.model not in TINY_SIZES:
+            if model is None:
+                from worldgym.agents.llm.pretrained import load_chat_model
+
+                loaded = load_chat_model(self.config.model, extra_special_tokens=WM_SPECIAL_TOKENS)
+                return loaded.tokenizer, loaded.model
+            return super()._model_and_tokenizer(model, tokenizer)
+        tokenizer = tokenizer or train_chat_tokenizer(env_text_corpus(self.make_env), vocab_size=2000,
+                                                      extra_special_tokens=WM_SPECIAL_TOKENS)
+        return tokenizer, build_tiny_model(tokenizer, self.config.model, seed=self.config.seed)
+
+    def _prepare_policy(self, model: PreTrainedModel) -> PeftModel:
+        return attach_adapters(model, self.config)
+
+    def train_step(self) -> dict[str, Any]:
+        """One DAPO step with the world-model loss; logs ``wm/loss_ratio`` = L_wm / |L_policy| and warns when it
+        leaves ``config.loss_ratio_band``."""
+        metrics = super().train_step()
+        if "wm/loss" in metrics and metrics.get("loss/policy") and self.world_model.policy_weight > 0:
+            ratio = metrics["wm/loss"] / max(abs(metrics["loss/policy"]), 1e-8)
+            metrics["wm/loss_ratio"] = ratio
+            low, high = self.config.loss_ratio_band
+            outside = not low <= ratio <= high
+            if outside and not self._ratio_outside:
+                logger.warning("step %d: L_wm / |L_policy| = %.3g left [%g, %g]: one loss dominates the shared "
+                               "gradient clip (tune wm_coef or the schedule)", self.step, ratio, low, high)
+            self._ratio_outside = outside
+        return metrics
+
+    def save_policy_adapter(self, path: str | Path) -> Path:
+        """The policy adapter alone, as a flat PEFT folder (what a vLLM ``LoRARequest`` or
+        ``PeftModel.from_pretrained`` loads). ``"stacked"`` rollouts also need the world-model adapter."""
+        return save_adapter_flat(self.policy, "policy", path)
+
+
+def wm_success_correlation(history: list[dict[str, Any]]) -> float | None:
+    """Pearson correlation between the world model's validation token accuracy and the policy's validation
+    success over the evaluations in ``history`` (None with fewer than 3, or when either is constant)."""
+    rows = [(m["eval/wm_token_accuracy"], m["eval/success_rate"]) for m in history
+            if "eval/wm_token_accuracy" in m and "eval/success_rate" in m]
+    if len(rows) < 3:
+        return None
+    accuracy, success = np.array(rows).T
+    if accuracy.std() == 0 or success.std() == 0:
+        return None
+    return float(np.corrcoef(accuracy, success)[0, 1])

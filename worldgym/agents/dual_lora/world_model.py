@@ -1,0 +1,164 @@
+"""The world model's data and loss: predict the representative's reply to each phone call, token by token.
+
+A phone-call example is one token sequence ``context + <|predict_csr|> <|csr|> reply <|/csr|>``. The context is
+the rollout's own token ids up to the end of the ``make_phone_call`` reply (``Turn.action_span``: nothing the
+model wrote is re-tokenised); the reply is the env's text, tokenised as the chat template would. The loss is
+the cross-entropy of the reply tokens and the closing marker, averaged per call, then over calls.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from worldgym.agents.dual_lora.config import CSR_END, CSR_START, PREDICT_CSR
+from worldgym.agents.llm.rollout import Episode
+
+__all__ = [
+    "PhoneCallExample", "WorldModelScores", "evaluation_metrics", "phone_call_examples", "score_examples",
+    "score_in_chunks", "wm_token_ids",
+]
+
+PHONE_TOOL = "make_phone_call"
+
+
+@dataclass(frozen=True)
+class PhoneCallExample:
+    """``token_ids[target_start:]`` are the targets (the reply and ``<|/csr|>``); ``response_type`` is the env's
+    label of the reply (auth request, routing, ...)."""
+
+    token_ids: tuple[int, ...]
+    target_start: int
+    response_type: str
+
+    @property
+    def num_targets(self) -> int:
+        return len(self.token_ids) - self.target_start
+
+
+def wm_token_ids(tokenizer: PreTrainedTokenizerBase) -> tuple[int, int, int]:
+    """The ids of ``<|predict_csr|>``, ``<|csr|>``, ``<|/csr|>``; each must be one atomic token."""
+    ids = []
+    for token in (PREDICT_CSR, CSR_START, CSR_END):
+        encoded = tokenizer(token, add_special_tokens=False)["input_ids"]
+        if len(encoded) != 1 or encoded[0] == tokenizer.unk_token_id:
+            raise ValueError(
+                f"the tokenizer has no atomic {token!r} token: build it with "
+                f"train_chat_tokenizer(extra_special_tokens=WM_SPECIAL_TOKENS) (a warm start's "
+                f"WarmStartConfig.extra_special_tokens) or load_chat_model(..., extra_special_tokens=...)"
+            )
+        ids.append(encoded[0])
+    return ids[0], ids[1], ids[2]
+
+
+def phone_call_examples(
+    episodes: Sequence[Episode],
+    tokenizer: PreTrainedTokenizerBase,
+    max_context_tokens: int | None = None,
+) -> list[list[PhoneCallExample]]:
+    """Per episode, one example per ``make_phone_call`` turn (calls the env rejected as malformed are not
+    phone calls: the env answered them, not a representative)."""
+    predict, start, end = wm_token_ids(tokenizer)
+    out = []
+    for episode in episodes:
+        examples = []
+        for turn in episode.turns:
+            if turn.info.get("tool") != PHONE_TOOL or turn.action_span[1] <= turn.action_span[0]:
+                continue
+            context = episode.token_ids[: turn.action_span[1]]
+            if max_context_tokens is not None:
+                context = context[-max_context_tokens:]
+            reply = tokenizer(turn.observation, add_special_tokens=False)["input_ids"]
+            ids = (*context, predict, start, *reply, end)
+            examples.append(PhoneCallExample(ids, len(context) + 2, str(turn.info.get("response_type", "unknown"))))
+        out.append(examples)
+    return out
+
+
+@dataclass
+class WorldModelScores:
+    """Per-example results of one teacher-forced forward: mean cross-entropy (differentiable), token accuracy,
+    exact match (every target token argmax-right) and mean target-token probability."""
+
+    loss: torch.Tensor  # [N]
+    token_accuracy: torch.Tensor  # [N]
+    exact_match: torch.Tensor  # [N] bool
+    mean_probability: torch.Tensor  # [N]
+    num_targets: torch.Tensor  # [N]
+
+    @classmethod
+    def concat(cls, parts: Sequence[WorldModelScores]) -> WorldModelScores:
+        """The scores of several batches as one."""
+        return cls(*(torch.cat([getattr(part, name) for part in parts]) for name in cls.__dataclass_fields__))
+
+
+def score_examples(
+    model: PreTrainedModel, examples: Sequence[PhoneCallExample], pad_token_id: int
+) -> WorldModelScores:
+    """Teacher-forced scores of ``examples`` under the model's active adapters (right-padded batch)."""
+    if not examples:
+        raise ValueError("score_examples needs at least one example")
+    device = next(model.parameters()).device
+    width = max(len(e.token_ids) for e in examples)
+    input_ids = torch.full((len(examples), width), pad_token_id, dtype=torch.long)
+    attention_mask = torch.zeros_like(input_ids)
+    target_mask = torch.zeros((len(examples), width - 1), dtype=torch.bool)
+    for row, example in enumerate(examples):
+        input_ids[row, : len(example.token_ids)] = torch.tensor(example.token_ids)
+        attention_mask[row, : len(example.token_ids)] = 1
+        target_mask[row, example.target_start - 1 : len(example.token_ids) - 1] = True
+    first = min(e.target_start for e in examples) - 1  # logits before the first target are not needed
+    logits = model(input_ids=input_ids.to(device), attention_mask=attention_mask.to(device),
+                   logits_to_keep=width - first).logits[:, :-1].float()
+    targets = input_ids[:, first + 1 :].to(device)
+    mask = target_mask[:, first:].to(device)
+    token_loss = F.cross_entropy(logits.transpose(1, 2), targets, reduction="none")
+    counts = mask.sum(1)
+    loss = (token_loss * mask).sum(1) / counts
+    with torch.no_grad():
+        right = (logits.argmax(-1) == targets) & mask
+        probability = torch.exp(-token_loss.detach()) * mask
+    return WorldModelScores(loss, right.sum(1) / counts, right.sum(1) == counts, probability.sum(1) / counts, counts)
+
+
+def score_in_chunks(
+    model: PreTrainedModel, examples: Sequence[PhoneCallExample], pad_token_id: int, chunk_size: int
+) -> WorldModelScores:
+    """:func:`score_examples` over chunks of ``chunk_size`` examples of similar length (little padding); the
+    scores come back in the order of ``examples``."""
+    order = sorted(range(len(examples)), key=lambda i: len(examples[i].token_ids))
+    chunks = [order[i : i + chunk_size] for i in range(0, len(order), chunk_size)]
+    scores = WorldModelScores.concat([score_examples(model, [examples[i] for i in c], pad_token_id) for c in chunks])
+    inverse = torch.empty(len(order), dtype=torch.long)
+    inverse[torch.tensor(order)] = torch.arange(len(order))
+    return WorldModelScores(*(getattr(scores, name)[inverse.to(scores.loss.device)]
+                              for name in WorldModelScores.__dataclass_fields__))
+
+
+def evaluation_metrics(
+    examples: Sequence[PhoneCallExample], scores: WorldModelScores, prefix: str = "eval/wm_"
+) -> dict[str, float]:
+    """Token accuracy, exact-match rate and perplexity (exp of the token-mean cross-entropy), overall and by
+    response type."""
+    groups: dict[str, list[int]] = defaultdict(list)
+    for index, example in enumerate(examples):
+        groups[""].append(index)
+        groups[f"{example.response_type}/"].append(index)
+    counts = scores.num_targets.float().cpu().numpy()
+    token_nll = scores.loss.detach().float().cpu().numpy() * counts
+    accurate = scores.token_accuracy.float().cpu().numpy() * counts
+    exact = scores.exact_match.float().cpu().numpy()
+    metrics = {}
+    for group, rows in sorted(groups.items()):
+        total = counts[rows].sum()
+        metrics[f"{prefix}{group}token_accuracy"] = float(accurate[rows].sum() / total)
+        metrics[f"{prefix}{group}exact_match"] = float(exact[rows].mean())
+        metrics[f"{prefix}{group}perplexity"] = float(np.exp(token_nll[rows].sum() / total))
+        metrics[f"{prefix}{group}calls"] = float(len(rows))
+    return metrics

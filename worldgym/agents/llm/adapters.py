@@ -1,0 +1,70 @@
+"""PEFT multi-adapter helpers: switch the active LoRA adapters without freezing the others, save one flat.
+
+Two PEFT behaviours trip trainers that hold several adapters (peft 0.21): ``set_adapter`` marks every adapter
+it does not activate as not trainable, and ``add_adapter`` adds a frozen adapter. A trainer that collects its
+trainable parameters once, or runs two forwards with different adapters before one backward, then silently
+trains one adapter only. :func:`activate_adapters` switches and keeps the named adapters trainable.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+from peft import PeftModel
+from peft.utils import get_peft_model_state_dict
+from safetensors.torch import save_file
+
+__all__ = ["activate_adapters", "active_adapters", "save_adapter_flat", "using_adapters"]
+
+ADAPTER_WEIGHTS = "adapter_model.safetensors"
+
+
+def active_adapters(model: PeftModel) -> tuple[str, ...]:
+    """The adapters the model's forward uses now."""
+    return tuple(model.active_adapters)
+
+
+def activate_adapters(model: PeftModel, names: Sequence[str], trainable: Sequence[str] = ()) -> None:
+    """Make ``names`` the adapters every forward uses (several are summed), and keep each adapter in
+    ``trainable`` trainable (PEFT's ``set_adapter`` would freeze the inactive ones)."""
+    unknown = sorted(set(names) - set(model.peft_config))
+    if not names or unknown:
+        raise ValueError(f"unknown adapters {unknown or list(names)}; the model has {sorted(model.peft_config)}")
+    model.base_model.set_adapter(list(names) if len(names) > 1 else names[0])
+    if trainable:
+        model.set_requires_grad(list(trainable), requires_grad=True)
+
+
+@contextmanager
+def using_adapters(model: PeftModel, names: Sequence[str], trainable: Sequence[str] = ()) -> Iterator[None]:
+    """Run a block with ``names`` active (all of ``trainable`` stay trainable); the previous adapters are active
+    again afterwards, even if the block raises."""
+    previous = active_adapters(model)
+    activate_adapters(model, names, trainable)
+    try:
+        yield
+    finally:
+        activate_adapters(model, previous, trainable)
+
+
+def save_adapter_flat(model: PeftModel, name: str, path: str | Path) -> Path:
+    """Save adapter ``name`` alone as a flat folder (``adapter_config.json`` and ``adapter_model.safetensors``
+    at its root), which ``PeftModel.from_pretrained(base, path)`` and vLLM's ``LoRARequest`` read.
+
+    ``PeftModel.save_pretrained`` puts every adapter not named ``"default"`` in a subfolder of its own, where
+    vLLM finds nothing.
+    """
+    if name not in model.peft_config:
+        raise ValueError(f"no adapter {name!r}; the model has {sorted(model.peft_config)}")
+    path = Path(path)
+    if path.exists():
+        shutil.rmtree(path)
+    path.mkdir(parents=True)
+    weights = get_peft_model_state_dict(model, adapter_name=name)
+    save_file({k: v.detach().contiguous().cpu() for k, v in weights.items()}, str(path / ADAPTER_WEIGHTS),
+              metadata={"format": "pt"})
+    model.peft_config[name].save_pretrained(str(path))  # writes adapter_config.json
+    return path
