@@ -18,11 +18,11 @@ import torch.nn.functional as F
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from worldgym.agents.dual_lora.config import CSR_END, CSR_START, PREDICT_CSR
-from worldgym.agents.llm.rollout import Episode
+from worldgym.agents.llm.rollout import Episode, Turn
 
 __all__ = [
-    "PhoneCallExample", "WorldModelScores", "evaluation_metrics", "phone_call_examples", "score_examples",
-    "score_in_chunks", "wm_token_ids",
+    "PhoneCallExample", "WorldModelScores", "evaluation_metrics", "phone_call_examples", "phone_call_turns",
+    "score_examples", "score_in_chunks", "wm_token_ids",
 ]
 
 PHONE_TOOL = "make_phone_call"
@@ -57,20 +57,24 @@ def wm_token_ids(tokenizer: PreTrainedTokenizerBase) -> tuple[int, int, int]:
     return ids[0], ids[1], ids[2]
 
 
+def phone_call_turns(episode: Episode) -> list[Turn]:
+    """The episode's ``make_phone_call`` turns with a reply to learn from (calls the env rejected as
+    malformed are not phone calls: the env answered them, not a representative)."""
+    return [turn for turn in episode.turns
+            if turn.info.get("tool") == PHONE_TOOL and turn.action_span[1] > turn.action_span[0]]
+
+
 def phone_call_examples(
     episodes: Sequence[Episode],
     tokenizer: PreTrainedTokenizerBase,
     max_context_tokens: int | None = None,
 ) -> list[list[PhoneCallExample]]:
-    """Per episode, one example per ``make_phone_call`` turn (calls the env rejected as malformed are not
-    phone calls: the env answered them, not a representative)."""
+    """Per episode, one example per turn of :func:`phone_call_turns`."""
     predict, start, end = wm_token_ids(tokenizer)
     out = []
     for episode in episodes:
         examples = []
-        for turn in episode.turns:
-            if turn.info.get("tool") != PHONE_TOOL or turn.action_span[1] <= turn.action_span[0]:
-                continue
+        for turn in phone_call_turns(episode):
             context = episode.token_ids[: turn.action_span[1]]
             if max_context_tokens is not None:
                 context = context[-max_context_tokens:]
