@@ -126,3 +126,12 @@ def test_wm_success_correlation():
     history = [{"eval/wm_token_accuracy": a, "eval/success_rate": s} for a, s in ((0.1, 0.0), (0.2, 0.1), (0.3, 0.3))]
     assert wm_success_correlation(history) == pytest.approx(0.9820, abs=1e-3)
     assert wm_success_correlation(history[:2]) is None
+
+
+def test_world_model_learning_rate_is_a_second_group_of_one_optimizer(tmp_path, csr_tokenizer):
+    trainer = _trainer(tmp_path, csr_tokenizer, learning_rate=1e-3, wm_learning_rate=5e-3)
+    groups = trainer.optimizer.param_groups
+    assert [g["lr"] for g in groups] == [1e-3, 5e-3]
+    assert sum(len(g["params"]) for g in groups) == len(trainer.trainable)
+    path = trainer.save(tmp_path / "ckpt")
+    _trainer(tmp_path / "other", csr_tokenizer, learning_rate=1e-3, wm_learning_rate=5e-3).load(path)

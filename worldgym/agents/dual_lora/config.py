@@ -30,6 +30,8 @@ class DualLoRAConfig(GRPOConfig):
         lora_rank, lora_alpha (inherited; 16 / 32), lora_dropout (0.05), adapter_targets: ``"qvo"``,
         ``"all-linear"`` or ``"custom"`` (then ``lora_target_modules`` is used as given).
     World model:
+        wm_learning_rate: the world-model adapter's learning rate (a second parameter group of the one AdamW;
+            None: ``learning_rate``). It learns a new task from scratch while the policy adapter fine-tunes.
         wm_coef: λ in ``L = L_policy + λ·L_wm`` (0 = DAPO alone; the world model is still evaluated).
         transfer: how the world model can help the policy. ``"separate"``: two adapters, each loss on its own
             (the seed design; only the shared grad-norm clip couples them). ``"stacked"``: the policy's forward
@@ -56,6 +58,7 @@ class DualLoRAConfig(GRPOConfig):
 
     lora_dropout: float = 0.05
     adapter_targets: Literal["qvo", "all-linear", "custom"] = "qvo"
+    wm_learning_rate: float | None = None
     wm_coef: float = 0.5
     transfer: Transfer = "separate"
     iwm_steps: int = 4
@@ -90,6 +93,8 @@ class DualLoRAConfig(GRPOConfig):
         for name in ("wm_coef", "iwm_steps", "wm_replay_capacity", "lambda_min"):
             if getattr(self, name) < 0:
                 raise ValueError(f"DualLoRAConfig.{name} must be >= 0, got {getattr(self, name)}")
+        if self.wm_learning_rate is not None and self.wm_learning_rate <= 0:
+            raise ValueError(f"DualLoRAConfig.wm_learning_rate must be > 0 or None, got {self.wm_learning_rate}")
         if not 0 <= self.lambda_min <= self.lambda_max:
             raise ValueError(f"DualLoRAConfig needs 0 <= lambda_min <= lambda_max, got {self.lambda_min}, "
                              f"{self.lambda_max}")

@@ -81,6 +81,8 @@ class DualLoRATrainer(GRPOTrainer):
         if not isinstance(config, DualLoRAConfig):
             raise TypeError(f"DualLoRATrainer needs a DualLoRAConfig, got {type(config).__name__}")
         super().__init__(config, model, tokenizer, make_env, make_eval_env, make_engine, reward_fn)
+        if config.wm_learning_rate is not None and "world_model" in config.adapter_names:
+            self.optimizer = _two_group_adamw(self.trainable, config)
         self.world_model = WorldModelObjective(self.policy, self.tokenizer, config)
         self.auxiliary_loss = self.world_model
         self._ratio_outside = False
@@ -119,6 +121,14 @@ class DualLoRATrainer(GRPOTrainer):
         """The policy adapter alone, as a flat PEFT folder (what a vLLM ``LoRARequest`` or
         ``PeftModel.from_pretrained`` loads). ``"stacked"`` rollouts also need the world-model adapter."""
         return save_adapter_flat(self.policy, "policy", path)
+
+
+def _two_group_adamw(trainable: dict[str, torch.nn.Parameter], config: DualLoRAConfig) -> torch.optim.AdamW:
+    """One AdamW over both adapters, the world model's tensors with their own learning rate."""
+    world_model = [p for name, p in trainable.items() if ".world_model." in name]
+    policy = [p for name, p in trainable.items() if ".world_model." not in name]
+    return torch.optim.AdamW([{"params": policy}, {"params": world_model, "lr": config.wm_learning_rate}],
+                             lr=config.learning_rate, weight_decay=config.weight_decay)
 
 
 def wm_success_correlation(history: list[dict[str, Any]]) -> float | None:

@@ -37,6 +37,7 @@ from worldgym.jsonl import append_jsonl, truncate_jsonl
 __all__ = ["GRPOTrainer", "make_text_env"]
 
 _AUXILIARY = "auxiliary/"  # checkpoint key prefix of the auxiliary loss's tensors
+_PRINTED_EVAL_KEYS = ("eval/success_rate", "eval/reward_mean", "eval/copy_probe", "eval/wm_token_accuracy")
 
 
 def make_text_env(env_id: str, env_kwargs: dict[str, Any], wrap_tool_calls: bool) -> gym.Env:
@@ -382,6 +383,9 @@ class GRPOTrainer:
     def _log(self, metrics: dict[str, Any]) -> None:
         self.history.append(metrics)
         append_jsonl(self.output_dir / "metrics.jsonl", metrics)
+        shown = [f"{key[5:]} {metrics[key]:.3f}" for key in _PRINTED_EVAL_KEYS if key in metrics]
+        if self.config.progress and shown:  # validation figures as they move, above the progress bar
+            tqdm.write(f"step {metrics['step']:4d}  validation: " + ", ".join(shown))
 
     def close(self) -> None:
         """Close the training vector env (its subprocesses, with ``vectorization_mode="async"``)."""

@@ -137,6 +137,11 @@ def expert_chats(config: WarmStartConfig, expert: ExpertPolicy | None = None) ->
     return chats
 
 
+# Warm starts shipped inside the package (small tiny-model ones only, so `make demo` needs no SFT); each is the
+# output of load_or_train_warm_start with the settings its folder name hashes, and is used when the cache has none.
+PACKAGED_WARM_STARTS = Path(__file__).resolve().parents[2] / "assets" / "warm_starts"
+
+
 def load_or_train_warm_start(
     config: WarmStartConfig,
     cache_dir: str | Path = "runs/warm_starts",
@@ -144,10 +149,12 @@ def load_or_train_warm_start(
     progress: bool = True,
     log: Callable[[str], None] = print,
 ) -> WarmStart:
-    """The warm start with these settings, from ``cache_dir/<config.key()>`` or trained (and saved) now."""
+    """The warm start with these settings, from ``cache_dir/<config.key()>``, else from the package's shipped warm
+    starts (:data:`PACKAGED_WARM_STARTS`), else trained (and saved to ``cache_dir``) now."""
     path = Path(cache_dir) / config.key()
-    if (path / "warm_start.json").is_file():
-        return _load(path, config)
+    for folder in (path, PACKAGED_WARM_STARTS / config.key()):
+        if (folder / "warm_start.json").is_file():
+            return _load(folder, config)
     start = time.perf_counter()
     chats = expert_chats(config, expert)
     if config.finetune == "full":

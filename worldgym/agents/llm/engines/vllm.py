@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 from gymnasium.error import DependencyNotInstalled
 
+from worldgym.agents.llm.adapters import save_adapter_flat
 from worldgym.agents.llm.engines.base import Generation, SamplingParams
 
 __all__ = ["VLLMEngine"]
@@ -34,7 +35,9 @@ class VLLMEngine:
 
     Args:
         base_model: name or path of the base model vLLM loads (the one the PEFT adapter sits on).
-        peft_model: the trainer's ``PeftModel`` whose active adapter is served (None: sample from the base).
+        peft_model: the trainer's ``PeftModel`` whose adapter is served (None: sample from the base).
+        adapter_name: which of its adapters (default: the active one); saved alone as a flat folder, the layout
+            ``LoRARequest`` reads (a dual-LoRA policy serves ``"policy"`` and never its world model).
         max_lora_rank: the largest LoRA rank vLLM reserves memory for.
         adapter_dir: where adapter versions are written and kept (default: a temporary directory that keeps
             only the adapter being served).
@@ -48,6 +51,7 @@ class VLLMEngine:
         peft_model: Any = None,
         max_lora_rank: int = 16,
         adapter_dir: str | Path | None = None,
+        adapter_name: str | None = None,
         **llm_kwargs: Any,
     ):
         try:
@@ -60,6 +64,12 @@ class VLLMEngine:
             ) from error
         self._vllm, self._lora_request_cls = vllm, LoRARequest
         self.peft_model = peft_model
+        if peft_model is not None and adapter_name is None:
+            if len(peft_model.active_adapters) != 1:
+                raise ValueError(f"the model has {peft_model.active_adapters} active; vLLM serves one LoRA adapter: "
+                                 "pass adapter_name")
+            adapter_name = peft_model.active_adapters[0]
+        self.adapter_name = adapter_name
         self._owns_adapter_dir = adapter_dir is None  # a temporary folder: old versions and the folder go
         self.adapter_dir = Path(adapter_dir or tempfile.mkdtemp(prefix="worldgym_lora_"))
         llm_kwargs.setdefault("logprobs_mode", "processed_logprobs")
@@ -77,7 +87,7 @@ class VLLMEngine:
         previous = self._lora_request
         self._version += 1
         path = self.adapter_dir / f"v{self._version}"
-        self.peft_model.save_pretrained(str(path))
+        save_adapter_flat(self.peft_model, self.adapter_name, path)
         self._lora_request = self._lora_request_cls(f"policy_v{self._version}", self._version, str(path))
         if previous is not None:
             self.llm.llm_engine.remove_lora(previous.lora_int_id)  # its weights are stale now

@@ -1,0 +1,35 @@
+"""Smoke-run examples/train_dual_lora.py (warm start + two adapters + DAPO with the world model + files)."""
+
+import json
+from importlib import util
+from pathlib import Path
+
+EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "train_dual_lora.py"
+
+
+def test_example_runs_end_to_end(tmp_path):
+    spec = util.spec_from_file_location("train_dual_lora", EXAMPLE)
+    example = util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    out = tmp_path / "run"
+    results = example.main([
+        "--steps", "2", "--eval-every", "1", "--eval-episodes", "2", "--max-turns", "3", "--prompts-per-step", "2",
+        "--group-size", "2", "--max-new-tokens", "48", "--warm-start-episodes", "4", "--warm-start-epochs", "1",
+        "--warm-start-dir", str(tmp_path / "warm_starts"), "--output-dir", str(out),
+    ])
+    assert [step for step, _ in results["success"]] == [0, 1, 2]
+    assert json.loads((out / "results.json").read_text())["config"]["transfer"] == "separate"
+    assert (out / "curves.png").stat().st_size > 0 and (out / "checkpoint-last" / "manifest.json").is_file()
+    assert "python examples/train_dual_lora.py --steps 2" in results["command"]
+
+
+def test_the_shipped_warm_start_is_the_tiny_presets_and_loads(tmp_path):
+    from worldgym.agents.dual_lora.presets import warm_start_config
+    from worldgym.agents.dual_lora.world_model import wm_token_ids
+    from worldgym.agents.llm.warm_start import PACKAGED_WARM_STARTS, load_or_train_warm_start
+
+    config = warm_start_config("tiny")
+    assert (PACKAGED_WARM_STARTS / config.key() / "warm_start.json").is_file()  # `make demo` trains no SFT
+    ws = load_or_train_warm_start(config, cache_dir=tmp_path / "empty")
+    assert ws.path.parent == PACKAGED_WARM_STARTS and not (tmp_path / "empty").exists()
+    assert len(set(wm_token_ids(ws.tokenizer))) == 3
