@@ -8,7 +8,8 @@ Validation is greedy on validation-split companies (never seen in training), epi
 
     python benchmarks/csr_dual_lora_vs_dapo.py run --model tiny --mode dapo --seed 0     # resumable
     python benchmarks/csr_dual_lora_vs_dapo.py run --model tiny --mode separate --seed 0
-    python benchmarks/csr_dual_lora_vs_dapo.py report --threshold 0.25
+    python benchmarks/csr_dual_lora_vs_dapo.py final-eval --difficulties 2   # last checkpoints at d2
+    python benchmarks/csr_dual_lora_vs_dapo.py report --threshold 0.35
 
 Each run writes ``benchmarks/results/csr_dual_lora/<model>-<mode>-d<difficulty>-s<seed>.json``; ``report``
 merges them into ``benchmarks/results/csr_dual_lora_vs_dapo.json`` and ``.png``: tasks (training episodes
@@ -28,7 +29,7 @@ import numpy as np
 import torch
 
 import worldgym  # noqa: F401  (registers the ids)
-from worldgym.agents.dual_lora import DualLoRATrainer, wm_success_correlation
+from worldgym.agents.dual_lora import DualLoRAConfig, DualLoRATrainer, wm_success_correlation
 from worldgym.agents.dual_lora.presets import dual_lora_config, engine, warm_start_config
 from worldgym.agents.llm.warm_start import load_or_train_warm_start
 
@@ -82,6 +83,43 @@ def run(args: argparse.Namespace) -> None:
     print("validation success by step:", part["curve"])
 
 
+def final_eval(args: argparse.Namespace) -> None:
+    """Greedy success of each finished run's last checkpoint at other difficulties (validation split), merged
+    into its part file as ``final_by_difficulty``."""
+    from worldgym.agents.grpo import make_text_env
+    from worldgym.agents.llm.evaluation import evaluate_chat_policy
+
+    for path in sorted(PARTS.glob(f"{args.model}-*.json")):
+        part = json.loads(path.read_text())
+        done = part.setdefault("final_by_difficulty", {})
+        todo = [d for d in args.difficulties if str(d) not in done]
+        if not todo:
+            continue
+        run_dir = Path(part["config"]["output_dir"])
+        # a scratch output folder: loading trims the run's own metrics.jsonl to the checkpoint's step
+        config = DualLoRAConfig(**_config_fields(part["config"]) | {"output_dir": str(run_dir / "final_eval")})
+        ws = load_or_train_warm_start(warm_start_config(args.model), cache_dir="runs/warm_starts")
+        trainer = DualLoRATrainer(config, model=ws.model, tokenizer=ws.tokenizer,
+                                  make_engine=lambda policy: engine(args.model, policy, ws.tokenizer))
+        trainer.load(run_dir / "checkpoint-last")
+        for difficulty in todo:
+            kwargs = {"split": "validation", "difficulty": difficulty}
+            metrics, _ = evaluate_chat_policy(trainer.engine, ws.tokenizer,
+                                              lambda: make_text_env("CSRPhone-v0", kwargs, True), args.episodes,
+                                              config.max_turns, config.max_new_tokens, config.decoding)
+            done[str(difficulty)] = metrics["eval/success_rate"]
+            print(path.stem, f"d{difficulty}", done[str(difficulty)])
+        path.write_text(json.dumps(part, indent=1))
+
+
+def _config_fields(data: dict[str, Any]) -> dict[str, Any]:
+    """A stored ``DualLoRAConfig.to_dict()`` back as constructor arguments (JSON turned tuples into lists)."""
+    data = dict(data)
+    data["lambda_steps"] = tuple(tuple(pair) for pair in data["lambda_steps"])
+    data["loss_ratio_band"] = tuple(data["loss_ratio_band"])
+    return data
+
+
 def tasks_to_threshold(part: dict[str, Any], threshold: float) -> tuple[int | None, int | None]:
     """(training tasks, steps) until the first validation at or above ``threshold`` (None: never)."""
     for step, success in part["curve"]:
@@ -110,6 +148,9 @@ def report(args: argparse.Namespace) -> None:
                     "tasks_to_threshold": [t for t, _ in reached],
                     "steps_to_threshold": [s for _, s in reached],
                     "final_wm_token_accuracy": [p["final_eval"].get("eval/wm_token_accuracy") for p in runs],
+                    "final_success_by_difficulty": {
+                        d: [p.get("final_by_difficulty", {}).get(d) for p in runs]
+                        for d in sorted({d for p in runs for d in p.get("final_by_difficulty", {})})},
                     "wm_success_correlation": [p["wm_success_correlation"] for p in runs],
                     "seconds_per_step": float(np.mean(seconds)),
                     "step_time_vs_dapo": float(np.mean(seconds) / np.mean(dapo_seconds)) if dapo_seconds else None,
@@ -167,11 +208,15 @@ def main() -> None:
     one.add_argument("--eval-every", type=int, default=4)
     one.add_argument("--episodes", type=int, default=64, help="validation episodes per evaluation")
     one.add_argument("--iwm-steps", type=int, default=4, help="world-model-only steps of the iwm mode")
+    final = sub.add_parser("final-eval", help="evaluate every finished run's last checkpoint at more difficulties")
+    final.add_argument("--model", choices=["tiny", "smollm2-135m"], default="tiny")
+    final.add_argument("--difficulties", type=int, nargs="+", default=[2])
+    final.add_argument("--episodes", type=int, default=64)
     summary = sub.add_parser("report", help="merge the runs into the results JSON and PNG")
     summary.add_argument("--threshold", type=float, default=0.25, help="validation success to reach")
     args = parser.parse_args()
     torch.set_num_threads(int(os.environ.get("WORLDGYM_THREADS", "1")))
-    {"run": run, "report": report}[args.stage](args)
+    {"run": run, "final-eval": final_eval, "report": report}[args.stage](args)
 
 
 if __name__ == "__main__":

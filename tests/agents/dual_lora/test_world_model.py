@@ -83,3 +83,12 @@ def test_chunked_scores_keep_the_order_of_the_examples(csr_tokenizer):
     chunked = score_in_chunks(model, examples, csr_tokenizer.pad_token_id, chunk_size=2)
     torch.testing.assert_close(chunked.loss, whole.loss, atol=1e-5, rtol=1e-5)
     assert chunked.num_targets.tolist() == [7, 2, 10, 4, 3]
+
+
+def test_tool_usage_metrics_count_calls_by_tool(episodes):
+    from worldgym.agents.llm.evaluation import tool_usage_metrics
+
+    metrics = tool_usage_metrics(episodes)
+    assert metrics["eval/tool/search_company_per_episode"] == 1.0
+    assert metrics["eval/tool/make_phone_call_per_episode"] == 3.0
+    assert metrics["eval/tool_calls_per_episode"] == 4.0 and metrics["eval/invalid_call_rate"] == 0.0

@@ -13,7 +13,7 @@ from worldgym.agents.llm.copy_probe import copy_probe
 from worldgym.agents.llm.engines.base import GenerationEngine, SamplingParams
 from worldgym.agents.llm.rollout import Episode, RolloutCollector
 
-__all__ = ["VALIDATION_SEEDS_START", "episode_metrics", "evaluate_chat_policy"]
+__all__ = ["VALIDATION_SEEDS_START", "episode_metrics", "evaluate_chat_policy", "tool_usage_metrics"]
 
 # Validation episodes are seeded from here on; training seeds are drawn below 2**31 - 1 by the trainers'
 # RNGs, so an overlap is possible but never systematic (and env splits keep tasks apart anyway).
@@ -30,6 +30,21 @@ def episode_metrics(episodes: Sequence[Episode], prefix: str = "eval/") -> dict[
     probe = copy_probe(episodes)
     if probe.arguments:
         metrics[f"{prefix}copy_probe"] = probe.rate
+    return metrics | tool_usage_metrics(episodes, prefix)
+
+
+def tool_usage_metrics(episodes: Sequence[Episode], prefix: str = "eval/") -> dict[str, float]:
+    """Tool calls per episode (all, and by tool name) and the share of replies that were no valid call (the
+    env's ``response_type == "invalid_call"``); empty for envs whose steps report no ``tool``."""
+    turns = [turn for episode in episodes for turn in episode.turns]
+    names = [turn.info["tool"] for turn in turns if turn.info.get("tool")]
+    invalid = sum(turn.info.get("response_type") == "invalid_call" for turn in turns)
+    if not names and not invalid:
+        return {}
+    metrics = {f"{prefix}tool_calls_per_episode": len(names) / len(episodes),
+               f"{prefix}invalid_call_rate": invalid / max(len(turns), 1)}
+    for name in sorted(set(names)):
+        metrics[f"{prefix}tool/{name}_per_episode"] = names.count(name) / len(episodes)
     return metrics
 
 
