@@ -9,7 +9,7 @@ Validation is greedy on validation-split companies (never seen in training), epi
     python benchmarks/csr_dual_lora_vs_dapo.py run --model tiny --mode dapo --seed 0     # resumable
     python benchmarks/csr_dual_lora_vs_dapo.py run --model tiny --mode separate --seed 0
     python benchmarks/csr_dual_lora_vs_dapo.py final-eval --difficulties 2   # last checkpoints at d2
-    python benchmarks/csr_dual_lora_vs_dapo.py report --threshold 0.35
+    python benchmarks/csr_dual_lora_vs_dapo.py report
 
 Each run writes ``benchmarks/results/csr_dual_lora/<model>-<mode>-d<difficulty>-s<seed>.json``; ``report``
 merges them into ``benchmarks/results/csr_dual_lora_vs_dapo.json`` and ``.png``: tasks (training episodes
@@ -213,7 +213,9 @@ def main() -> None:
     final.add_argument("--difficulties", type=int, nargs="+", default=[2])
     final.add_argument("--episodes", type=int, default=64)
     summary = sub.add_parser("report", help="merge the runs into the results JSON and PNG")
-    summary.add_argument("--threshold", type=float, default=0.25, help="validation success to reach")
+    summary.add_argument("--threshold", type=float, default=0.30,
+                         help="validation success to reach (set before the comparison: the tiny warm start's 0.266 "
+                              "at d1 plus about one standard error of a 64-episode estimate)")
     args = parser.parse_args()
     torch.set_num_threads(int(os.environ.get("WORLDGYM_THREADS", "1")))
     {"run": run, "final-eval": final_eval, "report": report}[args.stage](args)

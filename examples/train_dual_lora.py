@@ -8,7 +8,7 @@ world-model adapter that learns to predict the representative's reply to each ph
     python examples/train_dual_lora.py --model Qwen/Qwen3-8B --engine vllm --device cuda   # GPU
 
 Steps: (1) the CSR policy's warm start (SFT on the scripted expert, train split, cached in ``--warm-start-dir``;
-``--demo`` uses a smaller one that trains in about a minute), its vocabulary holding the world model's
+the tiny one ships with the package, so ``--demo`` trains none), its vocabulary holding the world model's
 ``<|predict_csr|>``, ``<|csr|>``, ``<|/csr|>``; (2) two fresh LoRA adapters on it; (3) DAPO + ``λ·L_wm``,
 validating on validation-split companies (greedy) every ``--eval-every`` steps. Prints validation success and
 world-model token accuracy as they move, and writes ``metrics.jsonl``, ``results.json`` and ``curves.png`` to
@@ -32,8 +32,7 @@ from worldgym.agents.dual_lora import DualLoRATrainer, wm_success_correlation
 from worldgym.agents.dual_lora.presets import dual_lora_config, engine, warm_start_config
 from worldgym.agents.llm.warm_start import WarmStartConfig, load_or_train_warm_start
 
-# The demo's warm start: a quarter of the expert chats, two epochs (about a minute on 2 cores).
-DEMO_WARM_START = {"episodes_per_difficulty": 128, "epochs": 2}
+# The demo starts from the tiny preset's warm start, which ships with the package (no SFT to wait for).
 DEMO_RUN = {"steps": 8, "eval_every": 2, "eval_episodes": 32}
 
 
@@ -73,7 +72,6 @@ def preset_name(model: str) -> str:
 
 def warm_start_settings(args: argparse.Namespace) -> WarmStartConfig:
     settings = replace(warm_start_config(preset_name(args.model)), model=args.model)
-    settings = replace(settings, **DEMO_WARM_START) if args.demo else settings
     chosen = {"episodes_per_difficulty": args.warm_start_episodes, "epochs": args.warm_start_epochs}
     return replace(settings, **{k: v for k, v in chosen.items() if v is not None})
 

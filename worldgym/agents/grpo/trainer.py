@@ -126,6 +126,7 @@ class GRPOTrainer:
         self.step = 0
         self.output_dir = Path(config.output_dir)
         self.history: list[dict[str, Any]] = []
+        self._rollout_success: list[float] = []  # training rollouts' success since the last printed validation
 
     # ---------------------------------------------------------------- setup
     def _model_and_tokenizer(self, model, tokenizer):
@@ -383,9 +384,14 @@ class GRPOTrainer:
     def _log(self, metrics: dict[str, Any]) -> None:
         self.history.append(metrics)
         append_jsonl(self.output_dir / "metrics.jsonl", metrics)
+        if "rollout/success_rate" in metrics:
+            self._rollout_success.append(metrics["rollout/success_rate"])
         shown = [f"{key[5:]} {metrics[key]:.3f}" for key in _PRINTED_EVAL_KEYS if key in metrics]
         if self.config.progress and shown:  # validation figures as they move, above the progress bar
-            tqdm.write(f"step {metrics['step']:4d}  validation: " + ", ".join(shown))
+            training = f"  | training tasks: success {np.mean(self._rollout_success):.3f}" \
+                if self._rollout_success else ""
+            tqdm.write(f"step {metrics['step']:4d}  validation: " + ", ".join(shown) + training)
+            self._rollout_success = []
 
     def close(self) -> None:
         """Close the training vector env (its subprocesses, with ``vectorization_mode="async"``)."""
