@@ -97,6 +97,9 @@ def plot(history: list[dict[str, Any]], path: Path) -> None:
     ax.plot(steps, [m["eval/success_rate"] for m in evals], marker="o", label="validation success")
     ax.plot(steps, [m.get("eval/wm_token_accuracy", float("nan")) for m in evals], marker="s",
             label="world-model token accuracy")
+    rollouts = [m for m in history if "rollout/success_rate" in m]
+    ax.plot([m["step"] for m in rollouts], [m["rollout/success_rate"] for m in rollouts], alpha=0.5,
+            label="success on training tasks (sampled)")
     ax.set(xlabel="training step", ylim=(0, 1), title="dual-LoRA agent on CSRPhone-v0")
     ax.legend()
     fig.tight_layout()
@@ -128,6 +131,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "config": config.to_dict(), "warm_start": ws.path.name,
         "success": [[m["step"], m["eval/success_rate"]] for m in evals],
         "wm_token_accuracy": [[m["step"], m.get("eval/wm_token_accuracy")] for m in evals],
+        "training_success": [[m["step"], m["rollout/success_rate"]] for m in trainer.history
+                             if "rollout/success_rate" in m],
         "wm_success_correlation": wm_success_correlation(trainer.history),
         "seconds": time.perf_counter() - start,
     }
