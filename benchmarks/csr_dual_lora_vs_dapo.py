@@ -54,11 +54,9 @@ def run(args: argparse.Namespace) -> None:
     ws = load_or_train_warm_start(warm_start_config(args.model), cache_dir="runs/warm_starts")
     trainer = DualLoRATrainer(config, model=ws.model, tokenizer=ws.tokenizer,
                               make_engine=lambda policy: engine(args.model, policy, ws.tokenizer))
-    checkpoints = sorted(out.glob("checkpoint-[0-9]*"), key=lambda p: int(p.name.split("-")[1]))
-    if checkpoints:
-        trainer.load(checkpoints[-1])
-        trainer.history = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-        print(f"resumed from {checkpoints[-1]} at step {trainer.step}")
+    resumed = trainer.resume_latest()
+    if resumed is not None:
+        print(f"resumed from {resumed} at step {trainer.step}")
     trainer.train()
     history = trainer.history
     evals = [m for m in history if "eval/success_rate" in m]

@@ -92,11 +92,9 @@ def run_dapo(args: argparse.Namespace) -> None:
                                 seed=args.seed, output_dir=str(out))
     trainer = GRPOTrainer(config, model=ws.model, tokenizer=ws.tokenizer,
                           make_engine=lambda policy: preset.engine(policy, ws.tokenizer))
-    checkpoints = sorted(out.glob("checkpoint-[0-9]*"), key=lambda p: int(p.name.split("-")[1]))
-    if checkpoints:
-        trainer.load(checkpoints[-1])
-        trainer.history = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-        print(f"resumed from {checkpoints[-1]} at step {trainer.step}")
+    resumed = trainer.resume_latest()
+    if resumed is not None:
+        print(f"resumed from {resumed} at step {trainer.step}")
     trainer.train()
     curve = [(m["step"], m["eval/success_rate"]) for m in trainer.history if "eval/success_rate" in m]
     part = {"model": args.model, "decoding": args.decoding, "difficulty": args.difficulty, "seed": args.seed,

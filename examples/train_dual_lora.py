@@ -121,9 +121,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                              ("max_new_tokens", args.max_new_tokens)) if v is not None})
     trainer = DualLoRATrainer(config, model=ws.model, tokenizer=ws.tokenizer,
                               make_engine=make_engine(args, ws.tokenizer))
-    if args.resume and (out / "checkpoint-last").is_dir():
-        trainer.load(out / "checkpoint-last")
-        trainer.history = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    if args.resume:
+        trainer.resume_latest()
     trainer.train()
     evals = [m for m in trainer.history if "eval/success_rate" in m]
     results = {

@@ -135,3 +135,12 @@ def test_world_model_learning_rate_is_a_second_group_of_one_optimizer(tmp_path, 
     assert sum(len(g["params"]) for g in groups) == len(trainer.trainable)
     path = trainer.save(tmp_path / "ckpt")
     _trainer(tmp_path / "other", csr_tokenizer, learning_rate=1e-3, wm_learning_rate=5e-3).load(path)
+
+
+def test_resume_latest_loads_the_newest_checkpoint_and_its_metrics(tmp_path, csr_tokenizer):
+    trainer = _trainer(tmp_path, csr_tokenizer, num_steps=2, checkpoint_every=1)
+    assert trainer.resume_latest() is None  # a fresh run
+    trainer.train()
+    resumed = _trainer(tmp_path, csr_tokenizer, num_steps=2, checkpoint_every=1)
+    assert resumed.resume_latest().name == "checkpoint-2" and resumed.step == 2
+    assert [m["step"] for m in resumed.history] == [1, 2]

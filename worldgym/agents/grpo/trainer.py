@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 import time
 from collections.abc import Callable
 from contextlib import nullcontext
@@ -406,6 +407,18 @@ class GRPOTrainer:
             tensors, state["auxiliary"] = self.auxiliary_loss.state()
             weights.update({_AUXILIARY + name: tensor for name, tensor in tensors.items()})
         return save_checkpoint(path, weights, state, self.optimizer)
+
+    def resume_latest(self) -> Path | None:
+        """Load the newest ``checkpoint-<step>`` (else ``checkpoint-last``) in ``config.output_dir`` and the
+        metrics logged up to it; returns its path, or None when the folder holds no checkpoint (a fresh run)."""
+        numbered = sorted(self.output_dir.glob("checkpoint-[0-9]*"), key=lambda p: int(p.name.split("-")[1]))
+        candidates = numbered[-1:] or [p for p in [self.output_dir / "checkpoint-last"] if p.is_dir()]
+        if not candidates:
+            return None
+        self.load(candidates[0])
+        log = self.output_dir / "metrics.jsonl"
+        self.history = [json.loads(line) for line in log.read_text().splitlines()] if log.is_file() else []
+        return candidates[0]
 
     def load(self, path: str | Path) -> None:
         """Restore a :meth:`save` checkpoint into this trainer so training continues the same run exactly."""
