@@ -98,12 +98,14 @@ def final_eval(args: argparse.Namespace) -> None:
         config = DualLoRAConfig(**_config_fields(part["config"]) | {"output_dir": str(run_dir / "final_eval")})
         ws = load_or_train_warm_start(warm_start_config(args.model), cache_dir="runs/warm_starts")
         trainer = DualLoRATrainer(config, model=ws.model, tokenizer=ws.tokenizer,
-                                  make_engine=lambda policy: engine(args.model, policy, ws.tokenizer))
+                                  make_engine=lambda policy, tokenizer=ws.tokenizer: engine(args.model, policy,
+                                                                                            tokenizer))
         trainer.load(run_dir / "checkpoint-last")
         for difficulty in todo:
             kwargs = {"split": "validation", "difficulty": difficulty}
             metrics, _ = evaluate_chat_policy(trainer.engine, ws.tokenizer,
-                                              lambda: make_text_env("CSRPhone-v0", kwargs, True), args.episodes,
+                                              lambda kwargs=kwargs: make_text_env("CSRPhone-v0", kwargs, True),
+                                              args.episodes,
                                               config.max_turns, config.max_new_tokens, config.decoding)
             done[str(difficulty)] = metrics["eval/success_rate"]
             print(path.stem, f"d{difficulty}", done[str(difficulty)])

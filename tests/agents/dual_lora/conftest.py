@@ -10,7 +10,9 @@ from worldgym.agents.llm.tokenizer import env_text_corpus, train_chat_tokenizer
 
 torch.set_num_threads(1)
 
-PHONE_CALL = '<tool_call>\n{"name": "make_phone_call", "arguments": {"phone_number": "1-800-555-0100"}}\n</tool_call>'
+PHONE_CALL = (
+    '<tool_call>\n{"name": "make_phone_call", "arguments": {"phone_number": "1-800-555-0100"}}\n</tool_call>'
+)
 SEARCH = '<tool_call>\n{"name": "search_company", "arguments": {"company": "Acme"}}\n</tool_call>'
 
 

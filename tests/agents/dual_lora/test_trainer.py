@@ -14,10 +14,10 @@ from .conftest import PhoningEngine, make_csr_env
 
 
 def _config(tmp_path, **overrides):
-    settings = dict(env_id="CSRPhone-v0", wrap_tool_calls=True, env_kwargs={"difficulty": 1},
-                    eval_env_kwargs={"split": "validation", "difficulty": 1}, max_turns=3, num_steps=2,
-                    prompts_per_step=2, group_size=2, max_new_tokens=40, eval_every=0, eval_episodes=2,
-                    minibatch_size=4, progress=False, learning_rate=1e-2, output_dir=str(tmp_path / "run"))
+    settings = {"env_id": "CSRPhone-v0", "wrap_tool_calls": True, "env_kwargs": {"difficulty": 1},
+                "eval_env_kwargs": {"split": "validation", "difficulty": 1}, "max_turns": 3, "num_steps": 2,
+                "prompts_per_step": 2, "group_size": 2, "max_new_tokens": 40, "eval_every": 0, "eval_episodes": 2,
+                "minibatch_size": 4, "progress": False, "learning_rate": 1e-2, "output_dir": str(tmp_path / "run")}
     return DualLoRAConfig(**{**settings, **overrides})
 
 
@@ -123,7 +123,8 @@ def test_adaptive_lambda_shrinks_once_the_world_model_beats_its_baseline():
 
 
 def test_wm_success_correlation():
-    history = [{"eval/wm_token_accuracy": a, "eval/success_rate": s} for a, s in ((0.1, 0.0), (0.2, 0.1), (0.3, 0.3))]
+    pairs = ((0.1, 0.0), (0.2, 0.1), (0.3, 0.3))
+    history = [{"eval/wm_token_accuracy": a, "eval/success_rate": s} for a, s in pairs]
     assert wm_success_correlation(history) == pytest.approx(0.9820, abs=1e-3)
     assert wm_success_correlation(history[:2]) is None
 

@@ -7,7 +7,7 @@ from typing import Literal
 
 from worldgym.agents.grpo.config import GRPOConfig
 
-__all__ = ["ADAPTER_TARGETS", "DualLoRAConfig", "LambdaSchedule", "Transfer", "WM_SPECIAL_TOKENS"]
+__all__ = ["ADAPTER_TARGETS", "WM_SPECIAL_TOKENS", "DualLoRAConfig", "LambdaSchedule", "Transfer"]
 
 Transfer = Literal["separate", "stacked", "shared", "iwm"]
 LambdaSchedule = Literal["constant", "step", "adaptive"]

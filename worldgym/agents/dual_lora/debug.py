@@ -523,8 +523,8 @@ def episode_problems(episode: Episode, tokenizer: PreTrainedTokenizerBase) -> li
     observation tokens, model tokens carry action mask 1 and every other token 0."""
     ids, mask, eos, problems = episode.token_ids, episode.action_mask, tokenizer.eos_token_id, []
     if not len(ids) == len(mask) == len(episode.old_logprobs):
-        return [f"token_ids, action_mask, old_logprobs have lengths {len(ids)}, {len(mask)}, "
-                f"{len(episode.old_logprobs)}"]
+        lengths = f"{len(ids)}, {len(mask)}, {len(episode.old_logprobs)}"
+        return [f"token_ids, action_mask, old_logprobs have lengths {lengths}"]
     expected_mask, cursor = [0] * len(ids), episode.prompt_length
     for number, turn in enumerate(episode.turns):
         (start, end), (obs_start, obs_end) = turn.action_span, turn.observation_span

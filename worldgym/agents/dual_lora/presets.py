@@ -14,7 +14,10 @@ from worldgym.agents.grpo.presets import CSR_PRESETS
 from worldgym.agents.llm.engines import HFEngine
 from worldgym.agents.llm.warm_start import WarmStartConfig
 
-__all__ = ["ADAPTER_LEARNING_RATES", "WM_CALLS_PER_MINIBATCH", "WM_LEARNING_RATES", "dual_lora_config", "engine", "warm_start_config"]
+__all__ = [
+    "ADAPTER_LEARNING_RATES", "WM_CALLS_PER_MINIBATCH", "WM_LEARNING_RATES", "dual_lora_config", "engine",
+    "warm_start_config",
+]
 
 # The CSR presets' learning rates are for full fine-tuning (tiny) or a continued warm-start adapter (SmolLM2);
 # fresh rank-16 adapters on the frozen warm start take larger steps. The world model learns a new task (the

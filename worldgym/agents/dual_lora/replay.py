@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections import deque
 from typing import Any
 
@@ -63,7 +64,7 @@ class PhoneCallReplay:
         self._items = deque(maxlen=self.capacity)
         offsets = np.cumsum([0, *lengths])
         tokens = tensors["tokens"].tolist()
-        for i, (start, end) in enumerate(zip(offsets[:-1], offsets[1:])):
+        for i, (start, end) in enumerate(itertools.pairwise(offsets)):
             example = PhoneCallExample(tuple(tokens[start:end]), int(tensors["target_starts"][i]),
                                        state["response_types"][i])
             self._items.append((int(tensors["steps"][i]), example))
