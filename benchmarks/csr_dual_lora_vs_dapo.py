@@ -9,6 +9,7 @@ Validation is greedy on validation-split companies (never seen in training), epi
     python benchmarks/csr_dual_lora_vs_dapo.py run --model tiny --mode dapo --seed 0     # resumable
     python benchmarks/csr_dual_lora_vs_dapo.py run --model tiny --mode separate --seed 0
     python benchmarks/csr_dual_lora_vs_dapo.py final-eval --difficulties 2   # last checkpoints at d2
+    python benchmarks/csr_dual_lora_vs_dapo.py step-time --mode separate     # s per step, no validation
     python benchmarks/csr_dual_lora_vs_dapo.py report
 
 Each run writes ``benchmarks/results/csr_dual_lora/<model>-<mode>-d<difficulty>-s<seed>.json``; ``report``
@@ -79,6 +80,24 @@ def run(args: argparse.Namespace) -> None:
     PARTS.mkdir(parents=True, exist_ok=True)
     (PARTS / f"{name}.json").write_text(json.dumps(part, indent=1))
     print("validation success by step:", part["curve"])
+
+
+def step_time(args: argparse.Namespace) -> None:
+    """Seconds per training step of one mode (no validation), from the warm start; run the modes one after the
+    other on a quiet machine (or A/B with a process timer) so their ratio is not another job's noise."""
+    ws = load_or_train_warm_start(warm_start_config(args.model), cache_dir="runs/warm_starts")
+    config = dual_lora_config(args.model, args.difficulty, **MODES[args.mode], num_steps=args.steps,
+                              max_turns=args.max_turns, eval_every=0, seed=args.seed, progress=False,
+                              output_dir=f"runs/csr_dual_lora_step_time/{args.mode}")
+    trainer = DualLoRATrainer(config, model=ws.model, tokenizer=ws.tokenizer,
+                              make_engine=lambda policy: engine(args.model, policy, ws.tokenizer))
+    steps = [trainer.train_step() for _ in range(args.steps)]
+    row = {key: float(np.mean([m[key] for m in steps])) for key in ("time/step_s", "time/rollout_s", "time/update_s")}
+    path = PARTS.parent / "csr_dual_lora_step_time.json"
+    table = json.loads(path.read_text()) if path.is_file() else {}
+    table[f"{args.model}-{args.mode}"] = row | {"steps": args.steps, "seed": args.seed}
+    path.write_text(json.dumps(table, indent=1))
+    print(args.mode, row)
 
 
 def final_eval(args: argparse.Namespace) -> None:
@@ -208,6 +227,13 @@ def main() -> None:
     one.add_argument("--eval-every", type=int, default=4)
     one.add_argument("--episodes", type=int, default=64, help="validation episodes per evaluation")
     one.add_argument("--iwm-steps", type=int, default=4, help="world-model-only steps of the iwm mode")
+    timing = sub.add_parser("step-time", help="seconds per training step of one mode (no validation)")
+    timing.add_argument("--model", choices=["tiny", "smollm2-135m"], default="tiny")
+    timing.add_argument("--mode", choices=sorted(MODES), required=True)
+    timing.add_argument("--seed", type=int, default=0)
+    timing.add_argument("--difficulty", type=int, default=1)
+    timing.add_argument("--steps", type=int, default=4)
+    timing.add_argument("--max-turns", type=int, default=8)
     final = sub.add_parser("final-eval", help="evaluate every finished run's last checkpoint at more difficulties")
     final.add_argument("--model", choices=["tiny", "smollm2-135m"], default="tiny")
     final.add_argument("--difficulties", type=int, nargs="+", default=[2])
@@ -218,7 +244,7 @@ def main() -> None:
                               "at d1 plus about one standard error of a 64-episode estimate)")
     args = parser.parse_args()
     torch.set_num_threads(int(os.environ.get("WORLDGYM_THREADS", "1")))
-    {"run": run, "final-eval": final_eval, "report": report}[args.stage](args)
+    {"run": run, "step-time": step_time, "final-eval": final_eval, "report": report}[args.stage](args)
 
 
 if __name__ == "__main__":
