@@ -52,3 +52,22 @@ def test_latest_checkpoint_skips_partial_saves_and_finds_an_interrupted_replacem
     shutil.copytree(path, checkpoints / "iter_5")
     assert latest_checkpoint(core.run_dir) == checkpoints / "iter_5"
     assert _load(core, latest_checkpoint(core.run_dir))["iter_num"] == 0
+
+
+def test_game_boy_checkpoints_hold_the_env_state_and_cartpole_ones_do_not(tmp_path, make_config, damage):
+    """A run on an env with save states checkpoints it (checked like every file); CartPole's resets instead."""
+    from worldgym.agents.dreamer_v3.gameboy import gameboy_config, make_gameboy_env
+
+    cartpole = CPUEngine(make_config(tmp_path / "cartpole", total_steps=8, checkpoint_every=8))
+    cartpole.run(progress=False)
+    assert not (latest_checkpoint(cartpole.core.run_dir) / "env_state.npz").exists()
+    env, transform = make_gameboy_env(2, max_episode_steps=5)
+    settings = {k: v for k, v in make_config(tmp_path).__dict__.items() if k not in ("env_id", "obs_kind")}
+    config = gameboy_config(**settings | {"total_steps": 8, "checkpoint_every": 8})
+    engine = CPUEngine(config, env=env, obs_transform=transform)
+    engine.run(progress=False)
+    path = latest_checkpoint(engine.core.run_dir)
+    assert {"env_state.npz", "actor.safetensors"} <= {p.name for p in path.iterdir()}
+    message = damage(path, "env_state.npz", "flipped_byte")
+    with pytest.raises(CheckpointError, match=message):
+        engine.core.resume(path)

@@ -4,8 +4,17 @@ They use the shared checksummed format of :mod:`worldgym.checkpointing` (SHA-256
 durable atomic replacement); checkpoints of format 1 (before the manifest) are refused with a message.
 
 A checkpoint restores the networks, the optimisers, the committed replay, the ``Ratio`` state and every
-generator, so a resumed run keeps its replay ratio. Not restored: the envs' internal state (episodes in
-progress end; the resumed run starts new ones, marked ``is_first``) and the actor's recurrent filter state.
+generator, so a resumed run keeps its replay ratio.
+
+The episodes in progress continue after a resume when the env saves its own state (``save_state(path)`` and
+``load_state(path)`` on the unwrapped vector env, :class:`~worldgym.agents.dreamer_v3.engine.rollout.SavesState`:
+GameBoy-v0's save states hold the emulators, step counters, ``np_random`` and task state). The checkpoint then
+also holds that state (``env_state.npz``) and the actor's side (``actor.safetensors``: the env runner's current
+rows and episode returns so far, the policy's recurrent filter state and previous actions), so a resumed CPU
+run continues exactly as the uninterrupted one (``tests/test_kill_resume.py``). Envs without such methods
+(Gymnasium's vector envs, e.g. CartPole-v1) keep their state in their sub-envs' attributes and RNGs, which
+only pickling them would capture (unsafe to load, fragile across versions): for them the episodes in
+progress end at a resume, and the resumed run starts new ones, marked ``is_first``, from a fresh filter state.
 """
 
 from __future__ import annotations
@@ -13,7 +22,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from safetensors.torch import save_file
@@ -31,11 +40,16 @@ from worldgym.checkpointing import (
 )
 from worldgym.errors import CheckpointError
 
+if TYPE_CHECKING:  # the engine package imports this module
+    from worldgym.agents.dreamer_v3.engine.rollout import SavesState
+
 __all__ = ["CheckpointError", "latest_checkpoint", "load_checkpoint", "save_checkpoint"]
 
 KIND = "dreamer_v3"
 FORMAT_VERSION = 2  # 1: no manifest
 FILES = ("model.safetensors", "optim.safetensors", "replay.safetensors", "rng.safetensors", "state.json")
+ENV_STATE = "env_state.npz"  # written by the env's save_state
+ACTOR_STATE = "actor.safetensors"  # env runner rows and policy filter state, saved with ENV_STATE
 _ITERATION = re.compile(r"iter_(\d+)(\.old)?")
 
 
@@ -60,11 +74,23 @@ def save_checkpoint(
     replay: ReplayRing,
     generators: dict[str, torch.Generator],
     state: dict[str, Any],
+    env: SavesState | None = None,
+    actor: dict[str, torch.Tensor] | None = None,
 ) -> Path:
-    """Write a checkpoint into a temporary sibling with a SHA-256 manifest, fsync it, then swap it in."""
+    """Write a checkpoint into a temporary sibling with a SHA-256 manifest, fsync it, then swap it in.
+
+    With ``env`` and ``actor`` (both or neither), the env's save state and the actor's tensors go in too.
+    """
+    if (env is None) != (actor is None):
+        raise ValueError(
+            "save the env's state together with the actor's (pass both env and actor, or neither)"
+        )
     final = Path(directory)
     with checkpoint_directory(final, KIND, FORMAT_VERSION) as path:
         _write_checkpoint(path, learner, replay, generators, state)
+        if env is not None:
+            env.save_state(path / ENV_STATE)
+            save_file({k: v.detach().cpu().contiguous() for k, v in actor.items()}, str(path / ACTOR_STATE))
     return final
 
 
@@ -99,8 +125,12 @@ def load_checkpoint(
     learner: DreamerLearner,
     replay: ReplayRing,
     generators: dict[str, torch.Generator],
+    env: SavesState | None = None,
 ) -> dict[str, Any]:
     """Restore a checkpoint written by :func:`save_checkpoint`; returns its JSON state.
+
+    When the checkpoint holds an env state and ``env`` is given, ``env`` loads it and the returned state has
+    ``"actor"``: the tensors saved as ``actor`` (else no ``"actor"`` key, and the envs are to be reset).
 
     Raises:
         CheckpointError: naming the file, when a file is missing, truncated or corrupt, the format version
@@ -125,6 +155,15 @@ def load_checkpoint(
         if name not in rng:
             raise CheckpointError(f"checkpoint {path} lacks the state of generator {name!r}")
         generator.set_state(rng[name])
+    if env is not None and (path / ENV_STATE).is_file():
+        actor = read_tensors(path / ACTOR_STATE) if (path / ACTOR_STATE).is_file() else None
+        if actor is None:
+            raise CheckpointError(f"checkpoint {path} is incomplete: missing ['{ACTOR_STATE}']")
+        try:
+            env.load_state(path / ENV_STATE)
+        except (ValueError, OSError) as err:  # e.g. GameBoy-v0's StateError: another ROM or num_envs
+            raise CheckpointError(f"{path / ENV_STATE} does not fit this env: {err}") from err
+        state["actor"] = actor
     return state
 
 

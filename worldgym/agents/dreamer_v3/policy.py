@@ -49,6 +49,17 @@ class DreamerPolicy(nn.Module):
         self.state = None
         self.prev_action = torch.zeros_like(self.prev_action)
 
+    def filter_state(self) -> dict[str, torch.Tensor]:
+        """Every env's filter state (``h``, ``z``; absent before the first :meth:`act`) and previous action."""
+        if self.state is None:
+            return {"prev_action": self.prev_action}
+        return {"h": self.state.h, "z": self.state.z, "prev_action": self.prev_action}
+
+    def load_filter_state(self, tensors: dict[str, torch.Tensor]) -> None:
+        """Continue filtering from a :meth:`filter_state` (the envs' episodes continue too)."""
+        self.state = RSSMState(tensors["h"], tensors["z"]) if "h" in tensors else None
+        self.prev_action = tensors["prev_action"]
+
     @torch.no_grad()
     def act(
         self,

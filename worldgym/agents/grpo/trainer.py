@@ -33,6 +33,7 @@ from worldgym.agents.llm.models import TINY_SIZES, build_tiny_model, load_model,
 from worldgym.agents.llm.rollout import Episode, RolloutCollector, collate_episodes, make_vector_env
 from worldgym.agents.llm.scoring import score_tokens
 from worldgym.agents.llm.tokenizer import env_text_corpus, train_chat_tokenizer
+from worldgym.checkpointing import resolve_checkpoint
 from worldgym.jsonl import append_jsonl, truncate_jsonl
 
 __all__ = ["GRPOTrainer", "make_text_env"]
@@ -411,8 +412,11 @@ class GRPOTrainer:
     def resume_latest(self) -> Path | None:
         """Load the newest ``checkpoint-<step>`` (else ``checkpoint-last``) in ``config.output_dir`` and the
         metrics logged up to it; returns its path, or None when the folder holds no checkpoint (a fresh run)."""
-        numbered = sorted(self.output_dir.glob("checkpoint-[0-9]*"), key=lambda p: int(p.name.split("-")[1]))
-        candidates = numbered[-1:] or [p for p in [self.output_dir / "checkpoint-last"] if p.is_dir()]
+        # a save killed part-way leaves checkpoint-<n>.tmp (skipped) or <name>.old (which load() reads)
+        numbered = sorted((p for p in self.output_dir.glob("checkpoint-*") if p.name.split("-")[1].isdigit()),
+                          key=lambda p: int(p.name.split("-")[1]))
+        last = self.output_dir / "checkpoint-last"
+        candidates = numbered[-1:] or [p for p in [last] if resolve_checkpoint(p).is_dir()]
         if not candidates:
             return None
         self.load(candidates[0])

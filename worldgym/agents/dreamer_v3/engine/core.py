@@ -20,7 +20,12 @@ import torch
 
 from worldgym.agents.dreamer_v3.checkpoint import load_checkpoint, save_checkpoint
 from worldgym.agents.dreamer_v3.config import DreamerConfig
-from worldgym.agents.dreamer_v3.engine.rollout import EnvRunner, ObsTransform, default_obs_transform
+from worldgym.agents.dreamer_v3.engine.rollout import (
+    EnvRunner,
+    ObsTransform,
+    default_obs_transform,
+    state_saving_env,
+)
 from worldgym.agents.dreamer_v3.learner import DreamerLearner
 from worldgym.agents.dreamer_v3.metrics import check_batch, check_metrics, to_float
 from worldgym.agents.dreamer_v3.policy import DreamerPolicy
@@ -87,6 +92,7 @@ class EngineCore:
         if env.num_envs != cfg.num_envs:
             raise ValueError(f"env has {env.num_envs} envs but num_envs={cfg.num_envs}; make them equal")
         self.runner = EnvRunner(env, obs_transform)
+        self.state_saving_env = state_saving_env(env)  # checkpoints hold its state: episodes survive a resume
         obs_shape, obs_dtype = stored_obs_layout(env, obs_transform)
         if cfg.obs_kind == "pixels" and obs_dtype != torch.uint8:
             raise ValueError(
@@ -268,11 +274,17 @@ class EngineCore:
             "next_episode_id": self.runner._next_episode,
         }
         directory = self.run_dir / "checkpoints" / f"iter_{c.iter_num}"
-        return save_checkpoint(directory, self.learner, self.replay, self.generators, state)
+        env, actor = None, None
+        if self.state_saving_env is not None and not self._needs_reset:  # episodes in progress: keep them
+            env = self.state_saving_env
+            actor = {f"runner.{k}": v for k, v in self.runner.state_dict().items()}
+            actor |= {f"policy.{k}": v for k, v in self.policy.filter_state().items()}
+        return save_checkpoint(directory, self.learner, self.replay, self.generators, state, env, actor)
 
     def resume(self, directory: str | Path) -> None:
-        """Continue the run saved in ``directory``: networks, optimisers, replay, Ratio and generators."""
-        state = load_checkpoint(directory, self.learner, self.replay, self.generators)
+        """Continue the run saved in ``directory``: networks, optimisers, replay, Ratio and generators, and the
+        episodes in progress when the env saves its state (else the next window resets the envs)."""
+        state = load_checkpoint(directory, self.learner, self.replay, self.generators, self.state_saving_env)
         saved_cfg = state["config"]
         for key in ("model", "replay", "obs_kind", "num_envs", "env_id"):
             if saved_cfg[key] != self.cfg.to_dict()[key]:
@@ -287,7 +299,17 @@ class EngineCore:
         self.runner._next_episode = int(state["next_episode_id"])
         self.publish_policy()
         self.policy.version = int(state["policy_version"])
-        self._needs_reset = True
+        actor = state.get("actor")
+        if actor is not None:
+            self.runner.load_state_dict(_unprefixed(actor, "runner."))
+            self.policy.load_filter_state(
+                {k: v.to(self.device) for k, v in _unprefixed(actor, "policy.").items()}
+            )
+        self._needs_reset = actor is None
         # lines logged after this checkpoint (before a crash) would otherwise appear twice
         truncate_jsonl(self.metrics_path, "policy_step", c.iter_num * self.cfg.num_envs)
         truncate_jsonl(self.episodes_path, "policy_step", c.iter_num * self.cfg.num_envs)
+
+
+def _unprefixed(tensors: dict[str, torch.Tensor], prefix: str) -> dict[str, torch.Tensor]:
+    return {k[len(prefix) :]: v for k, v in tensors.items() if k.startswith(prefix)}

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol, runtime_checkable
 
 import gymnasium as gym
 import numpy as np
@@ -18,6 +21,26 @@ def default_obs_transform(obs: np.ndarray) -> torch.Tensor:
     if array.dtype == np.uint8:
         return torch.from_numpy(array.copy())
     return torch.from_numpy(array.astype(np.float32))
+
+
+@runtime_checkable
+class SavesState(Protocol):
+    """A vector env that writes its whole state to a file and loads it back (GameBoy-v0's save states)."""
+
+    def save_state(self, path: str | os.PathLike[str]) -> Path: ...
+
+    def load_state(self, path: str | os.PathLike[str]) -> None: ...
+
+
+def state_saving_env(env: gym.vector.VectorEnv) -> SavesState | None:
+    """The unwrapped ``env`` if it saves and loads its state (:class:`SavesState`), else None.
+
+    Only the unwrapped env's state is saved: wrappers must keep none of their own (``FixedAction`` keeps none).
+    Gymnasium's own vector envs (CartPole-v1, ...) have no such methods: their state lives in each sub-env's
+    attributes, which only pickling the envs would capture.
+    """
+    unwrapped = env.unwrapped
+    return unwrapped if isinstance(unwrapped, SavesState) else None
 
 
 @dataclass
@@ -104,6 +127,29 @@ class EnvRunner:
         read_view = getattr(self.obs_transform, "read_view", None)
         frames = read_view() if read_view is not None else None
         return frames if frames is not None else self.obs_transform(obs)
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """The current row of every env and the return and length of its episode so far (for a checkpoint
+        that also holds the env's own state: :meth:`load_state_dict` then continues the episodes)."""
+        return {
+            "obs": self.obs.clone(),  # may be a view of the env's frame buffer, which the next step rewrites
+            "is_first": self.is_first,
+            "reward": self.reward,
+            "cont": self.cont,
+            "episode_id": self.episode_id,
+            "done": torch.from_numpy(self._done),
+            "return": torch.from_numpy(self._return),
+            "length": torch.from_numpy(self._length),
+        }
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        """Restore :meth:`state_dict` (after loading the env's state saved with it)."""
+        self.obs = state["obs"].clone()
+        self.is_first, self.reward = state["is_first"].clone(), state["reward"].clone()
+        self.cont, self.episode_id = state["cont"].clone(), state["episode_id"].clone()
+        self._done = state["done"].numpy().copy()
+        self._return = state["return"].numpy().copy()
+        self._length = state["length"].numpy().copy()
 
     def row(self, actions: torch.Tensor) -> dict[str, torch.Tensor]:
         """The replay row of the current obs with the chosen ``actions [N]``."""

@@ -1,0 +1,198 @@
+"""kill -9 + resume for every trainer: the resumed run ends with the uninterrupted run's weights and metrics.
+
+Each run is a separate process (``tests/kill_resume_worker.py``), forked from a forkserver that has only
+imported the libraries, so it starts in a fraction of a second and shares no state with the test or with
+the other runs. The kill step is random: set ``WORLDGYM_KILL_SEED`` to replay a failure's seed.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import random
+import shutil
+import signal
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from worldgym.agents.llm.checkpoint import load_checkpoint
+from worldgym.checkpointing import CRASH_STAGES
+from worldgym.jsonl import read_jsonl
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the forkserver imports the worker by name
+import kill_resume_worker as worker
+
+SEED = int(os.environ.get("WORLDGYM_KILL_SEED", random.randrange(2**32)))
+TIMING_PREFIXES = ("time/", "perf/")  # wall-clock figures differ between any two runs
+RUN_TIMEOUT_S = 240
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def processes():
+    """Starts runs as processes forked from a forkserver that imported the libraries once."""
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(worker.PRELOAD)
+    return context
+
+
+class Runs:
+    """Starts worker runs and waits for them; every run has its own folder and log under ``root``."""
+
+    def __init__(self, processes, root: Path) -> None:
+        self.processes = processes
+        self.root = root
+        self.assets = root / "assets"
+        self._uninterrupted: dict[str, Path] = {}
+        self.finish(self._start(str(root / "assets.log"), worker.prepare_assets, str(self.assets)))
+
+    def start(self, trainer: str, run_dir: Path, **options) -> multiprocessing.Process:
+        log = f"{run_dir}.log"
+        return self._start(log, worker.train, trainer, str(run_dir), str(self.assets), log, **options)
+
+    def _start(self, log: str, target, *args, **kwargs) -> multiprocessing.Process:
+        process = self.processes.Process(target=target, args=args, kwargs=kwargs, name=str(log))
+        process.start()
+        return process
+
+    def finish(self, process: multiprocessing.Process) -> None:
+        process.join(RUN_TIMEOUT_S)
+        assert process.exitcode == 0, f"{process.name} ended with {process.exitcode}:\n{self.log(process)}"
+
+    def run(self, trainer: str, run_dir: Path, **options) -> Path:
+        self.finish(self.start(trainer, run_dir, **options))
+        return run_dir
+
+    def uninterrupted(self, trainer: str) -> Path:
+        """A run of ``trainer`` from start to end (once per module)."""
+        if trainer not in self._uninterrupted:
+            self._uninterrupted[trainer] = self.run(trainer, self.root / f"{trainer}_uninterrupted")
+        return self._uninterrupted[trainer]
+
+    @staticmethod
+    def log(process: multiprocessing.Process) -> str:
+        path = Path(process.name)
+        return path.read_text()[-3000:] if path.is_file() else "(no log)"
+
+
+@pytest.fixture(scope="module")
+def runs(processes, tmp_path_factory) -> Runs:
+    return Runs(processes, tmp_path_factory.mktemp("kill_resume"))
+
+
+def training_steps(trainer: str, run_dir: Path) -> list[int]:
+    """The steps logged so far (records at step 0 are the evaluation before training)."""
+    key = worker.STEP_KEY[trainer]
+    return [record[key] for record in read_jsonl(run_dir / "metrics.jsonl") if record.get(key, 0) > 0]
+
+
+def kill_once_logged(
+    process: multiprocessing.Process, trainer: str, run_dir: Path, count: int, delay: float
+) -> None:
+    """SIGKILL ``process`` ``delay`` seconds after its ``count``-th training step is in ``metrics.jsonl``."""
+    deadline = time.monotonic() + RUN_TIMEOUT_S
+    while len(training_steps(trainer, run_dir)) < count:
+        assert process.is_alive(), f"the run ended before step {count}:\n{Runs.log(process)}"
+        assert time.monotonic() < deadline, f"no step {count} after {RUN_TIMEOUT_S} s"
+        time.sleep(0.002)
+    time.sleep(delay)
+    os.kill(process.pid, signal.SIGKILL)
+    process.join(RUN_TIMEOUT_S)
+    assert process.exitcode == -signal.SIGKILL, f"the run ended before the kill:\n{Runs.log(process)}"
+
+
+def without_timing(records: list[dict]) -> list[dict]:
+    return [{k: v for k, v in record.items() if not k.startswith(TIMING_PREFIXES)} for record in records]
+
+
+def assert_same_run(trainer: str, expected: Path, got: Path) -> None:
+    """Same final trainable weights, bit for bit, and the same lines in every JSONL log but for timings."""
+    want, have = worker.final_weights(trainer, expected), worker.final_weights(trainer, got)
+    assert sorted(have) == sorted(want)
+    differing = [name for name in want if not torch.equal(have[name], want[name])]
+    assert not differing, (
+        f"{len(differing)} of {len(want)} tensors differ, e.g. {differing[:3]} (seed {SEED})"
+    )
+    logs = sorted(path.name for path in expected.glob("*.jsonl"))
+    assert logs == sorted(path.name for path in got.glob("*.jsonl")) and "metrics.jsonl" in logs
+    for name in logs:
+        want_lines, have_lines = (without_timing(read_jsonl(run / name)) for run in (expected, got))
+        assert len(have_lines) == len(want_lines), (
+            f"{name}: {len(have_lines)} lines, expected {len(want_lines)}"
+        )
+        for index, (have_line, want_line) in enumerate(zip(have_lines, want_lines, strict=True)):
+            assert have_line == want_line, f"{name} line {index + 1} differs (seed {SEED})"
+
+
+def resumed_from(run_dir: Path) -> list[str | None]:
+    """The checkpoint each start of the run resumed from (None: a fresh start)."""
+    return [start["resumed_from"] for start in read_jsonl(f"{run_dir}.starts.jsonl")]
+
+
+@pytest.mark.parametrize("trainer", worker.TRAINERS)
+def test_kill_9_at_a_random_step_then_resume_ends_like_the_uninterrupted_run(runs, tmp_path, trainer):
+    """SIGKILL a run a random moment after a random step (during a step or a save), resume it in a fresh
+    process from the checkpoint that survived, finish: same final weights and metrics as without the kill."""
+    expected = runs.uninterrupted(trainer)
+    steps = len(training_steps(trainer, expected))
+    rng = random.Random(f"{SEED}-{trainer}")
+    count, delay = rng.randint(2, steps - 1), rng.uniform(0.0, 0.03)
+    run_dir = tmp_path / "run"
+    kill_once_logged(runs.start(trainer, run_dir), trainer, run_dir, count, delay)
+    runs.run(trainer, run_dir)
+    first, second = resumed_from(run_dir)
+    assert first is None and second is not None, "the second start did not resume from a checkpoint"
+    assert_same_run(trainer, expected, run_dir)
+
+
+@pytest.fixture(scope="module")
+def grpo_after_one_step(runs) -> Path:
+    """A GRPO run stopped after its first step (``checkpoint-1`` and ``checkpoint-last`` written)."""
+    return runs.run("grpo", runs.root / "grpo_one_step", num_steps=1)
+
+
+def checkpoint_folders(run_dir: Path) -> list[str]:
+    return sorted(path.name for path in run_dir.iterdir() if path.name.startswith("checkpoint"))
+
+
+@pytest.mark.parametrize("stage", CRASH_STAGES)
+def test_grpo_killed_at_each_stage_of_a_save_resumes_from_a_loadable_checkpoint(
+    runs, grpo_after_one_step, tmp_path, stage
+):
+    """Continue a one-step GRPO run to its end in a process that SIGKILLs itself at ``stage`` of a random later
+    save (``checkpoint-<n>``; the replacement of ``checkpoint-last`` at the end for ``old_moved_aside``, the
+    one save that replaces a folder): a loadable checkpoint is left, and resuming finishes the run as if never
+    killed, with no partial folder left behind."""
+    expected = runs.uninterrupted("grpo")
+    run_dir = tmp_path / "run"
+    shutil.copytree(grpo_after_one_step, run_dir)
+    first_step = random.Random(f"{SEED}-{stage}").randint(2, worker.LLM_STEPS)
+    killed = runs.start("grpo", run_dir, crash=(stage, first_step))
+    killed.join(RUN_TIMEOUT_S)
+    assert killed.exitcode == -signal.SIGKILL, f"not killed at {stage}:\n{runs.log(killed)}"
+    complete = [run_dir / name for name in checkpoint_folders(run_dir) if not name.endswith((".tmp", ".old"))]
+    partial = {
+        "files_written": f"checkpoint-{first_step}.tmp",
+        "synced": f"checkpoint-{first_step}.tmp",
+        "old_moved_aside": "checkpoint-last.old",
+        "new_renamed_in": None,
+    }[stage]
+    assert partial is None or (run_dir / partial).is_dir(), checkpoint_folders(run_dir)
+    steps = [load_checkpoint(path)[1]["step"] for path in complete]  # every complete one loads
+    newest = worker.LLM_STEPS if stage == "old_moved_aside" else first_step - (stage != "new_renamed_in")
+    assert max(steps) == newest
+    runs.run("grpo", run_dir)
+    assert resumed_from(run_dir)[-1] == str(run_dir / f"checkpoint-{newest}")
+    assert_same_run("grpo", expected, run_dir)
+    assert checkpoint_folders(run_dir) == checkpoint_folders(expected)
