@@ -105,10 +105,19 @@ def step_time(args: argparse.Namespace) -> None:
 
 def final_eval(args: argparse.Namespace) -> None:
     """Greedy success of each finished run's last checkpoint at other difficulties (validation split), merged
-    into its part file as ``final_by_difficulty``."""
-    from worldgym.agents.grpo import make_text_env
-    from worldgym.agents.llm.evaluation import evaluate_chat_policy
+    into its part file as ``final_by_difficulty``, and of the warm start itself (``csr_dual_lora_warm_start.json``)."""
 
+    ws = load_or_train_warm_start(warm_start_config(args.model), cache_dir="runs/warm_starts")
+    reference = RESULTS / "csr_dual_lora_warm_start.json"  # the warm start itself (fresh adapters = no change)
+    table = json.loads(reference.read_text()) if reference.is_file() else {}
+    for difficulty in [d for d in args.difficulties if str(d) not in table.get(args.model, {})]:
+        trainer = DualLoRATrainer(dual_lora_config(args.model, difficulty, output_dir="runs/csr_dual_lora/warm"),
+                                  model=ws.model, tokenizer=ws.tokenizer,
+                                  make_engine=lambda policy: engine(args.model, policy, ws.tokenizer))
+        metrics = _success_at(trainer, ws, difficulty, args.episodes)
+        table.setdefault(args.model, {})[str(difficulty)] = {"success": metrics, "episodes": args.episodes}
+        reference.write_text(json.dumps(table, indent=1))
+        print("warm start", f"d{difficulty}", metrics)
     for path in sorted(PARTS.glob(f"{args.model}-*.json")):
         part = json.loads(path.read_text())
         done = part.setdefault("final_by_difficulty", {})
@@ -118,20 +127,25 @@ def final_eval(args: argparse.Namespace) -> None:
         run_dir = Path(part["config"]["output_dir"])
         # a scratch output folder: loading trims the run's own metrics.jsonl to the checkpoint's step
         config = DualLoRAConfig(**_config_fields(part["config"]) | {"output_dir": str(run_dir / "final_eval")})
-        ws = load_or_train_warm_start(warm_start_config(args.model), cache_dir="runs/warm_starts")
         trainer = DualLoRATrainer(config, model=ws.model, tokenizer=ws.tokenizer,
-                                  make_engine=lambda policy, tokenizer=ws.tokenizer: engine(args.model, policy,
-                                                                                            tokenizer))
+                                  make_engine=lambda policy: engine(args.model, policy, ws.tokenizer))
         trainer.load(run_dir / "checkpoint-last")
         for difficulty in todo:
-            kwargs = {"split": "validation", "difficulty": difficulty}
-            metrics, _ = evaluate_chat_policy(trainer.engine, ws.tokenizer,
-                                              lambda kwargs=kwargs: make_text_env("CSRPhone-v0", kwargs, True),
-                                              args.episodes,
-                                              config.max_turns, config.max_new_tokens, config.decoding)
-            done[str(difficulty)] = metrics["eval/success_rate"]
+            done[str(difficulty)] = _success_at(trainer, ws, difficulty, args.episodes)
             print(path.stem, f"d{difficulty}", done[str(difficulty)])
         path.write_text(json.dumps(part, indent=1))
+
+
+def _success_at(trainer: DualLoRATrainer, ws: Any, difficulty: int, episodes: int) -> float:
+    """Greedy validation success of the trainer's policy at ``difficulty`` (episode ``i`` seeded ``10**6 + i``)."""
+    from worldgym.agents.grpo import make_text_env
+    from worldgym.agents.llm.evaluation import evaluate_chat_policy
+
+    kwargs = {"split": "validation", "difficulty": difficulty}
+    config = trainer.config
+    metrics, _ = evaluate_chat_policy(trainer.engine, ws.tokenizer, lambda: make_text_env("CSRPhone-v0", kwargs, True),
+                                      episodes, config.max_turns, config.max_new_tokens, config.decoding)
+    return metrics["eval/success_rate"]
 
 
 def _config_fields(data: dict[str, Any]) -> dict[str, Any]:
@@ -152,7 +166,10 @@ def tasks_to_threshold(part: dict[str, Any], threshold: float) -> tuple[int | No
 
 def report(args: argparse.Namespace) -> None:
     parts = [json.loads(p.read_text()) for p in sorted(PARTS.glob("*.json"))]
-    summary: dict[str, Any] = {"threshold": args.threshold, "split": "validation", "runs": {}}
+    reference = RESULTS / "csr_dual_lora_warm_start.json"
+    summary: dict[str, Any] = {"threshold": args.threshold, "split": "validation", "runs": {},
+                               "warm_start_by_difficulty": json.loads(reference.read_text()) if reference.is_file()
+                               else {}}
     for model in sorted({p["model"] for p in parts}):
         for difficulty in sorted({p["difficulty"] for p in parts if p["model"] == model}):
             chosen = [p for p in parts if p["model"] == model and p["difficulty"] == difficulty]
