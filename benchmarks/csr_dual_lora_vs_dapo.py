@@ -107,14 +107,12 @@ def final_eval(args: argparse.Namespace) -> None:
     """Greedy success of each finished run's last checkpoint at other difficulties (validation split), merged
     into its part file as ``final_by_difficulty``, and of the warm start itself (``csr_dual_lora_warm_start.json``)."""
 
-    ws = load_or_train_warm_start(warm_start_config(args.model), cache_dir="runs/warm_starts")
     reference = RESULTS / "csr_dual_lora_warm_start.json"  # the warm start itself (fresh adapters = no change)
     table = json.loads(reference.read_text()) if reference.is_file() else {}
     for difficulty in [d for d in args.difficulties if str(d) not in table.get(args.model, {})]:
-        trainer = DualLoRATrainer(dual_lora_config(args.model, difficulty, output_dir="runs/csr_dual_lora/warm"),
-                                  model=ws.model, tokenizer=ws.tokenizer,
-                                  make_engine=lambda policy: engine(args.model, policy, ws.tokenizer))
-        metrics = _success_at(trainer, ws, difficulty, args.episodes)
+        trainer = _fresh_trainer(args.model, dual_lora_config(args.model, difficulty,
+                                                             output_dir="runs/csr_dual_lora/warm"))
+        metrics = _success_at(trainer, difficulty, args.episodes)
         table.setdefault(args.model, {})[str(difficulty)] = {"success": metrics, "episodes": args.episodes}
         reference.write_text(json.dumps(table, indent=1))
         print("warm start", f"d{difficulty}", metrics)
@@ -127,23 +125,30 @@ def final_eval(args: argparse.Namespace) -> None:
         run_dir = Path(part["config"]["output_dir"])
         # a scratch output folder: loading trims the run's own metrics.jsonl to the checkpoint's step
         config = DualLoRAConfig(**_config_fields(part["config"]) | {"output_dir": str(run_dir / "final_eval")})
-        trainer = DualLoRATrainer(config, model=ws.model, tokenizer=ws.tokenizer,
-                                  make_engine=lambda policy: engine(args.model, policy, ws.tokenizer))
+        trainer = _fresh_trainer(args.model, config)
         trainer.load(run_dir / "checkpoint-last")
         for difficulty in todo:
-            done[str(difficulty)] = _success_at(trainer, ws, difficulty, args.episodes)
+            done[str(difficulty)] = _success_at(trainer, difficulty, args.episodes)
             print(path.stem, f"d{difficulty}", done[str(difficulty)])
         path.write_text(json.dumps(part, indent=1))
 
 
-def _success_at(trainer: DualLoRATrainer, ws: Any, difficulty: int, episodes: int) -> float:
+def _fresh_trainer(model: str, config: DualLoRAConfig) -> DualLoRATrainer:
+    """A trainer on a freshly loaded warm start (attaching adapters changes the base model in place)."""
+    ws = load_or_train_warm_start(warm_start_config(model), cache_dir="runs/warm_starts")
+    return DualLoRATrainer(config, model=ws.model, tokenizer=ws.tokenizer,
+                           make_engine=lambda policy: engine(model, policy, ws.tokenizer))
+
+
+def _success_at(trainer: DualLoRATrainer, difficulty: int, episodes: int) -> float:
     """Greedy validation success of the trainer's policy at ``difficulty`` (episode ``i`` seeded ``10**6 + i``)."""
     from worldgym.agents.grpo import make_text_env
     from worldgym.agents.llm.evaluation import evaluate_chat_policy
 
     kwargs = {"split": "validation", "difficulty": difficulty}
     config = trainer.config
-    metrics, _ = evaluate_chat_policy(trainer.engine, ws.tokenizer, lambda: make_text_env("CSRPhone-v0", kwargs, True),
+    metrics, _ = evaluate_chat_policy(trainer.engine, trainer.tokenizer,
+                                      lambda: make_text_env("CSRPhone-v0", kwargs, True),
                                       episodes, config.max_turns, config.max_new_tokens, config.decoding)
     return metrics["eval/success_rate"]
 
