@@ -74,8 +74,8 @@ class WorldModelObjective:
         with using_adapters(self.model, [config.world_model_adapter], config.adapter_names):
             scores = score_in_chunks(self.model, recent + past, self.tokenizer.pad_token_id, config.wm_chunk_size)
         keep = torch.ones_like(scores.loss, dtype=torch.bool)
-        if self.config.wm_confidence_skip is not None:
-            keep = scores.mean_probability <= self.config.wm_confidence_skip
+        if config.wm_confidence_skip is not None:
+            keep = scores.mean_probability <= config.wm_confidence_skip
         wm_loss = scores.loss[keep].mean() if keep.any() else scores.loss.sum() * 0.0
         accuracy = float(scores.token_accuracy[: len(recent)].mean())
         self._accuracies.append(accuracy)

@@ -81,23 +81,33 @@ class DualLoRATrainer(GRPOTrainer):
         if not isinstance(config, DualLoRAConfig):
             raise TypeError(f"DualLoRATrainer needs a DualLoRAConfig, got {type(config).__name__}")
         super().__init__(config, model, tokenizer, make_env, make_eval_env, make_engine, reward_fn)
-        if config.wm_learning_rate is not None and "world_model" in config.adapter_names:
-            self.optimizer = _two_group_adamw(self.trainable, config)
         self.world_model = WorldModelObjective(self.policy, self.tokenizer, config)
         self.auxiliary_loss = self.world_model
         self._ratio_outside = False
 
     def _model_and_tokenizer(self, model, tokenizer):
-        if model is not None or self.config.model not in TINY_SIZES:
-            if model is None:
-                from worldgym.agents.llm.pretrained import load_chat_model
-
-                loaded = load_chat_model(self.config.model, extra_special_tokens=WM_SPECIAL_TOKENS)
-                return loaded.tokenizer, loaded.model
+        """The given model, or one built/loaded with a tokenizer that holds the world model's markers."""
+        if model is not None:
             return super()._model_and_tokenizer(model, tokenizer)
-        tokenizer = tokenizer or train_chat_tokenizer(env_text_corpus(self.make_env), vocab_size=2000,
-                                                      extra_special_tokens=WM_SPECIAL_TOKENS)
-        return tokenizer, build_tiny_model(tokenizer, self.config.model, seed=self.config.seed)
+        if self.config.model in TINY_SIZES:
+            tokenizer = tokenizer or train_chat_tokenizer(env_text_corpus(self.make_env), vocab_size=2000,
+                                                          extra_special_tokens=WM_SPECIAL_TOKENS)
+            return tokenizer, build_tiny_model(tokenizer, self.config.model, seed=self.config.seed)
+        from worldgym.agents.llm.pretrained import load_chat_model
+
+        loaded = load_chat_model(self.config.model, extra_special_tokens=WM_SPECIAL_TOKENS)
+        return loaded.tokenizer, loaded.model
+
+    def _make_optimizer(self) -> torch.optim.Optimizer:
+        """One AdamW over both adapters; with ``wm_learning_rate`` the world model's tensors are a second
+        parameter group with their own learning rate."""
+        config = self.config
+        if config.wm_learning_rate is None or "world_model" not in config.adapter_names:
+            return super()._make_optimizer()
+        world_model = [p for name, p in self.trainable.items() if ".world_model." in name]
+        policy = [p for name, p in self.trainable.items() if ".world_model." not in name]
+        return torch.optim.AdamW([{"params": policy}, {"params": world_model, "lr": config.wm_learning_rate}],
+                                 lr=config.learning_rate, weight_decay=config.weight_decay)
 
     def _prepare_policy(self, model: PreTrainedModel) -> PeftModel:
         return attach_adapters(model, self.config)
@@ -121,14 +131,6 @@ class DualLoRATrainer(GRPOTrainer):
         """The policy adapter alone, as a flat PEFT folder (what a vLLM ``LoRARequest`` or
         ``PeftModel.from_pretrained`` loads). ``"stacked"`` rollouts also need the world-model adapter."""
         return save_adapter_flat(self.policy, "policy", path)
-
-
-def _two_group_adamw(trainable: dict[str, torch.nn.Parameter], config: DualLoRAConfig) -> torch.optim.AdamW:
-    """One AdamW over both adapters, the world model's tensors with their own learning rate."""
-    world_model = [p for name, p in trainable.items() if ".world_model." in name]
-    policy = [p for name, p in trainable.items() if ".world_model." not in name]
-    return torch.optim.AdamW([{"params": policy}, {"params": world_model, "lr": config.wm_learning_rate}],
-                             lr=config.learning_rate, weight_decay=config.weight_decay)
 
 
 def wm_success_correlation(history: list[dict[str, Any]]) -> float | None:

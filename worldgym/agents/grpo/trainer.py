@@ -101,9 +101,7 @@ class GRPOTrainer:
         self.tokenizer, model = self._model_and_tokenizer(model, tokenizer)
         self.policy = self._prepare_policy(model).to(config.device)
         self.trainable = {name: p for name, p in self.policy.named_parameters() if p.requires_grad}
-        self.optimizer = torch.optim.AdamW(
-            list(self.trainable.values()), lr=config.learning_rate, weight_decay=config.weight_decay
-        )
+        self.optimizer = self._make_optimizer()
         self.reference = self._frozen_reference(model)
         eos = self.tokenizer.eos_token_id
         self.engine = (
@@ -128,7 +126,6 @@ class GRPOTrainer:
         self.step = 0
         self.output_dir = Path(config.output_dir)
         self.history: list[dict[str, Any]] = []
-        self._rollout_success: list[float] = []  # training rollouts' success since the last printed validation
 
     # ---------------------------------------------------------------- setup
     def _model_and_tokenizer(self, model, tokenizer):
@@ -157,6 +154,12 @@ class GRPOTrainer:
         with torch.random.fork_rng(devices=[]):  # seeded adapter init, caller's RNG untouched
             torch.manual_seed(self.config.seed)
             return get_peft_model(model, lora)
+
+    def _make_optimizer(self) -> torch.optim.Optimizer:
+        """AdamW over the trainable tensors (a subclass may split them into parameter groups)."""
+        return torch.optim.AdamW(
+            list(self.trainable.values()), lr=self.config.learning_rate, weight_decay=self.config.weight_decay
+        )
 
     def _frozen_reference(self, model: PreTrainedModel) -> PreTrainedModel | None:
         """A frozen copy for the KL term, needed only for full fine-tuning (LoRA disables its adapters
@@ -386,14 +389,11 @@ class GRPOTrainer:
     def _log(self, metrics: dict[str, Any]) -> None:
         self.history.append(metrics)
         append_jsonl(self.output_dir / "metrics.jsonl", metrics)
-        if "rollout/success_rate" in metrics:
-            self._rollout_success.append(metrics["rollout/success_rate"])
         shown = [f"{key[5:]} {metrics[key]:.3f}" for key in _PRINTED_EVAL_KEYS if key in metrics]
         if self.config.progress and shown:  # validation figures as they move, above the progress bar
-            training = f"  | training tasks: success {np.mean(self._rollout_success):.3f}" \
-                if self._rollout_success else ""
+            success = _rollout_success_since_last_validation(self.history)
+            training = f"  | training tasks: success {np.mean(success):.3f}" if success else ""
             tqdm.write(f"step {metrics['step']:4d}  validation: " + ", ".join(shown) + training)
-            self._rollout_success = []
 
     def close(self) -> None:
         """Close the training vector env (its subprocesses, with ``vectorization_mode="async"``)."""
@@ -459,6 +459,17 @@ class GRPOTrainer:
         # a crash after this checkpoint left later lines in the log: drop them so no step is logged twice
         truncate_jsonl(self.output_dir / "metrics.jsonl", "step", self.step)
         self.engine.sync_weights()
+
+
+def _rollout_success_since_last_validation(history: list[dict[str, Any]]) -> list[float]:
+    """Training rollouts' success rates logged after the previous validation, up to the newest row."""
+    success = []
+    for row in reversed(history):
+        if "rollout/success_rate" in row:
+            success.append(row["rollout/success_rate"])
+        if "eval/success_rate" in row and row is not history[-1]:
+            break
+    return success
 
 
 def _rollout_metrics(episodes: list[Episode]) -> dict[str, float]:
