@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-__all__ = ["check_choice", "check_field", "check_positive_int"]
+__all__ = ["check_choice", "check_field", "check_positive_int", "check_range"]
 
 
 def check_field(condition: bool, name: str, value: Any, fix: str) -> None:
@@ -35,3 +35,30 @@ def check_positive_int(name: str, value: Any) -> None:
     """
     ok = isinstance(value, int) and not isinstance(value, bool) and value >= 1
     check_field(ok, name, value, "use an integer >= 1")
+
+
+def check_range(
+    name: str, value: Any, low: float | None, high: float | None, low_open: bool = False, high_open: bool = False
+) -> None:
+    """Raise ``ValueError`` unless ``low <= value <= high`` (``<`` on an open end; ``None``: unbounded).
+
+    >>> check_range("top_p", 1.0, 0, 1, low_open=True)
+    >>> check_range("eps_low", 0.0, 0, 1, low_open=True, high_open=True)
+    Traceback (most recent call last):
+    ValueError: eps_low=0.0 is invalid: use a number in (0, 1)
+    >>> check_range("kl_coef", -1, 0, None)
+    Traceback (most recent call last):
+    ValueError: kl_coef=-1 is invalid: use a number >= 0
+    """
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if ok and low is not None:
+        ok = value > low if low_open else value >= low
+    if ok and high is not None:
+        ok = value < high if high_open else value <= high
+    if high is None:
+        fix = f"use a number {'>' if low_open else '>='} {low}"
+    elif low is None:
+        fix = f"use a number {'<' if high_open else '<='} {high}"
+    else:
+        fix = f"use a number in {'(' if low_open else '['}{low}, {high}{')' if high_open else ']'}"
+    check_field(ok, name, value, fix)

@@ -95,11 +95,11 @@ def test_checkpoint_resume_continues_exactly_and_corruption_is_named(tmp_path, c
 
 
 def test_config_rejects_bad_settings():
-    with pytest.raises(ValueError, match="transfer must be one of"):
+    with pytest.raises(ValueError, match=r"transfer=.both. is invalid: use one of"):
         DualLoRAConfig(transfer="both")
-    with pytest.raises(ValueError, match="finetune must be 'lora'"):
+    with pytest.raises(ValueError, match=r"finetune=.full. is invalid: use .lora."):
         DualLoRAConfig(finetune="full")
-    with pytest.raises(ValueError, match="lambda_steps must start at step 0"):
+    with pytest.raises(ValueError, match=r"lambda_steps=.* is invalid: start at step 0"):
         DualLoRAConfig(lambda_schedule="step", lambda_steps=((5, 1.0),))
     with pytest.raises(ValueError, match="iwm_steps"):
         DualLoRAConfig(transfer="iwm", iwm_steps=5, num_steps=5)

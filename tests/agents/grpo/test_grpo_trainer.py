@@ -148,14 +148,15 @@ def test_grpo_learns_a_dense_reward(tmp_path, tokenizer):
 @pytest.mark.parametrize(
     "overrides, message",
     [
-        ({"group_size": 1}, "GRPOConfig.group_size must be >= 2"),
-        ({"loss_aggregation": "mean"}, "GRPOConfig.loss_aggregation must be one of"),
-        ({"finetune": "qlora"}, "GRPOConfig.finetune must be one of"),
-        ({"eps_high": 1.5}, "GRPOConfig.eps_high must be in"),
-        ({"temperature": 0.0}, "GRPOConfig.temperature must be > 0"),
-        ({"kl_coef": -1}, "GRPOConfig.kl_coef must be >= 0"),
-        ({"overlong_buffer": 100}, "GRPOConfig.overlong_buffer"),
-        ({"device": "tpu"}, "GRPOConfig.device"),
+        ({"group_size": 1}, r"group_size=1 is invalid: use >= 2"),
+        ({"loss_aggregation": "mean"}, r"loss_aggregation='mean' is invalid: use one of"),
+        ({"finetune": "qlora"}, r"finetune='qlora' is invalid: use one of \['lora', 'full'\]"),
+        ({"eps_high": 1.5}, r"eps_high=1.5 is invalid: use a number in \(0, 1\)"),
+        ({"temperature": 0.0}, r"temperature=0.0 is invalid: use > 0"),
+        ({"kl_coef": -1}, r"kl_coef=-1 is invalid: use a number >= 0"),
+        ({"overlong_buffer": 100}, r"overlong_buffer=100 is invalid"),
+        ({"device": "tpu"}, r"device='tpu' is invalid: use 'cpu', 'cuda' or 'cuda:N'"),
+        ({"num_steps": 2.5}, r"num_steps=2.5 is invalid: use an integer >= 1"),
     ],
 )
 def test_config_errors_name_the_field(overrides, message):

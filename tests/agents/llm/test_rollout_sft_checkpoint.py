@@ -132,7 +132,7 @@ def test_sft_learns_the_expert_answers(model, tokenizer):
         model, tokenizer, chats, SFTConfig(epochs=15, batch_size=8, learning_rate=3e-3, progress=False)
     )
     assert losses[-1] < 0.5 * losses[0]
-    with pytest.raises(ValueError, match="SFTConfig.epochs must be >= 1"):
+    with pytest.raises(ValueError, match="epochs=0 is invalid: use an integer >= 1"):
         SFTConfig(epochs=0)
     with pytest.raises(ValueError, match="no assistant token within the first max_length=8"):
         sft_train(model, tokenizer, chats, SFTConfig(max_length=8, progress=False))

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from worldgym.agents.grpo.config import GRPOConfig
+from worldgym.config import check_choice, check_field, check_positive_int, check_range
 
 __all__ = ["ADAPTER_TARGETS", "WM_SPECIAL_TOKENS", "DualLoRAConfig", "LambdaSchedule", "Transfer"]
 
@@ -24,36 +25,41 @@ ADAPTER_TARGETS: dict[str, tuple[str, ...]] = {
 
 @dataclass
 class DualLoRAConfig(GRPOConfig):
-    """Dual-LoRA agent settings: every :class:`GRPOConfig` field (the policy's DAPO) plus the ones below.
+    """Dual-LoRA agent settings: every :class:`GRPOConfig` field (the policy's DAPO) plus the ones below. Both
+    adapters sit on one frozen base (lora_rank 16 / lora_alpha 32 inherited).
 
-    Adapters (both on one frozen base):
-        lora_rank, lora_alpha (inherited; 16 / 32), lora_dropout (0.05), adapter_targets: ``"qvo"``,
-        ``"all-linear"`` or ``"custom"`` (then ``lora_target_modules`` is used as given).
-    World model:
+    Attributes:
+        lora_dropout: dropout on both adapters' inputs.
+        adapter_targets: "qvo", "all-linear" or "custom" (then lora_target_modules is used as given).
         wm_learning_rate: the world-model adapter's learning rate (a second parameter group of the one AdamW;
-            None: ``learning_rate``). It learns a new task from scratch while the policy adapter fine-tunes.
-        wm_coef: λ in ``L = L_policy + λ·L_wm`` (0 = DAPO alone; the world model is still evaluated).
-        transfer: how the world model can help the policy. ``"separate"``: two adapters, each loss on its own
-            (the seed design; only the shared grad-norm clip couples them). ``"stacked"``: the policy's forward
-            (and its rollouts) runs with both adapters active, the world model's with its own only.
-            ``"shared"``: one adapter gets both losses (an auxiliary loss). ``"iwm"``: implicit world modelling
-            first (the policy adapter learns its own rollouts' CSR replies, no reward, for ``iwm_steps``
-            steps), then DAPO alone.
-        iwm_steps: world-model-only steps of ``"iwm"``.
-        lambda_schedule: ``"constant"``; ``"step"``: ``lambda_steps`` = ((step, λ), ...) pairs, each λ from its
-            step on (e.g. ((0, 1.0), (10, 0.5), (20, 0.3))); ``"adaptive"``: λ shrinks by ``lambda_adapt_rate``
-            after a step whose world-model token accuracy beats the first validation's by
-            ``lambda_adapt_margin`` and grows by it otherwise, within [``lambda_min``, ``lambda_max``].
-        loss_ratio_band: warn when ``L_wm / |L_policy|`` leaves this band (logged as ``wm/loss_ratio``).
-        wm_replay_capacity: phone calls kept for replay (0 = off); wm_replay_fraction: share of each
-            minibatch's world-model examples drawn from past steps (0.2: 80% recent / 20% past).
-        wm_confidence_skip: drop from the loss the phone calls whose mean target-token probability is above
-            this (already predicted; None = keep all).
+            None: learning_rate). It learns a new task from scratch while the policy adapter fine-tunes.
+        wm_coef: λ in L = L_policy + λ·L_wm (0 = DAPO alone; the world model is still evaluated).
+        transfer: how the world model can help the policy. "separate": two adapters, each loss on its own (only
+            the shared grad-norm clip couples them). "stacked": the policy's forward (and its rollouts) runs with
+            both adapters active, the world model's with its own only. "shared": one adapter gets both losses (an
+            auxiliary loss). "iwm": implicit world modelling first (the policy adapter learns its own rollouts'
+            CSR replies, no reward, for iwm_steps steps), then DAPO alone.
+        iwm_steps: world-model-only steps of "iwm".
+        lambda_schedule: "constant"; "step": lambda_steps; "adaptive": λ shrinks by lambda_adapt_rate after a
+            step whose world-model token accuracy beats the first validation's by lambda_adapt_margin and grows
+            by it otherwise, within [lambda_min, lambda_max].
+        lambda_steps: ((step, λ), ...) pairs of the "step" schedule, each λ from its step on; starts at step 0.
+        lambda_adapt_rate: factor λ is multiplied or divided by in the "adaptive" schedule (>= 1).
+        lambda_adapt_margin: accuracy gain over the first validation that counts as learning ("adaptive").
+        lambda_min: lowest λ of the "adaptive" schedule.
+        lambda_max: highest λ of the "adaptive" schedule.
+        loss_ratio_band: warn when L_wm / |L_policy| leaves this (low, high) band (logged as wm/loss_ratio).
+        wm_replay_capacity: phone calls kept for replay (0 = off).
+        wm_replay_fraction: share of each minibatch's world-model examples drawn from past steps (0.2: 80%
+            recent / 20% past).
+        wm_confidence_skip: drop from the loss the phone calls whose mean target-token probability is above this
+            (already predicted; None = keep all).
         wm_max_context_tokens: keep only the last this-many context tokens of a world-model input (None: all).
         wm_max_calls: train on at most this many of a minibatch's phone calls, drawn at random (None: every
             call). Each call is a forward over its whole conversation, so this bounds the world model's cost.
         wm_chunk_size: phone calls per forward (sorted by length, so little is padding); all chunks share one
             backward pass.
+        output_dir: run directory (metrics.jsonl, checkpoints).
     """
 
     lora_dropout: float = 0.05
@@ -83,41 +89,33 @@ class DualLoRAConfig(GRPOConfig):
         self.lambda_steps = tuple((int(step), float(value)) for step, value in self.lambda_steps)
         self.loss_ratio_band = tuple(self.loss_ratio_band)  # type: ignore[assignment]
         super().__post_init__()
-        _one_of(self, "adapter_targets", ("qvo", "all-linear", "custom"))
-        _one_of(self, "transfer", ("separate", "stacked", "shared", "iwm"))
-        _one_of(self, "lambda_schedule", ("constant", "step", "adaptive"))
-        if self.finetune != "lora":
-            raise ValueError("DualLoRAConfig.finetune must be 'lora': both adapters sit on one frozen base")
-        _in_range(self, "lora_dropout", 0.0, 1.0, high_open=True)
-        _in_range(self, "wm_replay_fraction", 0.0, 1.0, high_open=True)
+        check_choice("adapter_targets", self.adapter_targets, ("qvo", "all-linear", "custom"))
+        check_choice("transfer", self.transfer, ("separate", "stacked", "shared", "iwm"))
+        check_choice("lambda_schedule", self.lambda_schedule, ("constant", "step", "adaptive"))
+        check_field(self.finetune == "lora", "finetune", self.finetune,
+                    "use 'lora': both adapters sit on one frozen base")
+        check_range("lora_dropout", self.lora_dropout, 0.0, 1.0, high_open=True)
+        check_range("wm_replay_fraction", self.wm_replay_fraction, 0.0, 1.0, high_open=True)
         for name in ("wm_coef", "iwm_steps", "wm_replay_capacity", "lambda_min"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"DualLoRAConfig.{name} must be >= 0, got {getattr(self, name)}")
-        if self.wm_learning_rate is not None and self.wm_learning_rate <= 0:
-            raise ValueError(f"DualLoRAConfig.wm_learning_rate must be > 0 or None, got {self.wm_learning_rate}")
-        if not 0 <= self.lambda_min <= self.lambda_max:
-            raise ValueError(f"DualLoRAConfig needs 0 <= lambda_min <= lambda_max, got {self.lambda_min}, "
-                             f"{self.lambda_max}")
-        if self.lambda_adapt_rate < 1:
-            raise ValueError(f"DualLoRAConfig.lambda_adapt_rate must be >= 1 (λ is multiplied or divided by it), "
-                             f"got {self.lambda_adapt_rate}")
-        if self.lambda_schedule == "step" and (not self.lambda_steps or self.lambda_steps[0][0] != 0):
-            raise ValueError("DualLoRAConfig.lambda_steps must start at step 0, e.g. ((0, 1.0), (10, 0.5)), got "
-                             f"{self.lambda_steps}")
+            check_range(name, getattr(self, name), 0, None)
+        if self.wm_learning_rate is not None:
+            check_range("wm_learning_rate", self.wm_learning_rate, 0, None, low_open=True)
+        check_field(self.lambda_min <= self.lambda_max, "lambda_max", self.lambda_max,
+                    f"use a value >= lambda_min={self.lambda_min}")
+        check_field(self.lambda_adapt_rate >= 1, "lambda_adapt_rate", self.lambda_adapt_rate,
+                    "use >= 1 (λ is multiplied or divided by it)")
+        check_field(self.lambda_schedule != "step" or (bool(self.lambda_steps) and self.lambda_steps[0][0] == 0),
+                    "lambda_steps", self.lambda_steps, "start at step 0, e.g. ((0, 1.0), (10, 0.5))")
         low, high = self.loss_ratio_band
-        if not 0 < low < high:
-            raise ValueError(f"DualLoRAConfig.loss_ratio_band must be (low, high) with 0 < low < high, got "
-                             f"{self.loss_ratio_band}")
+        check_field(0 < low < high, "loss_ratio_band", self.loss_ratio_band, "use (low, high) with 0 < low < high")
         if self.wm_confidence_skip is not None:
-            _in_range(self, "wm_confidence_skip", 0.0, 1.0, high_open=False)
+            check_range("wm_confidence_skip", self.wm_confidence_skip, 0.0, 1.0)
         for name in ("wm_max_context_tokens", "wm_max_calls"):
-            if getattr(self, name) is not None and getattr(self, name) < 1:
-                raise ValueError(f"DualLoRAConfig.{name} must be >= 1 or None, got {getattr(self, name)}")
-        if self.wm_chunk_size < 1:
-            raise ValueError(f"DualLoRAConfig.wm_chunk_size must be >= 1, got {self.wm_chunk_size}")
-        if self.transfer == "iwm" and self.iwm_steps >= self.num_steps:
-            raise ValueError(f"DualLoRAConfig.iwm_steps ({self.iwm_steps}) must be below num_steps "
-                             f"({self.num_steps}), or no DAPO step would run")
+            if getattr(self, name) is not None:
+                check_positive_int(name, getattr(self, name))
+        check_positive_int("wm_chunk_size", self.wm_chunk_size)
+        check_field(self.transfer != "iwm" or self.iwm_steps < self.num_steps, "iwm_steps", self.iwm_steps,
+                    f"use fewer than num_steps={self.num_steps}, or no DAPO step would run")
 
     @property
     def adapter_names(self) -> tuple[str, ...]:
@@ -134,14 +132,3 @@ class DualLoRAConfig(GRPOConfig):
         """The adapter the world-model loss trains through."""
         return "world_model" if "world_model" in self.adapter_names else "policy"
 
-
-def _one_of(config: DualLoRAConfig, name: str, options: tuple[str, ...]) -> None:
-    value = getattr(config, name)
-    if value not in options:
-        raise ValueError(f"DualLoRAConfig.{name} must be one of {list(options)}, got {value!r}")
-
-
-def _in_range(config: DualLoRAConfig, name: str, low: float, high: float, high_open: bool) -> None:
-    value = getattr(config, name)
-    if not (low <= value < high if high_open else low <= value <= high):
-        raise ValueError(f"DualLoRAConfig.{name} must be in [{low}, {high}{')' if high_open else ']'}, got {value}")

@@ -6,6 +6,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from worldgym.agents.llm.losses import AdvantageNorm, Aggregation
+from worldgym.config import check_choice, check_field, check_positive_int, check_range
 
 __all__ = ["GRPOConfig"]
 
@@ -16,43 +17,58 @@ _TARGET_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj
 class GRPOConfig:
     """GRPO/DAPO trainer settings. Defaults follow DAPO (clip 0.2/0.28, token-mean) with LoRA on a tiny model.
 
-    Model:
-        model: ``"tiny"``/``"small"`` (a Qwen3 built from config with a tokenizer trained on env text) or a
-        hub name
-            / local path for ``from_pretrained`` (ignored when the trainer is given a model).
-        finetune: ``"lora"`` (PEFT adapters; the reference model is the base with adapters disabled) or
-        ``"full"``. lora_rank, lora_alpha, lora_target_modules: the LoRA adapter. device: ``"cpu"`` or
-        ``"cuda"``. bf16_autocast: run the training forward under bfloat16 autocast (CPUs with AMX and GPUs
-        gain).
-    Environment and rollouts:
-        env_id, env_kwargs: the training env (``gym.make(env_id, **env_kwargs)``); text in, text out.
-        eval_env_kwargs: overrides for the validation env (e.g. ``{"split": "test"}``).
-        wrap_tool_calls: wrap the env in ``ParseToolCall`` (for tool-call envs such as CSRPhone-v0).
-        vectorization_mode: ``"none"`` runs training episodes in a pool of single envs; ``"sync"`` /
-        ``"async"`` in a gymnasium vector env of ``prompts_per_step * group_size`` sub-envs (async: one
-        subprocess each). Validation always uses single envs.
-        prompts_per_step: distinct tasks per step; group_size: samples per task (the GRPO group).
-        max_new_tokens, temperature, top_p: sampling per model reply; max_turns, max_episode_tokens: episode
-        limits. decoding: ``"free"``, or ``"constrained"``: tool arguments the env's schema marks as copied
-        take only values its observations showed, in rollouts and validation alike, and the learner scores
-        those tokens over the same allowed set (:mod:`worldgym.agents.llm.constrained`).
-    Loss:
-        eps_low, eps_high: asymmetric PPO clip range (DAPO clip-higher).
-        loss_aggregation: ``"token_mean"`` (DAPO), ``"seq_mean"`` (GRPO), ``"dr_grpo"``.
-        advantage_norm: ``"group_std"`` (GRPO) or ``"none"`` (Dr.GRPO).
+    Attributes:
+        model: "tiny"/"small" (a Qwen3 built from config with a tokenizer trained on env text) or a hub name /
+            local path for from_pretrained (ignored when the trainer is given a model).
+        finetune: "lora" (PEFT adapters; the KL reference is the base with adapters disabled) or "full".
+        lora_rank: rank of the LoRA adapter.
+        lora_alpha: LoRA scaling numerator (the update is scaled by alpha / rank).
+        lora_target_modules: module names the LoRA adapter wraps.
+        device: "cpu", "cuda" or "cuda:N".
+        bf16_autocast: run the training forward under bfloat16 autocast (CPUs with AMX and GPUs gain).
+        env_id: the training env, gym.make(env_id, **env_kwargs); text in, text out.
+        env_kwargs: keyword arguments of the training env.
+        eval_env_kwargs: overrides of env_kwargs for the validation env (e.g. {"split": "test"}).
+        wrap_tool_calls: wrap the env in ParseToolCall (tool-call envs such as CSRPhone-v0).
+        vectorization_mode: "none": training episodes in a pool of single envs; "sync" / "async": in a gymnasium
+            vector env of prompts_per_step * group_size sub-envs (async: one subprocess each). Validation
+            always uses single envs.
+        prompts_per_step: distinct tasks per step.
+        group_size: samples per task (the GRPO group; >= 2).
+        max_new_tokens: tokens sampled per model reply.
+        temperature: sampling temperature of training rollouts (> 0; validation is greedy).
+        top_p: nucleus sampling mass of training rollouts.
+        max_turns: model replies per episode.
+        max_episode_tokens: tokens per episode (prompt, replies and observations).
+        decoding: "free", or "constrained": tool arguments the env's schema marks as copied take only values its
+            observations showed, in rollouts and validation alike, and the learner scores those tokens over the
+            same allowed set (worldgym.agents.llm.constrained).
+        eps_low: lower PPO clip range.
+        eps_high: upper PPO clip range (DAPO clip-higher: above eps_low).
+        loss_aggregation: "token_mean" (DAPO), "seq_mean" (GRPO) or "dr_grpo".
+        advantage_norm: "group_std" (GRPO) or "none" (Dr.GRPO).
         kl_coef: k3 KL penalty to the reference (0 = off, no reference forward).
         entropy_coef: entropy bonus.
-        dynamic_sampling, max_resample_rounds: DAPO: drop groups with all-equal rewards, resample to refill.
-        overlong_buffer, overlong_penalty: DAPO soft length penalty (buffer 0 = off).
-    Optimisation:
-        learning_rate, weight_decay, grad_clip, ppo_epochs (passes over each batch), minibatch_size (episodes
-        per optimizer step), num_steps, seed.
-        share_prompt_prefix: run the opening that a group's samples share (their prompt) once per group, in
-        the engine's prefill and in the training forward/backward pass, instead of once per sample (same
-        results up to float rounding); min_shared_prefix: the shortest opening the engine shares.
-    Bookkeeping:
-        output_dir (metrics.jsonl, checkpoints), eval_every / eval_episodes (0 = no validation),
-        checkpoint_every (0 = only at the end), progress (progress bar).
+        dynamic_sampling: DAPO: drop groups whose rewards are all equal and resample to refill the batch.
+        max_resample_rounds: resampling rounds of dynamic sampling per step.
+        overlong_buffer: DAPO soft length penalty: tokens before the length limit where it starts (0 = off).
+        overlong_penalty: the soft length penalty at the limit.
+        learning_rate: AdamW learning rate (> 0).
+        weight_decay: AdamW weight decay.
+        grad_clip: gradient-norm clip (> 0).
+        ppo_epochs: passes over each step's batch.
+        minibatch_size: episodes per optimizer step.
+        num_steps: training steps of the run.
+        seed: seeds the model init, sampling and the task order.
+        share_prompt_prefix: run the opening that a group's samples share (their prompt) once per group, in the
+            engine's prefill and the training forward/backward, instead of once per sample (same results up to
+            float rounding).
+        min_shared_prefix: the shortest opening the engine shares.
+        output_dir: run directory (metrics.jsonl, checkpoints).
+        eval_every: steps between validations (0 = none).
+        eval_episodes: validation episodes (0 = none).
+        checkpoint_every: steps between checkpoints (0 = only at the end).
+        progress: show a progress bar.
     """
 
     model: str = "tiny"
@@ -106,66 +122,32 @@ class GRPOConfig:
 
     def __post_init__(self) -> None:
         self.lora_target_modules = tuple(self.lora_target_modules)
-        _choice(self, "finetune", ("lora", "full"))
-        _choice(self, "loss_aggregation", ("token_mean", "seq_mean", "dr_grpo"))
-        _choice(self, "advantage_norm", ("group_std", "none"))
-        _choice(self, "vectorization_mode", ("none", "sync", "async"))
-        _choice(self, "decoding", ("free", "constrained"))
-        for name in (
-            "lora_rank",
-            "lora_alpha",
-            "prompts_per_step",
-            "max_new_tokens",
-            "max_turns",
-            "ppo_epochs",
-            "minibatch_size",
-            "num_steps",
-            "max_episode_tokens",
-            "min_shared_prefix",
-        ):
-            if getattr(self, name) < 1:
-                raise ValueError(f"GRPOConfig.{name} must be >= 1, got {getattr(self, name)}")
-        if self.group_size < 2:
-            raise ValueError(
-                f"GRPOConfig.group_size must be >= 2 (group-relative advantages need a group), "
-                f"got {self.group_size}"
-            )
+        check_choice("finetune", self.finetune, ("lora", "full"))
+        check_choice("loss_aggregation", self.loss_aggregation, ("token_mean", "seq_mean", "dr_grpo"))
+        check_choice("advantage_norm", self.advantage_norm, ("group_std", "none"))
+        check_choice("vectorization_mode", self.vectorization_mode, ("none", "sync", "async"))
+        check_choice("decoding", self.decoding, ("free", "constrained"))
+        for name in ("lora_rank", "lora_alpha", "prompts_per_step", "max_new_tokens", "max_turns", "ppo_epochs",
+                     "minibatch_size", "num_steps", "max_episode_tokens", "min_shared_prefix"):
+            check_positive_int(name, getattr(self, name))
+        check_field(self.group_size >= 2, "group_size", self.group_size,
+                    "use >= 2 (group-relative advantages need a group)")
         for name in ("eps_low", "eps_high"):
-            if not 0 < getattr(self, name) < 1:
-                raise ValueError(f"GRPOConfig.{name} must be in (0, 1), got {getattr(self, name)}")
-        for name in (
-            "kl_coef",
-            "entropy_coef",
-            "weight_decay",
-            "temperature",
-            "eval_every",
-            "eval_episodes",
-            "checkpoint_every",
-            "overlong_buffer",
-            "max_resample_rounds",
-            "overlong_penalty",
-        ):
-            if getattr(self, name) < 0:
-                raise ValueError(f"GRPOConfig.{name} must be >= 0, got {getattr(self, name)}")
-        if self.temperature == 0:
-            raise ValueError(
-                "GRPOConfig.temperature must be > 0 for training rollouts (greedy groups are all "
-                "identical, so every advantage would be 0); validation already decodes greedily"
-            )
-        if not 0 < self.top_p <= 1:
-            raise ValueError(f"GRPOConfig.top_p must be in (0, 1], got {self.top_p}")
-        if self.learning_rate <= 0 or self.grad_clip <= 0:
-            raise ValueError(
-                f"GRPOConfig.learning_rate and grad_clip must be > 0, got {self.learning_rate}, "
-                f"{self.grad_clip}"
-            )
-        if self.overlong_buffer > self.max_new_tokens * self.max_turns:
-            raise ValueError(
-                f"GRPOConfig.overlong_buffer ({self.overlong_buffer}) must not exceed the longest "
-                f"response, max_new_tokens * max_turns = {self.max_new_tokens * self.max_turns}"
-            )
-        if self.device not in ("cpu", "cuda") and not self.device.startswith("cuda:"):
-            raise ValueError(f"GRPOConfig.device must be 'cpu', 'cuda' or 'cuda:N', got {self.device!r}")
+            check_range(name, getattr(self, name), 0, 1, low_open=True, high_open=True)
+        for name in ("kl_coef", "entropy_coef", "weight_decay", "temperature", "eval_every", "eval_episodes",
+                     "checkpoint_every", "overlong_buffer", "max_resample_rounds", "overlong_penalty"):
+            check_range(name, getattr(self, name), 0, None)
+        check_field(self.temperature > 0, "temperature", self.temperature,
+                    "use > 0 for training rollouts (greedy groups are all identical, so every advantage would be "
+                    "0); validation already decodes greedily")
+        check_range("top_p", self.top_p, 0, 1, low_open=True)
+        check_range("learning_rate", self.learning_rate, 0, None, low_open=True)
+        check_range("grad_clip", self.grad_clip, 0, None, low_open=True)
+        longest = self.max_new_tokens * self.max_turns
+        check_field(self.overlong_buffer <= longest, "overlong_buffer", self.overlong_buffer,
+                    f"use at most the longest response, max_new_tokens * max_turns = {longest}")
+        check_field(self.device in ("cpu", "cuda") or self.device.startswith("cuda:"), "device", self.device,
+                    "use 'cpu', 'cuda' or 'cuda:N'")
 
     def to_dict(self) -> dict[str, Any]:
         """The config as JSON-compatible data (stored in checkpoints)."""
@@ -173,8 +155,3 @@ class GRPOConfig:
         data["lora_target_modules"] = list(self.lora_target_modules)
         return data
 
-
-def _choice(config: GRPOConfig, name: str, options: tuple[str, ...]) -> None:
-    value = getattr(config, name)
-    if value not in options:
-        raise ValueError(f"GRPOConfig.{name} must be one of {list(options)}, got {value!r}")

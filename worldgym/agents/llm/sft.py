@@ -8,6 +8,7 @@ from typing import Any
 
 import gymnasium as gym
 import torch
+from worldgym.config import check_positive_int, check_range
 from tqdm.auto import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
@@ -53,10 +54,8 @@ class SFTConfig:
 
     def __post_init__(self) -> None:
         for name in ("epochs", "batch_size", "max_length"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"SFTConfig.{name} must be >= 1, got {getattr(self, name)}")
-        if self.learning_rate <= 0:
-            raise ValueError(f"SFTConfig.learning_rate must be > 0, got {self.learning_rate}")
+            check_positive_int(name, getattr(self, name))
+        check_range("learning_rate", self.learning_rate, 0, None, low_open=True)
 
 
 def collect_expert_chats(

@@ -25,6 +25,7 @@ from worldgym.agents.llm.models import TINY_SIZES, build_tiny_model
 from worldgym.agents.llm.pretrained import load_chat_model
 from worldgym.agents.llm.sft import Chat, ExpertPolicy, SFTConfig, collect_expert_chats, sft_train
 from worldgym.agents.llm.tokenizer import train_chat_tokenizer
+from worldgym.config import check_field, check_positive_int, check_range
 
 __all__ = ["CSRTextExpert", "WarmStart", "WarmStartConfig", "expert_chats", "load_or_train_warm_start"]
 
@@ -65,18 +66,13 @@ class WarmStartConfig:
     def __post_init__(self) -> None:
         object.__setattr__(self, "difficulties", tuple(self.difficulties))
         object.__setattr__(self, "extra_special_tokens", tuple(self.extra_special_tokens))
-        if not self.difficulties:
-            raise ValueError("WarmStartConfig.difficulties must name at least one difficulty")
+        check_field(bool(self.difficulties), "difficulties", self.difficulties, "name at least one difficulty")
         for name in ("episodes_per_difficulty", "epochs", "batch_size", "lora_rank", "lora_alpha"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"WarmStartConfig.{name} must be >= 1, got {getattr(self, name)}")
-        if self.learning_rate <= 0:
-            raise ValueError(f"WarmStartConfig.learning_rate must be > 0, got {self.learning_rate}")
-        if "split" in self.env_kwargs or "difficulty" in self.env_kwargs:
-            raise ValueError(
-                "WarmStartConfig.env_kwargs must not set 'split' or 'difficulty': expert chats always come "
-                "from the train split, at each of WarmStartConfig.difficulties"
-            )
+            check_positive_int(name, getattr(self, name))
+        check_range("learning_rate", self.learning_rate, 0, None, low_open=True)
+        check_field("split" not in self.env_kwargs and "difficulty" not in self.env_kwargs, "env_kwargs",
+                    self.env_kwargs, "drop 'split' and 'difficulty': expert chats always come from the train "
+                    "split, at each of the config's difficulties")
 
     @property
     def finetune(self) -> Literal["full", "lora"]:

@@ -1,0 +1,50 @@
+"""The one shape every agent has: a ``<Agent>Config`` dataclass and a ``<Agent>Trainer(config, ...)``.
+
+An agent folder exports both. The trainer runs the whole job, so a user's code, ``examples/train_<agent>.py``
+and the benchmarks drive every agent the same way::
+
+    trainer = GRPOTrainer(GRPOConfig(env_id="CSRPhone-v0", num_steps=20))
+    history = trainer.train()            # one metrics dict per logged step, also in <output_dir>/metrics.jsonl
+    metrics = trainer.evaluate()         # held-out figures, keys "eval/..."
+    trainer.save("runs/x/checkpoint")    # one checkpoint format (worldgym.checkpointing)
+    trainer.load("runs/x/checkpoint")    # the same run continues exactly
+    trainer.close()
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+import gymnasium as gym
+
+__all__ = ["AgentTrainer"]
+
+
+@runtime_checkable
+class AgentTrainer(Protocol):
+    """What :class:`GRPOTrainer`, :class:`DualLoRATrainer`, :class:`ZTokenPPOTrainer` and
+    :class:`DreamerTrainer` (and every agent to come) offer."""
+
+    config: Any
+    history: list[dict[str, Any]]
+
+    def train(self) -> list[dict[str, Any]]:
+        """Run until the config's budget is spent (continuing a loaded run); return every logged metrics row."""
+        ...
+
+    def evaluate(self, env: gym.Env | gym.vector.VectorEnv | None = None) -> dict[str, float]:
+        """Held-out metrics (``eval/*``) on ``env``, or on the config's evaluation env when None."""
+        ...
+
+    def save(self, path: str | Path) -> Path:
+        """Write a checkpoint from which :meth:`load` continues the run exactly; returns its folder."""
+        ...
+
+    def load(self, path: str | Path) -> None:
+        """Restore a :meth:`save` checkpoint (a :class:`~worldgym.errors.CheckpointError` names what is wrong)."""
+        ...
+
+    def close(self) -> None:
+        """Release envs, engines and worker processes."""
+        ...
