@@ -67,6 +67,8 @@ class MathRewardModel:
 
     >>> MathRewardModel()("Answer: 42", "42")
     1.0
+    >>> MathRewardModel().score("What is 6 * 7?", "6 * 7 = 42", label="42")
+    1.0
     """
 
     def __init__(self, tolerance: float = 1e-6):
@@ -81,6 +83,11 @@ class MathRewardModel:
         if expected is None or predicted is None:
             return 0.0
         return 1.0 if abs(predicted - float(expected)) <= self.tolerance else 0.0
+
+    def score(self, prompt: str, response: str, label: str | float) -> float:
+        """The reward-model call of the GRPO design: ``response`` graded against ``label`` (the reference
+        answer). The grade depends on the answer alone, so ``prompt`` is accepted and not read."""
+        return self(response, label)
 
     def batch(self, completions: Sequence[str], references: Sequence[str | float | int]) -> list[float]:
         """Scores of many completions against their references."""
