@@ -1,32 +1,35 @@
 """Train an LLM with GRPO/DAPO on MathQA-v0 or CSRPhone-v0, from a supervised warm start, on CPU.
 
-    python examples/train_grpo.py                          # MathQA-v0, ~6 min on 2 busy CPU cores
-    python examples/train_grpo.py --env CSRPhone-v0        # tiny model, constrained copy arguments, d1
-    python examples/train_grpo.py --env CSRPhone-v0 --model smollm2-135m --difficulty 3   # a real model
-    python examples/train_grpo.py --model Qwen/Qwen3-0.6B --device cuda --sft-episodes 0   # MathQA, real model
+    python examples/train_grpo.py                       # MathQA-v0 (preset math-qa), ~6 min on 2 busy CPU cores
+    python examples/train_grpo.py csr-tiny              # CSRPhone-v0: tiny model, constrained copy arguments, d1
+    python examples/train_grpo.py csr-smollm2 --difficulty 3                     # a real pretrained model
+    python examples/train_grpo.py math-qa --grpo.model Qwen/Qwen3-0.6B --grpo.device cuda --expert.episodes 0
+    python examples/train_grpo.py csr-tiny --help                                # every setting, with its help
+    python examples/train_grpo.py --config my_run.yaml --grpo.num-steps 50      # a file, then flags
+    python examples/train_grpo.py --resume runs/train_grpo                     # continue a run
 
-MathQA-v0: (1) record an imperfect expert (the worked solution, whose final answer is corrupted with
-probability ``--expert-noise``); (2) train a byte-level BPE tokenizer and a tiny Qwen3 on that text (skipped
-for a real ``--model``); (3) SFT warm start; (4) GRPO with validation on the test split.
+MathQA-v0 (``math-qa``): (1) record an imperfect expert (the worked solution, whose final answer is corrupted
+with probability ``--expert.noise``); (2) train a byte-level BPE tokenizer and a tiny Qwen3 on that text (skipped
+for a real ``--grpo.model``); (3) SFT warm start; (4) GRPO with validation on the test split.
 
-CSRPhone-v0: DAPO on the env's 0/1 task reward (``--shaping progress`` adds partial credit) with the model's
-preset (:data:`worldgym.agents.grpo.CSR_PRESETS`: ``tiny`` decodes with constrained copy arguments,
-``smollm2-135m`` freely; ``--decoding`` overrides), from a cached warm start (SFT on the scripted expert at
-difficulties 1-3, train split, ``--warm-start-dir``), validated on validation-split companies at
-``--difficulty``. Any other ``--model`` (a local path or hub name) gets a LoRA warm start with SmolLM2's
-settings. Every run setting left at 0 takes the env's default from :func:`env_settings`. Writes metrics.jsonl,
-curve.json and curve.png to ``--output-dir``.
+CSRPhone-v0 (``csr-tiny``, ``csr-smollm2``): DAPO on the env's 0/1 task reward (``--shaping progress`` adds
+partial credit) with the model's preset (:data:`worldgym.agents.grpo.CSR_PRESETS`: ``tiny`` decodes with
+constrained copy arguments, ``smollm2-135m`` freely), from a cached warm start (SFT on the scripted expert at
+difficulties 1-3, train split, ``--warm-start-dir``), validated on validation-split companies. Another pretrained
+model gets SmolLM2's settings: ``csr-smollm2 --warm-start.model path/or/hub-name``.
+
+Writes config.json (the resolved settings), metrics.jsonl, checkpoints, curve.json and curve.png to
+``--grpo.output-dir``.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import gymnasium as gym
 import numpy as np
@@ -44,99 +47,95 @@ from worldgym.agents.llm import (
     sft_train,
     train_chat_tokenizer,
 )
-from worldgym.agents.llm.warm_start import load_or_train_warm_start
+from worldgym.agents.llm.engines import HFEngine
+from worldgym.agents.llm.warm_start import WarmStartConfig, load_or_train_warm_start
+from worldgym.cli import parse_run, save_run_config
 
 
 @dataclass
-class Args:
-    env: str = "MathQA-v0"
-    model: str = "tiny"  # "tiny"/"small" (built here) or a hub name / local path
-    device: str = "cpu"
-    steps: int = 0  # 0: the env's default (see env_settings)
-    prompts_per_step: int = 0  # 0: the env's default (see env_settings)
-    group_size: int = 8
-    learning_rate: float = 0.0  # 0: the env's default (see env_settings)
-    finetune: str = "full"  # a 0.5M-parameter model has too little room for LoRA; use "lora" for real models
-    sft_episodes: int = -1  # -1: the env's default (see env_settings)
-    sft_epochs: int = 0  # 0: the env's default (see env_settings)
-    sft_batch_size: int = 0  # 0: the env's default (see env_settings)
-    sft_learning_rate: float = 0.0  # 0: the env's default (see env_settings)
-    expert_noise: float = -1.0  # -1: the env's default (see env_settings)
-    shaping: str = ""  # "": the env's default; "none" (env reward) or "progress" (CSRPhone partial credit)
-    max_turns: int = 0  # 0: the env's default (see env_settings)
-    max_new_tokens: int = 0  # 0: the env's default (see env_settings)
-    eval_every: int = 0  # 0: the env's default (see env_settings)
-    eval_episodes: int = 0  # 0: the env's default (see env_settings)
-    seed: int = 0
-    output_dir: str = "runs/train_grpo"
-    difficulty: int = 1  # CSRPhone-v0: the difficulty trained and validated
-    decoding: str = ""  # CSRPhone-v0: "free" or "constrained"; "": the model preset's
-    warm_start_dir: str = "runs/warm_starts"  # CSRPhone-v0: where warm starts are cached
+class ExpertWarmStart:
+    """MathQA-v0's supervised warm start on an imperfect expert (seeded by grpo.seed).
 
-
-def parse_args() -> Args:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    for name, default in vars(Args()).items():
-        parser.add_argument("--" + name.replace("_", "-"), type=type(default), default=default)
-    return Args(**vars(parser.parse_args()))
-
-
-# ---------------------------------------------------------------- env-specific pieces
-def env_settings(args: Args) -> dict[str, Any]:
-    """Env kwargs, rollout limits, the tool-call wrapper flag and the run's defaults for each supported env.
-
-    Every ``Args`` field left at its "0: the env's default" value is filled in from here.
+    Attributes:
+        episodes: expert episodes recorded (0 = no SFT, e.g. for a real model that already answers).
+        noise: probability that the expert's final answer is wrong (its worked steps are kept).
+        epochs: SFT passes over the episodes.
+        batch_size: SFT chats per optimizer step.
+        learning_rate: SFT learning rate.
+        vocab_size: size of the byte-level BPE tokenizer trained for a tiny model.
     """
-    if args.env == "MathQA-v0":
-        settings = {
-            "env_kwargs": {"difficulty": 1, "num_problems": 5000},
-            "eval_env_kwargs": {"split": "test", "num_problems": 500},
-            "wrap_tool_calls": False,
-            "tokenizer": {},
-            "max_turns": 1,
-            "max_new_tokens": 24,
-            "steps": 100,
-            "prompts_per_step": 16,
-            "learning_rate": 3e-4,
-            "sft_episodes": 2000,
-            "sft_epochs": 3,
-            "sft_batch_size": 32,
-            "sft_learning_rate": 3e-3,
-            "eval_every": 10,
-            "eval_episodes": 256,
-            "expert_noise": 0.3,
-            "shaping": "none",
-        }
-    elif args.env == "CSRPhone-v0":
-        # The model's preset (CSR_PRESETS) holds the batch, learning rate and reply length; these are the
-        # run's length and the reward. History: a 0.6M model trained from scratch never copies an unseen value
-        # (phone number, auth value) from a tool result, so with free decoding its 0/1 success stays 0 and an
-        # earlier version of this example trained on partial credit; constrained copy arguments let it
-        # complete tasks, so the default is now the env's 0/1 reward (see the README's CSR section).
-        settings = {
-            "env_kwargs": {}, "eval_env_kwargs": {}, "wrap_tool_calls": True, "tokenizer": {},
-            "max_turns": 16, "max_new_tokens": 0, "steps": 30, "prompts_per_step": 0, "learning_rate": 0.0,
-            "eval_every": 5, "eval_episodes": 64, "sft_episodes": 0, "sft_epochs": 0, "sft_batch_size": 0,
-            "sft_learning_rate": 0.0, "expert_noise": 0.0, "shaping": "none",
-        }
-    else:
-        raise ValueError(f"--env must be MathQA-v0 or CSRPhone-v0, got {args.env!r}")
-    unset = {"sft_episodes": -1, "expert_noise": -1.0, "shaping": ""}
-    for name in ("max_turns", "max_new_tokens", "steps", "prompts_per_step", "learning_rate", "sft_episodes",
-                 "sft_epochs", "sft_batch_size", "sft_learning_rate", "expert_noise", "shaping", "eval_every",
-                 "eval_episodes"):
-        value = getattr(args, name)
-        if value != unset.get(name, 0):
-            settings[name] = value
-    if settings["shaping"] not in ("none", "progress") or (
-        settings["shaping"] == "progress" and args.env != "CSRPhone-v0"
-    ):
-        raise ValueError(
-            f"--shaping must be 'none', or 'progress' for CSRPhone-v0, got {settings['shaping']!r}"
-        )
-    return settings
+
+    episodes: int = 2000
+    noise: float = 0.3
+    epochs: int = 3
+    batch_size: int = 32
+    learning_rate: float = 3e-3
+    vocab_size: int = 2000
+
+
+@dataclass
+class MathQARun:
+    """GRPO on MathQA-v0 from an SFT warm start.
+
+    Attributes:
+        grpo: the trainer's settings.
+        expert: the supervised warm start.
+    """
+
+    grpo: GRPOConfig = field(default_factory=lambda: GRPOConfig(
+        env_id="MathQA-v0", env_kwargs={"difficulty": 1, "num_problems": 5000},
+        eval_env_kwargs={"split": "test", "num_problems": 500}, max_turns=1, max_new_tokens=24, num_steps=100,
+        prompts_per_step=16, group_size=8, minibatch_size=128, learning_rate=3e-4, finetune="full", eval_every=10,
+        eval_episodes=256, output_dir="runs/train_grpo"))
+    expert: ExpertWarmStart = field(default_factory=ExpertWarmStart)
+
+
+@dataclass
+class CSRRun:
+    """DAPO on CSRPhone-v0's 0/1 task reward from a cached warm start.
+
+    Attributes:
+        grpo: the trainer's settings (the model's preset; env_kwargs hold the split and difficulty).
+        warm_start: what the cached SFT warm start is trained from (every field is part of its cache key).
+        difficulty: when set, the difficulty trained and validated (replaces it in grpo.env_kwargs and
+            grpo.eval_env_kwargs).
+        shaping: "none" (the env's 0/1 reward) or "progress" (partial credit for reaching a department and
+            passing its authentication).
+        warm_start_dir: where warm starts are cached.
+        engine_batch_size: episodes generated together.
+        kv_cache_max_tokens: the rollout engine's KV store.
+    """
+
+    grpo: GRPOConfig
+    warm_start: WarmStartConfig
+    difficulty: int | None = None
+    shaping: Literal["none", "progress"] = "none"
+    warm_start_dir: str = "runs/warm_starts"
+    engine_batch_size: int = 32
+    kv_cache_max_tokens: int = 131072
+
+    @classmethod
+    def from_preset(cls, model: str) -> CSRRun:
+        """The example's run of :data:`CSR_PRESETS` ``[model]``: 30 steps, validation every 5 on 64 tasks."""
+        preset = CSR_PRESETS[model]
+        grpo = preset.grpo_config(1, num_steps=30, eval_every=5, eval_episodes=64, output_dir="runs/train_grpo")
+        return cls(grpo, preset.warm_start, engine_batch_size=preset.engine_batch_size,
+                   kv_cache_max_tokens=preset.kv_cache_max_tokens)
+
+    def resolved_grpo(self) -> GRPOConfig:
+        """``grpo`` with ``difficulty`` applied."""
+        if self.difficulty is None:
+            return self.grpo
+        return replace(self.grpo, env_kwargs={**self.grpo.env_kwargs, "difficulty": self.difficulty},
+                       eval_env_kwargs={**self.grpo.eval_env_kwargs, "difficulty": self.difficulty})
+
+
+PRESETS: dict[str, tuple[str, MathQARun | CSRRun]] = {
+    "math-qa": ("GRPO on MathQA-v0: tiny model, SFT on a noisy expert, full fine-tuning.", MathQARun()),
+    "csr-tiny": ("DAPO on CSRPhone-v0: tiny model, constrained copy arguments.", CSRRun.from_preset("tiny")),
+    "csr-smollm2": ("DAPO on CSRPhone-v0: SmolLM2-135M-Instruct with LoRA, free decoding (`make smollm2`).",
+                    CSRRun.from_preset("smollm2-135m")),
+}
 
 
 # CSR reply types that mean a call reached a real department (the number was copied right) ...
@@ -156,9 +155,9 @@ def csr_progress_reward(episode: Episode) -> float:
     return 0.2 * bool(replies & _REACHED_DEPARTMENT) + 0.2 * bool(replies & _AUTHENTICATED)
 
 
-def noisy_expert(args: Args, noise: float):
+def noisy_expert(seed: int, noise: float):
     """MathQA's imperfect expert: the worked solution, whose final answer is wrong with probability ``noise``."""
-    rng = np.random.default_rng(args.seed)
+    rng = np.random.default_rng(seed)
 
     def math_expert(env: gym.Env, observation: str, info: dict) -> str:
         problem = env.unwrapped.problems[info["index"]]
@@ -170,13 +169,11 @@ def noisy_expert(args: Args, noise: float):
     return math_expert
 
 
-def shared_env_factories(args: Args, settings: dict[str, Any]) -> dict[str, Any]:
+def shared_env_factories(config: GRPOConfig) -> dict[str, Any]:
     """MathQA: generate each split's problems once and share them between the (many) rollout envs."""
-    if args.env != "MathQA-v0":
-        return {}
     from worldgym.envs.math_qa import MathQAEnv, generate_problems
 
-    kwargs, eval_kwargs = settings["env_kwargs"], {**settings["env_kwargs"], **settings["eval_env_kwargs"]}
+    kwargs, eval_kwargs = config.env_kwargs, {**config.env_kwargs, **config.eval_env_kwargs}
     train = generate_problems(kwargs["num_problems"], "train", kwargs["difficulty"], seed=0)
     test = generate_problems(eval_kwargs["num_problems"], "test", eval_kwargs["difficulty"], seed=0)
     return {
@@ -186,117 +183,81 @@ def shared_env_factories(args: Args, settings: dict[str, Any]) -> dict[str, Any]
 
 
 # ---------------------------------------------------------------- main
-def train_csr(args: Args, settings: dict[str, Any], out: Path) -> None:
-    """CSRPhone-v0: the model's preset, its cached warm start, then DAPO on the 0/1 reward."""
-    preset = CSR_PRESETS.get(args.model)
-    if preset is None:  # any other model: SmolLM2's LoRA settings
-        smollm2 = CSR_PRESETS["smollm2-135m"]
-        preset = replace(smollm2, warm_start=replace(smollm2.warm_start, model=args.model))
-    sft = {"episodes_per_difficulty": settings["sft_episodes"], "epochs": settings["sft_epochs"],
-           "batch_size": settings["sft_batch_size"], "learning_rate": settings["sft_learning_rate"]}
-    preset = replace(preset, warm_start=replace(preset.warm_start, **{k: v for k, v in sft.items() if v}))
-    rollout = {k: settings[k] for k in ("prompts_per_step", "learning_rate", "max_new_tokens") if settings[k]}
-    preset = replace(preset, **rollout)
-    start = time.perf_counter()
-    warm = load_or_train_warm_start(preset.warm_start, cache_dir=args.warm_start_dir)
+def train_csr(run: CSRRun, resume: bool) -> GRPOTrainer:
+    """CSRPhone-v0: the cached warm start, then DAPO on the 0/1 reward."""
+    warm = load_or_train_warm_start(run.warm_start, cache_dir=run.warm_start_dir)
     print(f"warm start: {warm.path} ({warm.summary['chats']} expert chats)")
-    config = preset.grpo_config(
-        args.difficulty, decoding=args.decoding or preset.decoding, device=args.device,
-        num_steps=settings["steps"], group_size=args.group_size, max_turns=settings["max_turns"],
-        eval_every=settings["eval_every"], eval_episodes=settings["eval_episodes"], seed=args.seed,
-        output_dir=str(out))
+    config = run.resolved_grpo()
+    tokenizer = warm.tokenizer
     trainer = GRPOTrainer(
-        config, model=warm.model.to(args.device), tokenizer=warm.tokenizer,
-        reward_fn=csr_progress_reward if settings["shaping"] == "progress" else None,
-        make_engine=lambda policy: preset.engine(policy, warm.tokenizer))
-    trainer.train()
-    write_curve(trainer.history, out, args, time.perf_counter() - start)
+        config, model=warm.model.to(config.device), tokenizer=tokenizer,
+        reward_fn=csr_progress_reward if run.shaping == "progress" else None,
+        make_engine=lambda policy: HFEngine(  # batched, each episode's KV cache kept across turns
+            policy, tokenizer.pad_token_id, [tokenizer.eos_token_id], batch_size=run.engine_batch_size,
+            reuse_kv_cache=True, kv_cache_max_tokens=run.kv_cache_max_tokens))
+    return _train(trainer, resume)
 
 
-def main() -> None:
-    args = parse_args()
-    torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
-    settings = env_settings(args)
-    out = Path(args.output_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    if args.env == "CSRPhone-v0":
-        return train_csr(args, settings, out)
+def train_math_qa(run: MathQARun, resume: bool) -> GRPOTrainer:
+    """MathQA-v0: expert episodes, tokenizer and tiny model (or a real one), SFT, then GRPO."""
+    config, expert = run.grpo, run.expert
 
     def make_env() -> gym.Env:
-        return make_text_env(args.env, settings["env_kwargs"], settings["wrap_tool_calls"])
+        return make_text_env(config.env_id, config.env_kwargs, config.wrap_tool_calls)
 
-    # 1. expert demonstrations, as text actions (tool envs parse them through ParseToolCall)
-    start = time.perf_counter()
-    chats = collect_expert_chats(
-        make_env,
-        noisy_expert(args, settings["expert_noise"]),
-        range(settings["sft_episodes"]),
-        max_turns=settings["max_turns"],
-    )
+    # 1. expert demonstrations, as text actions
+    chats = collect_expert_chats(make_env, noisy_expert(config.seed, expert.noise), range(expert.episodes),
+                                 max_turns=config.max_turns)
     if chats:
         print(f"expert: {len(chats)} episodes, mean reward {np.mean([c.reward for c in chats]):.3f}")
 
     # 2. tokenizer + model
-    if args.model in ("tiny", "small"):
+    if config.model in ("tiny", "small"):
         corpus = [m["content"] for chat in chats for m in chat.messages]
         corpus += [json.dumps(t) for t in (chats[0].tools or [])] if chats else []
-        tokenizer = train_chat_tokenizer(corpus, vocab_size=2000, **settings["tokenizer"])
-        model = build_tiny_model(tokenizer, args.model, seed=args.seed)
+        tokenizer = train_chat_tokenizer(corpus, vocab_size=expert.vocab_size)
+        model = build_tiny_model(tokenizer, config.model, seed=config.seed)
     else:
-        tokenizer, model = load_tokenizer(args.model), load_model(args.model)
-    model.to(args.device)
-    print(
-        f"model: {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters, vocab {len(tokenizer)}"
-    )
+        tokenizer, model = load_tokenizer(config.model), load_model(config.model)
+    model.to(config.device)
+    print(f"model: {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters, vocab {len(tokenizer)}")
 
-    # 3. SFT warm start
-    if chats:
-        losses = sft_train(
-            model,
-            tokenizer,
-            chats,
-            SFTConfig(
-                epochs=settings["sft_epochs"],
-                batch_size=settings["sft_batch_size"],
-                learning_rate=settings["sft_learning_rate"],
-                seed=args.seed,
-                bucket_by_length=settings["max_turns"] > 1,  # long multi-turn chats: less padding
-            ),
-        )
+    # 3. SFT warm start (a resumed run loads its trained weights instead)
+    if chats and not resume:
+        start = time.perf_counter()
+        losses = sft_train(model, tokenizer, chats, SFTConfig(
+            epochs=expert.epochs, batch_size=expert.batch_size, learning_rate=expert.learning_rate,
+            seed=config.seed, bucket_by_length=config.max_turns > 1))  # long multi-turn chats: less padding
         print(f"sft: loss {losses[0]:.3f} -> {losses[-1]:.3f} in {time.perf_counter() - start:.0f}s")
 
     # 4. GRPO
-    config = GRPOConfig(
-        env_id=args.env,
-        env_kwargs=settings["env_kwargs"],
-        eval_env_kwargs=settings["eval_env_kwargs"],
-        wrap_tool_calls=settings["wrap_tool_calls"],
-        max_turns=settings["max_turns"],
-        max_new_tokens=settings["max_new_tokens"],
-        finetune=args.finetune,
-        device=args.device,
-        num_steps=settings["steps"],
-        prompts_per_step=settings["prompts_per_step"],
-        group_size=args.group_size,
-        learning_rate=settings["learning_rate"],
-        minibatch_size=settings["prompts_per_step"] * args.group_size,
-        eval_every=settings["eval_every"],
-        eval_episodes=settings["eval_episodes"],
-        seed=args.seed,
-        output_dir=str(out),
-    )
-    trainer = GRPOTrainer(
-        config,
-        model=model,
-        tokenizer=tokenizer,
-        reward_fn=csr_progress_reward if settings["shaping"] == "progress" else None,
-        **shared_env_factories(args, settings),
-    )
+    trainer = GRPOTrainer(config, model=model, tokenizer=tokenizer, **shared_env_factories(config))
+    return _train(trainer, resume)
+
+
+def _train(trainer: GRPOTrainer, resume: bool) -> GRPOTrainer:
+    if resume:
+        resumed = trainer.resume_latest()
+        print(f"resumed from {resumed} at step {trainer.step}" if resumed else "no checkpoint yet: a fresh run")
     trainer.train()
-    write_curve(trainer.history, out, args, time.perf_counter() - start)
+    trainer.close()
+    return trainer
 
 
-def write_curve(history: list[dict[str, Any]], out: Path, args: Args, seconds: float) -> None:
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parsed = parse_run(PRESETS, argv, description=__doc__)
+    run = parsed.run
+    torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+    config = run.resolved_grpo() if isinstance(run, CSRRun) else run.grpo
+    out = Path(config.output_dir)
+    save_run_config(out, parsed.preset, run)
+    start = time.perf_counter()
+    trainer = train_csr(run, parsed.resume) if isinstance(run, CSRRun) else train_math_qa(run, parsed.resume)
+    model = run.warm_start.model if isinstance(run, CSRRun) else config.model
+    return write_curve(trainer.history, out, config.env_id, model, time.perf_counter() - start)
+
+
+def write_curve(history: list[dict[str, Any]], out: Path, env_id: str, model: str, seconds: float) -> dict[str, Any]:
     """curve.json and curve.png: validation success and rollout reward per step."""
     evals = [(m["step"], m["eval/success_rate"]) for m in history if "eval/success_rate" in m]
     eval_shaped = [(m["step"], m["eval/shaped_reward_mean"]) for m in history
@@ -305,8 +266,8 @@ def write_curve(history: list[dict[str, Any]], out: Path, args: Args, seconds: f
     shaped = [(m["step"], m["rollout/shaped_reward_mean"]) for m in history
               if "rollout/shaped_reward_mean" in m]
     summary = {
-        "env": args.env,
-        "model": args.model,
+        "env": env_id,
+        "model": model,
         "seconds": seconds,
         "eval_success": evals,
         "rollout_reward": rollout,
@@ -331,10 +292,11 @@ def write_curve(history: list[dict[str, Any]], out: Path, args: Args, seconds: f
     if eval_shaped:
         ax.plot(*zip(*eval_shaped), marker="s", label="validation shaped reward (greedy)")
     ax.set_xlabel("GRPO step")
-    ax.set_title(f"GRPO on {args.env} ({args.model} model, SFT warm start at step 0)")
+    ax.set_title(f"GRPO on {env_id} ({model} model, SFT warm start at step 0)")
     ax.legend()
     fig.tight_layout()
     fig.savefig(out / "curve.png", dpi=120)
+    return summary
 
 
 if __name__ == "__main__":

@@ -95,7 +95,7 @@ def _cli_for(presets: Mapping[str, tuple[str, T]], name: str, rest: Sequence[str
 
 
 def _file_options_help(description: str | None) -> str:
-    extra = ("Settings come from a preset (the first argument), then --config FILE.yaml|json (any fields, "
+    extra = ("Settings come from a preset (the first argument; default: the first listed), then --config FILE.yaml|json (any fields, "
              "nested as below, plus 'preset:') or --resume RUN_DIR (its recorded config.json), then these flags.")
     return f"{description}\n\n{extra}" if description else extra
 
