@@ -1,7 +1,10 @@
-"""Fixtures shared by every test folder: damaging a saved checkpoint the way a crash or a bad disk would."""
+"""Shared by every test folder: the ``gpu`` marker's skip, and damaging a saved checkpoint the way a crash or a
+bad disk would."""
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import json
 import re
 from collections.abc import Callable
@@ -12,6 +15,37 @@ import pytest
 from worldgym.checkpointing import MANIFEST
 
 DAMAGES = ("truncated", "flipped_byte", "missing", "wrong_version")
+
+
+@functools.cache
+def _missing_gpu(warp: bool) -> str | None:
+    """Why a GPU test cannot run here (None when it can): torch sees no CUDA device, or (``warp``) Warp does
+    not."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return "needs a CUDA device (torch.cuda.is_available() is False)"
+    if warp:
+        if importlib.util.find_spec("warp") is None:
+            return "needs NVIDIA Warp (warp-lang) with CUDA"
+        import warp as wp
+
+        wp.init()
+        if not wp.is_cuda_available():
+            return "needs a CUDA device that Warp can use (warp.is_cuda_available() is False)"
+    return None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Skip every test marked ``gpu`` (``@pytest.mark.gpu``, or ``gpu(warp=True)`` for Warp kernels on CUDA)
+    when this machine cannot run it; the one place GPU tests are skipped."""
+    for item in items:
+        marker = item.get_closest_marker("gpu")
+        if marker is None:
+            continue
+        reason = _missing_gpu(bool(marker.kwargs.get("warp", False)))
+        if reason is not None:
+            item.add_marker(pytest.mark.skip(reason=reason))
 
 
 def damage_checkpoint(root: Path, name: str, damage: str) -> str:

@@ -49,7 +49,6 @@ def test_async_engine_needs_two_windows_of_margin(tmp_path, make_config):
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_async_engine_on_cuda(tmp_path, make_config):
     engine = AsyncEngine(no_wrap_config(make_config, tmp_path, device="cuda"))
     final = engine.run(progress=False)

@@ -203,7 +203,7 @@ def test_pokemon_standing_still_reconstruction_loss_falls(tmp_path: Path) -> Non
     assert all(np.isfinite(losses)) and losses[-1] < 0.5 * losses[0]
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (the CPU path is tested above)")
+@pytest.mark.gpu(warp=True)  # the CPU path is tested above
 def test_cuda_env_writes_frames_to_a_device_replay(tmp_path: Path) -> None:
     env, transform = make_gameboy_env(4, device="cuda", max_episode_steps=10)
     assert transform.view is not None and transform.view.is_cuda

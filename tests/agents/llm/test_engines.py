@@ -94,6 +94,7 @@ def test_generation_checks_lengths():
         Generation([1, 2], [0.0], "stop")
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(
     importlib.util.find_spec("vllm") is None, reason="vllm is not installed (optional gpu extra)"
 )

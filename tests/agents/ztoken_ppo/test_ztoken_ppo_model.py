@@ -208,7 +208,7 @@ def test_dropout_is_disabled_so_the_first_minibatch_ratio_is_one(
     torch.testing.assert_close(loaded(encoder.encode(obs)).values, loaded(encoder.encode(obs)).values)
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.gpu
 def test_policy_acts_on_cuda(tiny_policy, env_kwargs) -> None:
     policy, encoder = tiny_policy
     policy.to("cuda")

@@ -1,10 +1,9 @@
-"""The same kernels on CUDA give bit-identical results to CPU (skipped without a CUDA device)."""
+"""The same kernels on CUDA give bit-identical results to CPU (marked gpu: skipped without a CUDA device)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch
 from gameboy_programs import random_instruction_program
 
 from worldgym.envs.gameboy.emulator import GameBoyEmulator
@@ -12,10 +11,7 @@ from worldgym.envs.gameboy.lockstep import SYNC_PROLOGUE
 from worldgym.envs.gameboy.rom_builder import build_rom
 from worldgym.envs.gameboy.vector_env import GameBoyVecEnv
 
-pytestmark = [
-    pytest.mark.gpu,
-    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
-]
+pytestmark = pytest.mark.gpu(warp=True)
 
 
 def test_cuda_emulator_matches_cpu_state() -> None:
