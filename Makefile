@@ -20,7 +20,7 @@ $(VENV)/.installed: pyproject.toml Makefile
 	touch $@
 
 demo: setup
-	$(BIN)/python examples/train_dual_lora.py --demo --output-dir runs/demo
+	$(BIN)/python examples/train_dual_lora.py demo --agent.output-dir runs/demo
 
 test: setup
 	$(BIN)/python -m pytest -q

@@ -1,88 +1,94 @@
 """Train the dual-LoRA world-model agent on CSRPhone-v0: a policy adapter (DAPO on the 0/1 task reward) and a
 world-model adapter that learns to predict the representative's reply to each phone call, on one frozen base.
 
-    python examples/train_dual_lora.py --demo                     # `make demo`: <= 10 min on 2 CPU cores
-    python examples/train_dual_lora.py                            # tiny model, d1, 16 steps, validation 64
-    python examples/train_dual_lora.py --transfer stacked --difficulty 2
-    python examples/train_dual_lora.py --model smollm2-135m       # a real pretrained model (`make smollm2`)
-    python examples/train_dual_lora.py --model Qwen/Qwen3-8B --engine vllm --device cuda   # GPU
+    python examples/train_dual_lora.py demo                        # `make demo`: <= 10 min on 2 CPU cores
+    python examples/train_dual_lora.py                             # tiny model, d1, 16 steps, validation 64
+    python examples/train_dual_lora.py tiny --agent.transfer stacked --difficulty 2
+    python examples/train_dual_lora.py smollm2                     # a real pretrained model (`make smollm2`)
+    python examples/train_dual_lora.py smollm2 --warm-start.model Qwen/Qwen3-8B --engine vllm --agent.device cuda
+    python examples/train_dual_lora.py tiny --help                 # every setting, with its help
+    python examples/train_dual_lora.py --resume runs/train_dual_lora   # continue a run
 
 Steps: (1) the CSR policy's warm start (SFT on the scripted expert, train split, cached in ``--warm-start-dir``;
-the tiny one ships with the package, so ``--demo`` trains none), its vocabulary holding the world model's
+the tiny one ships with the package, so ``demo`` trains none), its vocabulary holding the world model's
 ``<|predict_csr|>``, ``<|csr|>``, ``<|/csr|>``; (2) two fresh LoRA adapters on it; (3) DAPO + ``λ·L_wm``,
-validating on validation-split companies (greedy) every ``--eval-every`` steps. Prints validation success and
-world-model token accuracy as they move, and writes ``metrics.jsonl``, ``results.json`` and ``curves.png`` to
-``--output-dir``. Any other ``--model`` (a local folder or hub name, loaded with ``from_pretrained``) gets the
-SmolLM2 preset's settings.
+validating on validation-split companies (greedy) every ``--agent.eval-every`` steps. Prints validation success
+and world-model token accuracy as they move, and writes ``config.json``, ``metrics.jsonl``, ``results.json`` and
+``curves.png`` to ``--agent.output-dir``. Another pretrained model (a local folder or hub name, loaded with
+``from_pretrained``) gets the SmolLM2 preset's settings: ``smollm2 --warm-start.model NAME``.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
 import worldgym  # noqa: F401  (registers the env ids)
-from worldgym.agents.dual_lora import DualLoRATrainer, wm_success_correlation
+from worldgym.agents.dual_lora import DualLoRAConfig, DualLoRATrainer, wm_success_correlation
 from worldgym.agents.dual_lora.presets import dual_lora_config, engine, warm_start_config
+from worldgym.agents.grpo.presets import at_difficulty
 from worldgym.agents.llm.warm_start import WarmStartConfig, load_or_train_warm_start
-
-# The demo starts from the tiny preset's warm start, which ships with the package (no SFT to wait for).
-DEMO_RUN = {"steps": 8, "eval_every": 2, "eval_episodes": 32}
+from worldgym.cli import parse_run, save_run_config
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--demo", action="store_true", help="the <= 10 minute CPU demo (`make demo`)")
-    parser.add_argument("--model", default="tiny", help="tiny | smollm2-135m | a local folder or hub name")
-    parser.add_argument("--transfer", choices=["separate", "stacked", "shared", "iwm"], default="separate")
-    parser.add_argument("--wm-coef", type=float, default=0.5, help="λ (0 = DAPO alone)")
-    parser.add_argument("--difficulty", type=int, choices=[1, 2, 3, 4, 5], default=1)
-    parser.add_argument("--steps", type=int, default=16)
-    parser.add_argument("--eval-every", type=int, default=4)
-    parser.add_argument("--eval-episodes", type=int, default=64)
-    parser.add_argument("--max-turns", type=int, default=8, help="tool calls per episode")
-    parser.add_argument("--prompts-per-step", type=int, default=None, help="tasks per step (default: preset)")
-    parser.add_argument("--group-size", type=int, default=None, help="samples per task (default: preset)")
-    parser.add_argument("--max-new-tokens", type=int, default=None, help="tokens per reply (default: preset)")
-    parser.add_argument("--warm-start-episodes", type=int, default=None,
-                        help="expert episodes per difficulty for the warm start (default: preset)")
-    parser.add_argument("--warm-start-epochs", type=int, default=None, help="warm-start SFT epochs (default: preset)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--engine", choices=["hf", "vllm"], default="hf")
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--warm-start-dir", default="runs/warm_starts")
-    parser.add_argument("--output-dir", default="runs/train_dual_lora")
-    parser.add_argument("--resume", action="store_true", help="continue from --output-dir's last checkpoint")
-    args = parser.parse_args(argv)
-    if args.demo:
-        args.__dict__.update(DEMO_RUN)
-    return args
+@dataclass
+class DualLoRARun:
+    """The dual-LoRA agent on CSRPhone-v0 from the CSR policy's cached warm start.
+
+    Attributes:
+        agent: the agent's settings (the preset's DAPO; env_kwargs hold the split and difficulty).
+        warm_start: what the cached SFT warm start is trained from (every field is part of its cache key); its
+            model is the base the adapters sit on.
+        difficulty: when set, the difficulty trained and validated (replaces it in agent.env_kwargs and
+            agent.eval_env_kwargs).
+        engine: "hf" (the preset's batched HF engine, CPU or GPU) or "vllm" (serves the policy adapter; GPU).
+        engine_preset: the CSR preset whose HF engine settings (batch, KV store) rollouts use.
+        warm_start_dir: where warm starts are cached.
+    """
+
+    agent: DualLoRAConfig
+    warm_start: WarmStartConfig
+    difficulty: int | None = None
+    engine: Literal["hf", "vllm"] = "hf"
+    engine_preset: Literal["tiny", "smollm2-135m"] = "tiny"
+    warm_start_dir: str = "runs/warm_starts"
+
+    @classmethod
+    def from_preset(cls, preset: Literal["tiny", "smollm2-135m"], **agent: Any) -> DualLoRARun:
+        """The example's run on :func:`dual_lora_config` ``(preset)``: d1, 8 tool calls per episode, a
+        checkpoint every step."""
+        settings = {"num_steps": 16, "eval_every": 4, "eval_episodes": 64, "max_turns": 8, "checkpoint_every": 1,
+                    "iwm_steps": 4, "output_dir": "runs/train_dual_lora", **agent}
+        return cls(dual_lora_config(preset, 1, model=preset, **settings), warm_start_config(preset),
+                   engine_preset=preset)
+
+    def resolved_agent(self) -> DualLoRAConfig:
+        """``agent`` at ``difficulty``, its model named after the warm start's."""
+        return replace(at_difficulty(self.agent, self.difficulty), model=self.warm_start.model)
 
 
-def preset_name(model: str) -> str:
-    """The preset a model takes: its own, or SmolLM2's for any other pretrained model."""
-    return model if model in ("tiny", "smollm2-135m") else "smollm2-135m"
+PRESETS: dict[str, tuple[str, DualLoRARun]] = {
+    "tiny": ("Tiny model (its warm start ships with the package), d1, 16 steps.", DualLoRARun.from_preset("tiny")),
+    # the demo starts from the tiny preset's packaged warm start (no SFT to wait for)
+    "demo": ("The <= 10 minute CPU demo (`make demo`): tiny, 8 steps, validation every 2 on 32 tasks.",
+             DualLoRARun.from_preset("tiny", num_steps=8, eval_every=2, eval_episodes=32)),
+    "smollm2": ("SmolLM2-135M-Instruct (`make smollm2`), LoRA adapters on its cached warm start.",
+                DualLoRARun.from_preset("smollm2-135m")),
+}
 
 
-def warm_start_settings(args: argparse.Namespace) -> WarmStartConfig:
-    settings = replace(warm_start_config(preset_name(args.model)), model=args.model)
-    chosen = {"episodes_per_difficulty": args.warm_start_episodes, "epochs": args.warm_start_epochs}
-    return replace(settings, **{k: v for k, v in chosen.items() if v is not None})
-
-
-def make_engine(args: argparse.Namespace, tokenizer: Any):
+def make_engine(run: DualLoRARun, tokenizer: Any):
     """The rollout engine factory: the preset's HF engine, or vLLM serving the policy adapter (GPU)."""
-    if args.engine == "vllm":
+    if run.engine == "vllm":
         from worldgym.agents.llm.engines import VLLMEngine
 
-        return lambda policy: VLLMEngine(args.model, peft_model=policy, adapter_name="policy")
-    return lambda policy: engine(preset_name(args.model), policy, tokenizer)
+        return lambda policy: VLLMEngine(run.warm_start.model, peft_model=policy, adapter_name="policy")
+    return lambda policy: engine(run.engine_preset, policy, tokenizer)
 
 
 def plot(history: list[dict[str, Any]], path: Path) -> None:
@@ -107,27 +113,24 @@ def plot(history: list[dict[str, Any]], path: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    args = parse_args(argv)
-    torch.manual_seed(args.seed)
+    parsed = parse_run(PRESETS, argv, description=__doc__)
+    run = parsed.run
+    config = run.resolved_agent()
+    torch.manual_seed(config.seed)
     start = time.perf_counter()
-    out = Path(args.output_dir)
-    ws = load_or_train_warm_start(warm_start_settings(args), cache_dir=args.warm_start_dir)
-    config = dual_lora_config(
-        preset_name(args.model), args.difficulty, transfer=args.transfer, wm_coef=args.wm_coef, model=args.model,
-        num_steps=args.steps, eval_every=args.eval_every, eval_episodes=args.eval_episodes,
-        max_turns=args.max_turns, seed=args.seed, device=args.device, output_dir=str(out), checkpoint_every=1,
-        iwm_steps=min(4, args.steps - 1),
-        **{k: v for k, v in (("prompts_per_step", args.prompts_per_step), ("group_size", args.group_size),
-                             ("max_new_tokens", args.max_new_tokens)) if v is not None})
-    trainer = DualLoRATrainer(config, model=ws.model, tokenizer=ws.tokenizer,
-                              make_engine=make_engine(args, ws.tokenizer))
-    if args.resume:
-        trainer.resume_latest()
+    out = Path(config.output_dir)
+    save_run_config(out, parsed.preset, run)
+    ws = load_or_train_warm_start(run.warm_start, cache_dir=run.warm_start_dir)
+    trainer = DualLoRATrainer(config, model=ws.model, tokenizer=ws.tokenizer, make_engine=make_engine(run, ws.tokenizer))
+    if parsed.resume:
+        resumed = trainer.resume_latest()
+        print(f"resumed from {resumed} at step {trainer.step}" if resumed else "no checkpoint yet: a fresh run")
     trainer.train()
+    trainer.close()
     evals = [m for m in trainer.history if "eval/success_rate" in m]
     results = {
         "command": "python examples/train_dual_lora.py " + " ".join(argv if argv is not None else []),
-        "config": config.to_dict(), "warm_start": ws.path.name,
+        "preset": parsed.preset, "config": config.to_dict(), "warm_start": ws.path.name,
         "success": [[m["step"], m["eval/success_rate"]] for m in evals],
         "wm_token_accuracy": [[m["step"], m.get("eval/wm_token_accuracy")] for m in evals],
         "training_success": [[m["step"], m["rollout/success_rate"]] for m in trainer.history

@@ -37,6 +37,7 @@ import torch
 
 import worldgym  # noqa: F401  (registers the env ids)
 from worldgym.agents.grpo import CSR_PRESETS, GRPOConfig, GRPOTrainer, make_text_env
+from worldgym.agents.grpo.presets import at_difficulty
 from worldgym.agents.llm import (
     Episode,
     SFTConfig,
@@ -124,10 +125,7 @@ class CSRRun:
 
     def resolved_grpo(self) -> GRPOConfig:
         """``grpo`` with ``difficulty`` applied."""
-        if self.difficulty is None:
-            return self.grpo
-        return replace(self.grpo, env_kwargs={**self.grpo.env_kwargs, "difficulty": self.difficulty},
-                       eval_env_kwargs={**self.grpo.eval_env_kwargs, "difficulty": self.difficulty})
+        return at_difficulty(self.grpo, self.difficulty)
 
 
 PRESETS: dict[str, tuple[str, MathQARun | CSRRun]] = {

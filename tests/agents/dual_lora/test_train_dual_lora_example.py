@@ -1,6 +1,7 @@
 """Smoke-run examples/train_dual_lora.py (warm start + two adapters + DAPO with the world model + files)."""
 
 import json
+import sys
 from importlib import util
 from pathlib import Path
 
@@ -10,17 +11,21 @@ EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "train_dual_lora.py
 def test_example_runs_end_to_end(tmp_path):
     spec = util.spec_from_file_location("train_dual_lora", EXAMPLE)
     example = util.module_from_spec(spec)
+    sys.modules[spec.name] = example  # its dataclasses look their module up
     spec.loader.exec_module(example)
     out = tmp_path / "run"
     results = example.main([
-        "--steps", "2", "--eval-every", "1", "--eval-episodes", "2", "--max-turns", "3", "--prompts-per-step", "2",
-        "--group-size", "2", "--max-new-tokens", "48", "--warm-start-episodes", "4", "--warm-start-epochs", "1",
-        "--warm-start-dir", str(tmp_path / "warm_starts"), "--output-dir", str(out),
+        "tiny", "--agent.num-steps", "2", "--agent.eval-every", "1", "--agent.eval-episodes", "2",
+        "--agent.max-turns", "3", "--agent.prompts-per-step", "2", "--agent.group-size", "2",
+        "--agent.minibatch-size", "4", "--agent.max-new-tokens", "48", "--agent.iwm-steps", "1",
+        "--warm-start.episodes-per-difficulty", "4", "--warm-start.epochs", "1",
+        "--warm-start-dir", str(tmp_path / "warm_starts"), "--agent.output-dir", str(out), "--agent.no-progress",
     ])
     assert [step for step, _ in results["success"]] == [0, 1, 2]
     assert json.loads((out / "results.json").read_text())["config"]["transfer"] == "separate"
+    assert json.loads((out / "config.json").read_text())["preset"] == "tiny"
     assert (out / "curves.png").stat().st_size > 0 and (out / "checkpoint-last" / "manifest.json").is_file()
-    assert "python examples/train_dual_lora.py --steps 2" in results["command"]
+    assert "python examples/train_dual_lora.py tiny --agent.num-steps 2" in results["command"]
 
 
 def test_the_shipped_warm_start_is_the_tiny_presets_and_loads(tmp_path):

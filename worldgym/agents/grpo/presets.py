@@ -6,14 +6,29 @@ runs what the benchmark measured.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Literal
+from dataclasses import dataclass, replace
+from typing import Any, Literal, TypeVar
 
 from worldgym.agents.grpo.config import GRPOConfig
 from worldgym.agents.llm.engines import HFEngine
 from worldgym.agents.llm.warm_start import WarmStartConfig
 
-__all__ = ["CSR_PRESETS", "CSRPreset"]
+__all__ = ["CSR_PRESETS", "CSRPreset", "at_difficulty"]
+
+
+ConfigT = TypeVar("ConfigT", bound=GRPOConfig)
+
+
+def at_difficulty(config: ConfigT, difficulty: int | None) -> ConfigT:
+    """``config`` training and validating at CSR ``difficulty`` (unchanged when None).
+
+    >>> at_difficulty(CSR_PRESETS["tiny"].grpo_config(1), 3).eval_env_kwargs
+    {'split': 'validation', 'difficulty': 3}
+    """
+    if difficulty is None:
+        return config
+    return replace(config, env_kwargs={**config.env_kwargs, "difficulty": difficulty},
+                   eval_env_kwargs={**config.eval_env_kwargs, "difficulty": difficulty})
 
 
 @dataclass(frozen=True)
