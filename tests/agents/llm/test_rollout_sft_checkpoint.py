@@ -1,13 +1,15 @@
 """Rollout collector (exact ids, masks, groups, multi-turn tool envs), SFT warm start and checkpoint files."""
 
+import re
 from collections.abc import Sequence
 
+import gymnasium as gym
 import pytest
 import torch
 
 from worldgym.agents.llm.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from worldgym.agents.llm.engines import Generation, HFEngine, SamplingParams
-from worldgym.agents.llm.rollout import RolloutCollector, collate_episodes
+from worldgym.agents.llm.rollout import RolloutCollector, collate_episodes, make_vector_env
 from worldgym.agents.llm.sft import SFTConfig, collect_expert_chats, sft_train
 from worldgym.envs.math_qa import MathQAEnv
 from worldgym.envs.tool_env import ToolEnv, ToolResult
@@ -160,17 +162,44 @@ def test_checkpoint_round_trip_and_corruption(tmp_path):
         load_checkpoint(path)
 
 
-def test_unparseable_observation_ends_episode_with_zero_reward(tokenizer):
-    class BrokenEnv(MathQAEnv):
-        def step(self, action):
-            _, reward, terminated, truncated, info = super().step(action)
-            return None, 1.0, terminated, truncated, info
+class BrokenEnv(MathQAEnv):
+    """Answers a step with ``None`` instead of text."""
 
+    def step(self, action):
+        _, _, terminated, truncated, info = super().step(action)
+        return None, 1.0, terminated, truncated, info
+
+
+class BrokenResetEnv(MathQAEnv):
+    """Starts an episode with the problem's token count instead of its text."""
+
+    def reset(self, *, seed=None, options=None):
+        observation, info = super().reset(seed=seed, options=options)
+        return len(observation), info
+
+
+@pytest.mark.parametrize(("env_class", "call", "kind"), [(BrokenEnv, "step", "NoneType"),
+                                                         (BrokenResetEnv, "reset", "int")])  # fmt: skip
+def test_a_non_text_observation_is_an_env_bug_named_with_the_env(tokenizer, env_class, call, kind):
     collector = RolloutCollector(
-        ScriptedEngine(tokenizer, ["#### 1"]), tokenizer, lambda: BrokenEnv(num_problems=5)
+        ScriptedEngine(tokenizer, ["#### 1"]), tokenizer, lambda: env_class(num_problems=5)
     )
-    (episode,) = collector.collect([0], 1, SamplingParams())
-    assert episode.reward == 0.0 and episode.truncated and "error" in episode.turns[0].info
+    message = f"{env_class.__name__} returned a {kind} observation from {call}()"
+    with pytest.raises(TypeError, match=re.escape(message)):
+        collector.collect([0], 1, SamplingParams())
+
+
+def test_a_non_text_observation_from_a_vector_env_names_the_id_and_sub_env(tokenizer):
+    gym.register("BrokenMathQA-v0", entry_point=BrokenEnv, kwargs={"num_problems": 5})
+    try:
+        vector_env = make_vector_env(lambda: gym.make("BrokenMathQA-v0", disable_env_checker=True), 2)
+        collector = RolloutCollector(ScriptedEngine(tokenizer, ["#### 1"]), tokenizer, vector_env=vector_env)
+        message = "BrokenMathQA-v0 (BrokenEnv), sub-env 0 of a SyncVectorEnv, returned a NoneType observation"
+        with pytest.raises(TypeError, match=re.escape(message)):
+            collector.collect([0, 1], 1, SamplingParams())
+        vector_env.close()
+    finally:
+        gym.registry.pop("BrokenMathQA-v0")
 
 
 def test_length_bucketed_batches_cover_every_chat_once():

@@ -131,6 +131,10 @@ class _EnvPool:
     def step(self, rows: list[int], actions: list[str]) -> list[StepResult]:
         return [self.envs[row].step(action) for row, action in zip(rows, actions)]
 
+    def name(self, row: int) -> str:
+        """The env that plays row ``row``, for error messages."""
+        return _env_name(self.envs[row])
+
 
 class _VectorEnvRows:
     """A gymnasium ``VectorEnv`` of text envs seen as rows: sub-env ``i`` plays episode ``i``.
@@ -202,6 +206,28 @@ class _VectorEnvRows:
             ended = bool(terminated[row]), bool(truncated[row])
             results.append((observation, float(rewards[row]), *ended, row_info))
         return results
+
+    def name(self, row: int) -> str:
+        """The sub-env that plays row ``row``, for error messages."""
+        sub_envs = getattr(self.env.unwrapped, "envs", None)  # a SyncVectorEnv's; AsyncVectorEnv has none
+        if sub_envs is not None:
+            return f"{_env_name(sub_envs[row])}, sub-env {row} of a {type(self.env).__name__},"
+        return f"sub-env {row} of {_env_name(self.env)}"
+
+
+def _env_name(env: gym.Env | gym.vector.VectorEnv) -> str:
+    """``"<env id> (<class>)"``, or the class alone for an env not made from a registered id."""
+    name = type(env.unwrapped).__name__
+    return f"{env.spec.id} ({name})" if getattr(env, "spec", None) is not None else name
+
+
+def _check_observation(observation: Any, env_name: str, call: str) -> None:
+    """A text env's observation must be a str: anything else is an env bug, not training data."""
+    if not isinstance(observation, str):
+        raise TypeError(
+            f"{env_name} returned a {type(observation).__name__} observation from {call}(); RolloutCollector "
+            f"needs str observations (text envs, or a wrapper that renders the observation as text)"
+        )
 
 
 def _observed_values(info: dict[str, Any], observation: str, earlier: list[str]) -> list[str]:
@@ -313,9 +339,12 @@ class RolloutCollector:
                 f"{len(env_seeds)} env seeds x group_size {group_size} = {len(seeds)}; build the vector env "
                 f"with num_envs={len(seeds)} or pass that many seeds"
             )
+        starts = self._envs.reset(seeds)
+        for row, (observation, _) in enumerate(starts):
+            _check_observation(observation, self._envs.name(row), "reset")
         running = [
             self._start(observation, info, seed, first_group_id + index // group_size)
-            for index, (seed, (observation, info)) in enumerate(zip(seeds, self._envs.reset(seeds)))
+            for index, (seed, (observation, info)) in enumerate(zip(seeds, starts))
         ]
         for turn in range(self.max_turns):
             rows = [row for row, run in enumerate(running) if not run.episode.done]
@@ -333,6 +362,8 @@ class RolloutCollector:
                 for row, (generation,) in zip(rows, generations)
             ]
             results = self._envs.step(rows, [text for text, _ in replies])
+            for row, (observation, *_) in zip(rows, results):
+                _check_observation(observation, self._envs.name(row), "step")
             for row, (generation,), (text, span), result in zip(rows, generations, replies, results):
                 self._add_step(running[row], text, span, generation.finish_reason, *result)
         return [run.episode for run in running]
@@ -387,11 +418,6 @@ class RolloutCollector:
     ) -> None:
         """Record what the env answered to ``text`` and append the next turn's template tokens."""
         episode = run.episode
-        if not isinstance(
-            observation, str
-        ):  # a broken env ends the episode with no reward instead of crashing
-            info = {"error": f"observation is {type(observation).__name__}, not str"}
-            observation, reward, terminated, truncated = "", 0.0, False, True
         episode.reward += float(reward)
         turn = Turn(text, observation, float(reward), finish_reason, dict(info), action_span)
         episode.turns.append(turn)
