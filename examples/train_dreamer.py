@@ -1,149 +1,140 @@
 """Train Dreamer v3 on CartPole-v1 (vector obs) or GameBoy-v0 (packed 2-bit pixels), with JSONL metrics.
 
-    python examples/train_dreamer.py                               # CartPole, tiny model, 20k env steps, CPU
-    python examples/train_dreamer.py --steps 2000 --size tiny      # a 1-2 minute smoke run
-    python examples/train_dreamer.py --steps 30000 --replay-ratio 0.5 --learning-starts 512  # as benchmarked
-    python examples/train_dreamer.py --resume runs/dreamer_cartpole/checkpoints/iter_5000
-    python examples/train_dreamer.py --engine async --device cuda --size XS
+    python examples/train_dreamer.py                                  # CartPole, small model, 20k env steps, CPU
+    python examples/train_dreamer.py cartpole --dreamer.total-steps 2000     # a 1-2 minute smoke run
+    python examples/train_dreamer.py cartpole-benchmarked             # as benchmarked (30k steps, replay ratio 0.5)
+    python examples/train_dreamer.py --resume runs/dreamer_cartpole   # continue from its newest checkpoint
+    python examples/train_dreamer.py cartpole --size XS --dreamer.engine async --dreamer.device cuda
+    python examples/train_dreamer.py gameboy                          # homebrew sprite-to-goal ROM, 8 emulators
+    python examples/train_dreamer.py gameboy-standing-still           # world-model check: constant no-op
+    python examples/train_dreamer.py gameboy-standing-still --gameboy.task standing_still --gameboy.rom pokered.gb
+    python examples/train_dreamer.py cartpole --help                  # every setting, with its help
 
-    # Game Boy: the homebrew sprite-to-goal task (ROM built from source), 8 emulators
-    python examples/train_dreamer.py --env gameboy --num-envs 8 --steps 20000 --replay-capacity 20000
-    # StandingStill-style world-model check on the homebrew ROM: constant no-op, observation loss must fall
-    python examples/train_dreamer.py --env gameboy --fixed-action 0 --steps 400 --learning-starts 64 \
-        --log-every 40 --replay-capacity 1000 --batch-size 8 --seq-len 16 --eval-episodes 1
-    # Pokémon Red StandingStill / ExitOak with a ROM you own (StandingStill always presses no-op)
-    python examples/train_dreamer.py --env gameboy --task standing_still --rom pokered.gb --steps 400
-
-Metrics go to ``<run-dir>/metrics.jsonl`` (one line per ``--log-every`` policy steps), checkpoints to
-``<run-dir>/checkpoints/iter_<n>`` (safetensors + JSON, incl. the replay and the replay-ratio state).
-With ``--device cuda`` the Game Boy emulators run on the GPU too and frames go to the replay from the
-env's device buffer.
+Metrics go to ``<run-dir>/metrics.jsonl`` (one line per ``--dreamer.log-every`` policy steps), checkpoints to
+``<run-dir>/checkpoints/iter_<n>`` (safetensors + JSON, incl. the replay and the replay-ratio state), the
+resolved settings to ``<run-dir>/config.json``. With ``--dreamer.device cuda`` the Game Boy emulators run on the
+GPU too and frames go to the replay from the env's device buffer.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-import gymnasium as gym
 import torch
 
 from worldgym.agents.dreamer_v3 import (
     SMALL_CONTROL_MODEL,
     SMALL_CONTROL_OPTIM,
     DreamerConfig,
-    LossConfig,
+    DreamerTrainer,
     OptimConfig,
     ReplayConfig,
     ScheduleConfig,
-    build_engine,
-    evaluate,
+    gym_env_factory,
     model_size,
 )
-from worldgym.agents.dreamer_v3.engine.rollout import ObsTransform, default_obs_transform
-from worldgym.agents.dreamer_v3.gameboy import GAMEBOY_TASKS, ROM_ENV_VAR, make_gameboy_env
-from worldgym.agents.dreamer_v3.pixels import pack_frames
+from worldgym.agents.dreamer_v3.gameboy import GameBoyTask, ROM_ENV_VAR, make_gameboy_env
+from worldgym.agents.dreamer_v3.trainer import EnvFactory
+from worldgym.cli import parse_run, save_run_config
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--env", choices=["gym", "gameboy"], default="gym", help="gym: any --env-id")
-    parser.add_argument("--env-id", default="CartPole-v1", help="Gymnasium id with discrete actions")
-    parser.add_argument("--obs-kind", choices=["vector", "pixels"], default="vector")
-    parser.add_argument("--task", choices=GAMEBOY_TASKS, default="sprite_goal", help="GameBoy-v0 task")
-    parser.add_argument(
-        "--rom", default=os.environ.get(ROM_ENV_VAR), help=f"your Pokémon Red ROM (default ${ROM_ENV_VAR})"
-    )
-    parser.add_argument(
-        "--fixed-action", type=int, default=None, help="Game Boy button every step (0 = no-op; "
-        "standing_still defaults to 0)",
-    )
-    parser.add_argument("--max-episode-steps", type=int, default=None, help="Game Boy truncation")
-    parser.add_argument("--savestate", default=None, help="Game Boy .npz start state (save_start_state)")
-    parser.add_argument("--steps", type=int, default=20_000, help="policy steps summed over envs")
-    parser.add_argument("--num-envs", type=int, default=1)
-    parser.add_argument("--size", choices=["tiny", "XS", "S", "M"], default="tiny")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--replay-ratio", type=float, default=0.25, help="gradient steps per policy step")
-    parser.add_argument("--batch-size", type=int, default=16)
-    parser.add_argument("--seq-len", type=int, default=32)
-    parser.add_argument("--learning-starts", type=int, default=1024)
-    parser.add_argument("--replay-capacity", type=int, default=100_000, help="steps kept per env")
-    parser.add_argument("--engine", choices=["cpu", "async"], default="cpu")
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--run-dir", default=None, help="default runs/dreamer_<env or task>")
-    parser.add_argument("--log-every", type=int, default=500)
-    parser.add_argument("--checkpoint-every", type=int, default=5000)
-    parser.add_argument("--resume", default=None, help="checkpoint folder to continue from")
-    parser.add_argument("--eval-episodes", type=int, default=10)
-    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
-    args = parser.parse_args(argv)
-    if args.env == "gameboy":
-        args.env_id, args.obs_kind = "GameBoy-v0", "pixels"
-        if args.task == "standing_still" and args.fixed_action is None:
-            args.fixed_action = 0
-    if args.run_dir is None:
-        args.run_dir = f"runs/dreamer_{args.task if args.env == 'gameboy' else 'cartpole'}"
-    return args
+@dataclass
+class GameBoySettings:
+    """The GameBoy-v0 env (used when dreamer.env_id is "GameBoy-v0").
+
+    Attributes:
+        task: "sprite_goal" (homebrew ROM built from source) or a Pokémon Red task (needs rom).
+        rom: a Pokémon Red ROM you own (default: $WORLDGYM_POKEMON_RED_ROM).
+        fixed_action: when set, every step presses this button (0 = no-op; the world-model check).
+        max_episode_steps: episode truncation (None: the task's).
+        savestate: a .npz start state (save_start_state).
+    """
+
+    task: GameBoyTask = "sprite_goal"
+    rom: str | None = None
+    fixed_action: int | None = None
+    max_episode_steps: int | None = None
+    savestate: str | None = None
 
 
-def make_env(args: argparse.Namespace, num_envs: int) -> tuple[gym.vector.VectorEnv, ObsTransform]:
-    """The vector env and the obs transform that stores its observations in the replay."""
-    if args.env == "gameboy":
-        return make_gameboy_env(
-            num_envs,
-            task=args.task,
-            rom_path=args.rom,
-            fixed_action=args.fixed_action,
-            device=args.device,
-            max_episode_steps=args.max_episode_steps,
-            savestate=args.savestate,
-        )
-    env = gym.make_vec(args.env_id, num_envs=num_envs, vectorization_mode="sync")
-    # Pixel envs give 2-bit shades [N, H, W]; the replay stores them packed 4 pixels per byte
-    return env, pack_frames if args.obs_kind == "pixels" else default_obs_transform
+@dataclass
+class DreamerRun:
+    """Dreamer v3 on a Gymnasium vector env or GameBoy-v0.
+
+    Attributes:
+        dreamer: the agent's settings.
+        gameboy: the Game Boy env's settings.
+        size: when set, the network size and learning rates: "small-control" (the CartPole benchmark's) or
+            the paper's XS / S / M with its learning rates.
+        threads: torch CPU threads.
+    """
+
+    dreamer: DreamerConfig
+    gameboy: GameBoySettings = field(default_factory=GameBoySettings)
+    size: Literal["small-control", "XS", "S", "M"] | None = None
+    threads: int = 1
+
+    def resolved_config(self) -> DreamerConfig:
+        """``dreamer`` with ``size`` applied."""
+        if self.size is None:
+            return self.dreamer
+        if self.size == "small-control":
+            return replace(self.dreamer, model=SMALL_CONTROL_MODEL, optim=SMALL_CONTROL_OPTIM)
+        return replace(self.dreamer, model=model_size(self.size), optim=OptimConfig())
 
 
-def make_config(args: argparse.Namespace) -> DreamerConfig:
-    seq_len = args.seq_len
-    # tiny: the CartPole benchmark's setting; XS/S/M: the paper's sizes and learning rates
-    if args.size == "tiny":
-        model, optim = SMALL_CONTROL_MODEL, SMALL_CONTROL_OPTIM
-    else:
-        model, optim = model_size(args.size), OptimConfig()
+def _cartpole(**overrides: Any) -> DreamerRun:
+    settings = {"total_steps": 20_000, "replay_ratio": 0.25, "learning_starts": 1024, **overrides}
+    return DreamerRun(_config("CartPole-v1", "vector", "runs/dreamer_cartpole", **settings))
+
+
+def _config(env_id: str, obs_kind: str, run_dir: str, total_steps: int, replay_ratio: float, learning_starts: int,
+            num_envs: int = 1, capacity: int = 100_000, batch_size: int = 16, seq_len: int = 32, log_every: int = 500,
+            checkpoint_every: int = 5000, eval_episodes: int = 10) -> DreamerConfig:
+    """The example's CPU setting: the small-control networks, sequences of ``seq_len``, one step per window."""
     return DreamerConfig(
-        env_id=args.env_id,
-        obs_kind=args.obs_kind,
-        num_envs=args.num_envs,
-        total_steps=args.steps,
-        seed=args.seed,
-        model=model,
-        replay=ReplayConfig(
-            capacity=args.replay_capacity,
-            seq_len=seq_len,
-            batch_size=args.batch_size,
-            commit_stride=1,
-            min_ready_steps=seq_len,
-            safety_margin=seq_len,
-        ),
-        schedule=ScheduleConfig(
-            replay_ratio=args.replay_ratio,
-            learning_starts=args.learning_starts,
-            pretrain_steps=1,
-            rollout_window=1,
-        ),
-        loss=LossConfig(),
-        optim=optim,
-        device=args.device,
-        log_every=args.log_every,
-        checkpoint_every=args.checkpoint_every,
-        run_dir=args.run_dir,
-    )
+        env_id=env_id, obs_kind=obs_kind, num_envs=num_envs, total_steps=total_steps, model=SMALL_CONTROL_MODEL,
+        optim=SMALL_CONTROL_OPTIM, replay=ReplayConfig(capacity=capacity, seq_len=seq_len, batch_size=batch_size,
+                                                      commit_stride=1, min_ready_steps=seq_len, safety_margin=seq_len),
+        schedule=ScheduleConfig(replay_ratio=replay_ratio, learning_starts=learning_starts, pretrain_steps=1,
+                                rollout_window=1),
+        log_every=log_every, checkpoint_every=checkpoint_every, run_dir=run_dir, eval_episodes=eval_episodes)
+
+
+PRESETS: dict[str, tuple[str, DreamerRun]] = {
+    "cartpole": ("CartPole-v1, small-control networks, 20k env steps.", _cartpole()),
+    "cartpole-benchmarked": ("CartPole-v1 as benchmarks/dreamer.py runs it: 30k steps, replay ratio 0.5.",
+                             _cartpole(total_steps=30_000, replay_ratio=0.5, learning_starts=512)),
+    "gameboy": ("GameBoy-v0's homebrew sprite-to-goal ROM, 8 emulators, 20k env steps.", DreamerRun(_config(
+        "GameBoy-v0", "pixels", "runs/dreamer_sprite_goal", 20_000, 0.25, 1024, num_envs=8, capacity=20_000))),
+    "gameboy-standing-still": (
+        "World-model check on GameBoy-v0: a constant no-op, the observation loss must fall.",
+        DreamerRun(_config("GameBoy-v0", "pixels", "runs/dreamer_standing_still", 400, 0.25, 64, capacity=1000,
+                           batch_size=8, seq_len=16, log_every=40, eval_episodes=1),
+                   GameBoySettings(fixed_action=0)),
+    ),
+}
+
+
+def env_factory(run: DreamerRun, config: DreamerConfig) -> EnvFactory:
+    """GameBoy-v0 through :func:`make_gameboy_env` (packed frames, fixed action), else ``gym.make_vec``."""
+    if config.env_id != "GameBoy-v0":
+        return gym_env_factory(config)
+    gb = run.gameboy
+    settings = {k: v for k, v in (("max_episode_steps", gb.max_episode_steps), ("savestate", gb.savestate))
+                if v is not None}
+    rom = gb.rom or os.environ.get(ROM_ENV_VAR)
+    fixed = 0 if gb.fixed_action is None and gb.task == "standing_still" else gb.fixed_action  # StandingStill
+
+    def make(num_envs: int):
+        return make_gameboy_env(num_envs, task=gb.task, rom_path=rom, fixed_action=fixed, device=config.device,
+                                **settings)
+
+    return make
 
 
 def observation_loss_trend(run_dir: str) -> tuple[float, float] | None:
@@ -155,32 +146,28 @@ def observation_loss_trend(run_dir: str) -> tuple[float, float] | None:
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    args = parse_args(argv)
+    parsed = parse_run(PRESETS, argv, description=__doc__)
+    run = parsed.run
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-    torch.set_num_threads(args.threads)
-    cfg = make_config(args)
-    Path(cfg.run_dir).mkdir(parents=True, exist_ok=True)
-    (Path(cfg.run_dir) / "config.json").write_text(json.dumps(cfg.to_dict(), indent=1) + "\n")
-    env, transform = make_env(args, cfg.num_envs)
-    engine = build_engine(cfg, args.engine, env=env, obs_transform=transform)
-    last = engine.run(resume_from=args.resume)
+    torch.set_num_threads(run.threads)
+    config = run.resolved_config()
+    save_run_config(config.run_dir, parsed.preset, run)
+    trainer = DreamerTrainer(config, make_env=env_factory(run, config))
+    if parsed.resume:
+        resumed = trainer.resume_latest()
+        print(f"resumed from {resumed}" if resumed else "no checkpoint yet: a fresh run")
+    last = trainer.train()[-1]
     print(
         f"trained: {last['policy_step']} policy steps, {last['gradient_steps']} gradient steps, "
-        f"replay ratio {last['replay/ratio_actual']:.3f} (target {cfg.schedule.replay_ratio})"
+        f"replay ratio {last['replay/ratio_actual']:.3f} (target {config.schedule.replay_ratio})"
     )
-    trend = observation_loss_trend(cfg.run_dir)
+    trend = observation_loss_trend(config.run_dir)
     if trend is not None:
         print(f"world-model observation loss: first log {trend[0]:.2f} -> last log {trend[1]:.2f}")
-    eval_env, eval_transform = make_env(args, 1)
-    metrics = evaluate(
-        engine.core.learner,
-        eval_env,
-        episodes=args.eval_episodes,
-        seed=cfg.seed + 10_000,
-        obs_transform=eval_transform,
-    )
+    metrics = trainer.evaluate()
+    trainer.close()
     print(json.dumps(metrics))
-    with (Path(cfg.run_dir) / "eval.jsonl").open("a") as handle:
+    with (Path(config.run_dir) / "eval.jsonl").open("a") as handle:
         handle.write(json.dumps({"policy_step": last["policy_step"]} | metrics) + "\n")
     return {"train": last, "eval": metrics, "observation_loss": trend}
 

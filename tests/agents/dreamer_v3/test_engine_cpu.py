@@ -8,7 +8,7 @@ import gymnasium as gym
 import pytest
 import torch
 
-from worldgym.agents.dreamer_v3 import evaluate
+from worldgym.agents.dreamer_v3 import evaluate_learner
 from worldgym.agents.dreamer_v3.checkpoint import CheckpointError, latest_checkpoint
 from worldgym.agents.dreamer_v3.engine.cpu import CPUEngine
 from worldgym.agents.dreamer_v3.metrics import TrainingFailure
@@ -185,9 +185,9 @@ def test_engine_leaves_the_global_rng_alone(tmp_path, make_config):
 def test_evaluate_plays_whole_episodes(reference_run):
     _, engine, _, _ = reference_run
     env = gym.make_vec("CartPole-v1", num_envs=2, vectorization_mode="sync")
-    first = evaluate(engine.core.learner, env, episodes=3, seed=5)
-    again = evaluate(engine.core.learner, env, episodes=3, seed=5)
+    first = evaluate_learner(engine.core.learner, env, episodes=3, seed=5)
+    again = evaluate_learner(engine.core.learner, env, episodes=3, seed=5)
     assert first == again and first["eval/episodes"] == 3.0
     assert 8 <= first["eval/length_mean"] <= 500 and first["eval/return_mean"] == first["eval/length_mean"]
     with pytest.raises(ValueError, match="episodes=0 is invalid"):
-        evaluate(engine.core.learner, env, episodes=0)
+        evaluate_learner(engine.core.learner, env, episodes=0)

@@ -169,25 +169,31 @@ def load_example():
     return module
 
 
-def test_example_config_uses_the_benchmarked_setting_for_tiny_and_the_paper_for_xs() -> None:
+def test_example_config_uses_the_benchmarked_setting_by_default_and_the_paper_for_xs() -> None:
+    from worldgym.cli import parse_run
+
     example = load_example()
-    tiny = example.make_config(example.parse_args(["--size", "tiny"]))
-    xs = example.make_config(example.parse_args(["--size", "XS"]))
-    assert (tiny.model, tiny.optim) == (SMALL_CONTROL_MODEL, SMALL_CONTROL_OPTIM)
+    small = parse_run(example.PRESETS, ["cartpole"]).run.resolved_config()
+    xs = parse_run(example.PRESETS, ["cartpole", "--size", "XS"]).run.resolved_config()
+    assert (small.model, small.optim) == (SMALL_CONTROL_MODEL, SMALL_CONTROL_OPTIM)
     assert (xs.model, xs.optim) == (model_size("XS"), OptimConfig())
 
 
 STANDING_STILL_ARGS = [
-    "--env", "gameboy", "--steps", "160", "--num-envs", "2", "--learning-starts", "32",
-    "--replay-ratio", "0.5", "--batch-size", "4", "--seq-len", "8", "--replay-capacity", "256",
-    "--log-every", "16", "--checkpoint-every", "0", "--eval-episodes", "1", "--max-episode-steps", "32",
+    "gameboy-standing-still", "--dreamer.total-steps", "160", "--dreamer.num-envs", "2",
+    "--dreamer.schedule.learning-starts", "32", "--dreamer.schedule.replay-ratio", "0.5",
+    "--dreamer.replay.batch-size", "4", "--dreamer.replay.seq-len", "8", "--dreamer.replay.min-ready-steps", "8",
+    "--dreamer.replay.safety-margin", "8", "--dreamer.replay.capacity", "256", "--dreamer.log-every", "16",
+    "--dreamer.checkpoint-every", "0", "--dreamer.eval-episodes", "1", "--gameboy.max-episode-steps", "32",
+    "--dreamer.no-progress",
 ]  # fmt: skip
 
 
 def test_standing_still_homebrew_reconstruction_loss_falls(tmp_path: Path) -> None:
     """Constant no-op on the homebrew ROM: only the world model learns, and its observation loss falls."""
     run_dir = tmp_path / "still"
-    result = load_example().main([*STANDING_STILL_ARGS, "--fixed-action", "0", "--run-dir", str(run_dir)])
+    result = load_example().main([*STANDING_STILL_ARGS, "--dreamer.run-dir", str(run_dir)])
+    assert json.loads((run_dir / "config.json").read_text())["gameboy"]["fixed_action"] == 0
     losses = observation_losses(str(run_dir))
     assert result["train"]["gradient_steps"] >= 50 and len(losses) >= 5
     assert all(np.isfinite(losses)) and losses[-1] < 0.5 * losses[0]
@@ -197,7 +203,8 @@ def test_standing_still_homebrew_reconstruction_loss_falls(tmp_path: Path) -> No
 @pytest.mark.skipif(POKEMON_ROM is None, reason="set WORLDGYM_POKEMON_RED_ROM to a Pokémon Red ROM you own")
 def test_pokemon_standing_still_reconstruction_loss_falls(tmp_path: Path) -> None:
     run_dir = tmp_path / "pokemon"
-    args = [*STANDING_STILL_ARGS, "--task", "standing_still", "--rom", POKEMON_ROM, "--run-dir", str(run_dir)]
+    args = [*STANDING_STILL_ARGS, "--gameboy.task", "standing_still", "--gameboy.rom", POKEMON_ROM,
+            "--dreamer.run-dir", str(run_dir)]
     load_example().main(args)
     losses = observation_losses(str(run_dir))
     assert all(np.isfinite(losses)) and losses[-1] < 0.5 * losses[0]

@@ -221,7 +221,7 @@ def test_reward_fn_shapes_the_training_reward(tmp_path, tokenizer):
     shaped = [m["rollout/shaped_reward_mean"] for m in history]
     assert all(m["rollout/reward_mean"] == 0.0 for m in history)  # metrics keep the env's own reward
     assert sum(shaped[-3:]) / 3 > 2 * sum(shaped[:3]) / 3 + 0.02
-    assert 0.0 <= trainer.evaluate(4)["eval/shaped_reward_mean"] <= 1.0
+    assert 0.0 <= trainer.evaluate(num_episodes=4)["eval/shaped_reward_mean"] <= 1.0
 
 
 def test_episode_rewards_applies_reward_fn_before_the_overlong_penalty():

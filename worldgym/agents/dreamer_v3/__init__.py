@@ -5,7 +5,6 @@
 32
 """
 
-from worldgym.agents.dreamer_v3.api import build_engine, evaluate, train
 from worldgym.agents.dreamer_v3.config import (
     SMALL_CONTROL_MODEL,
     SMALL_CONTROL_OPTIM,
@@ -19,11 +18,13 @@ from worldgym.agents.dreamer_v3.config import (
 )
 from worldgym.agents.dreamer_v3.engine import AsyncEngine, CPUEngine
 from worldgym.agents.dreamer_v3.scheduler import Ratio, TrainSchedule
+from worldgym.agents.dreamer_v3.trainer import DreamerTrainer, evaluate_learner, gym_env_factory
 
 __all__ = [
     "AsyncEngine",
     "CPUEngine",
     "DreamerConfig",
+    "DreamerTrainer",
     "LossConfig",
     "ModelConfig",
     "OptimConfig",
@@ -33,8 +34,7 @@ __all__ = [
     "SMALL_CONTROL_OPTIM",
     "ScheduleConfig",
     "TrainSchedule",
-    "build_engine",
-    "evaluate",
+    "evaluate_learner",
+    "gym_env_factory",
     "model_size",
-    "train",
 ]

@@ -11,6 +11,7 @@ from worldgym.config import check_choice, check_field, check_positive_int
 
 SizeName = Literal["tiny", "XS", "S", "M"]
 ObsKind = Literal["vector", "pixels"]
+EngineName = Literal["cpu", "async"]
 
 
 @dataclass(frozen=True)
@@ -253,6 +254,9 @@ class DreamerConfig:
         log_every (int): policy steps between two JSONL metric lines.
         checkpoint_every (int): policy steps between two checkpoints (0 = only at the end).
         run_dir (str): where metrics, checkpoints and failure bundles go.
+        engine (EngineName): ``cpu`` (deterministic, one thread) or ``async`` (actor and learner threads).
+        eval_episodes (int): episodes of :meth:`DreamerTrainer.evaluate`.
+        progress (bool): show a progress bar.
     """
 
     env_id: str = "CartPole-v1"
@@ -269,11 +273,15 @@ class DreamerConfig:
     log_every: int = 500
     checkpoint_every: int = 0
     run_dir: str = "runs/dreamer_v3"
+    engine: EngineName = "cpu"
+    eval_episodes: int = 10
+    progress: bool = True
 
     def __post_init__(self) -> None:
-        for name in ("num_envs", "total_steps", "log_every"):
+        for name in ("num_envs", "total_steps", "log_every", "eval_episodes"):
             check_positive_int(name, getattr(self, name))
         check_choice("obs_kind", self.obs_kind, ("vector", "pixels"))
+        check_choice("engine", self.engine, ("cpu", "async"))
         check_field(self.checkpoint_every >= 0, "checkpoint_every", self.checkpoint_every, "must be >= 0")
         check_field(
             self.checkpoint_every == 0 or self.checkpoint_every >= self.num_envs,

@@ -114,15 +114,16 @@ class GRPOTrainer:
                 min_shared_prefix=config.min_shared_prefix if config.share_prompt_prefix else 0,
             )
         )
-        limits = {"max_turns": config.max_turns, "max_episode_tokens": config.max_episode_tokens,
-                  "decoding": config.decoding}
+        self.rollout_limits = {"max_turns": config.max_turns, "max_episode_tokens": config.max_episode_tokens,
+                               "decoding": config.decoding}
         if config.vectorization_mode == "none":
             train_envs: dict[str, Any] = {"make_env": self.make_env}
         else:  # one sub-env per episode of a step
             num_envs = config.prompts_per_step * config.group_size
             train_envs = {"vector_env": make_vector_env(self.make_env, num_envs, config.vectorization_mode)}
-        self.collector = RolloutCollector(self.engine, self.tokenizer, **train_envs, **limits)
-        self.eval_collector = RolloutCollector(self.engine, self.tokenizer, self.make_eval_env, **limits)
+        self.collector = RolloutCollector(self.engine, self.tokenizer, **train_envs, **self.rollout_limits)
+        self.eval_collector = RolloutCollector(self.engine, self.tokenizer, self.make_eval_env,
+                                              **self.rollout_limits)
         self.step = 0
         self.output_dir = Path(config.output_dir)
         self.history: list[dict[str, Any]] = []
@@ -370,14 +371,26 @@ class GRPOTrainer:
         return torch.autocast(device_type, dtype=torch.bfloat16, enabled=self.config.bf16_autocast)
 
     # ---------------------------------------------------------------- evaluation
-    def evaluate(self, num_episodes: int | None = None) -> dict[str, float]:
+    def evaluate(
+        self, env: gym.Env | gym.vector.VectorEnv | None = None, num_episodes: int | None = None
+    ) -> dict[str, float]:
         """Greedy episodes on a fixed set of validation seeds: mean reward and success rate (and the mean
         ``reward_fn`` reward when the trainer has one; the copy probe where the env's tools mark copied
-        arguments and the policy wrote some)."""
+        arguments and the policy wrote some).
+
+        Args:
+            env: the env to validate on (default: ``make_eval_env``'s). A single env is deep-copied once per
+                episode run at a time; a vector env needs one sub-env per episode (``num_episodes``).
+            num_episodes: default ``config.eval_episodes``.
+        """
         count = num_episodes or self.config.eval_episodes
+        collector = self.eval_collector
+        if env is not None:
+            source = ({"vector_env": env} if isinstance(env, gym.vector.VectorEnv)
+                      else {"make_env": lambda: copy.deepcopy(env)})
+            collector = RolloutCollector(self.engine, self.tokenizer, **source, **self.rollout_limits)
         params = SamplingParams(temperature=0.0, max_new_tokens=self.config.max_new_tokens)
-        episodes = self.eval_collector.collect(range(VALIDATION_SEEDS_START, VALIDATION_SEEDS_START + count), 1,
-                                               params)
+        episodes = collector.collect(range(VALIDATION_SEEDS_START, VALIDATION_SEEDS_START + count), 1, params)
         metrics = episode_metrics(episodes)
         if self.reward_fn is not None:
             metrics["eval/shaped_reward_mean"] = float(np.mean([self.reward_fn(e) for e in episodes]))

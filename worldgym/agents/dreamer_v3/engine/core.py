@@ -31,6 +31,7 @@ from worldgym.agents.dreamer_v3.metrics import check_batch, check_metrics, to_fl
 from worldgym.agents.dreamer_v3.policy import DreamerPolicy
 from worldgym.agents.dreamer_v3.replay import ReplayRing, dreamer_schema
 from worldgym.agents.dreamer_v3.scheduler import TrainSchedule
+from worldgym.errors import CheckpointError
 from worldgym.jsonl import append_jsonl, truncate_jsonl
 
 
@@ -258,8 +259,8 @@ class EngineCore:
         self._metric_sums, self._metric_count, self._sampled = {}, 0, [None, None]
         return {k: v.item() if isinstance(v, torch.Tensor) else v for k, v in record.items()}
 
-    def save(self) -> Path:
-        """Checkpoint under ``run_dir/checkpoints/iter_<n>``."""
+    def save(self, directory: str | Path | None = None) -> Path:
+        """Checkpoint into ``directory`` (default ``run_dir/checkpoints/iter_<n>``)."""
         c = self.counters
         state = {
             "config": self.cfg.to_dict(),
@@ -273,7 +274,7 @@ class EngineCore:
             "schedule": self.schedule.state_dict(),
             "next_episode_id": self.runner._next_episode,
         }
-        directory = self.run_dir / "checkpoints" / f"iter_{c.iter_num}"
+        directory = Path(directory) if directory is not None else self.run_dir / "checkpoints" / f"iter_{c.iter_num}"
         env, actor = None, None
         if self.state_saving_env is not None and not self._needs_reset:  # episodes in progress: keep them
             env = self.state_saving_env
@@ -288,7 +289,7 @@ class EngineCore:
         saved_cfg = state["config"]
         for key in ("model", "replay", "obs_kind", "num_envs", "env_id"):
             if saved_cfg[key] != self.cfg.to_dict()[key]:
-                raise ValueError(
+                raise CheckpointError(
                     f"checkpoint {directory} was written with a different {key!r}: {saved_cfg[key]}"
                 )
         c = self.counters
