@@ -9,7 +9,11 @@ ENV_SPECS: dict[str, dict] = {
     "ZTokenDigits-v0": {"entry_point": "worldgym.envs.ztoken.env:ZTokenDigitsEnv", "max_episode_steps": None},
     "CSRPhone-v0": {"entry_point": "worldgym.envs.csr_phone.env:CSRPhoneEnv", "max_episode_steps": None},
     "MathQA-v0": {"entry_point": "worldgym.envs.math_qa.env:MathQAEnv", "max_episode_steps": None},
-    "GameBoy-v0": {"vector_entry_point": "worldgym.envs.gameboy.vector_env:GameBoyVecEnv"},
+    "GameBoy-v0": {
+        "entry_point": "worldgym.envs.gameboy.single_env:GameBoyEnv",
+        "vector_entry_point": "worldgym.envs.gameboy.vector_env:GameBoyVecEnv",
+        "max_episode_steps": None,  # the env truncates itself (the task's max_steps or max_episode_steps)
+    },
 }
 
 

@@ -1,4 +1,4 @@
-"""Vectorized Game Boy emulator in NVIDIA Warp (SM83 CPU, PPU, MBC1/3/5) and the GameBoy-v0 vector env.
+"""Vectorized Game Boy emulator in NVIDIA Warp (SM83 CPU, PPU, MBC1/3/5) and the GameBoy-v0 envs.
 
 Heavy modules (Warp kernels, the env) load lazily, so importing this package stays cheap.
 """
@@ -12,6 +12,7 @@ _EXPORTS = {
     "GameBoyEmulator": "worldgym.envs.gameboy.emulator",
     "compile_kernels": "worldgym.envs.gameboy.emulator",
     "set_kernel_cache_dir": "worldgym.envs.gameboy.emulator",
+    "GameBoyEnv": "worldgym.envs.gameboy.single_env",
     "GameBoyVecEnv": "worldgym.envs.gameboy.vector_env",
     "GameBoyEnvConfig": "worldgym.envs.gameboy.vector_env",
     "build_rom": "worldgym.envs.gameboy.rom_builder",
@@ -27,6 +28,7 @@ __all__ = [
     "CartridgeHeader",
     "ExitOakTask",
     "GameBoyEmulator",
+    "GameBoyEnv",
     "GameBoyEnvConfig",
     "GameBoyVecEnv",
     "SpriteGoalTask",
