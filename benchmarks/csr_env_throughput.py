@@ -1,6 +1,7 @@
 """CSRPhone-v0 throughput in one process: env steps/s under the expert, random and sampled-call policies.
 
-Usage: ``python benchmarks/csr_env_throughput.py [--steps 200000] [--output benchmarks/results/...json]``.
+Usage: ``python benchmarks/csr_env_throughput.py [--steps 200000] [--quick] [--results-dir DIR]``; writes
+``csr_env_throughput.json`` to ``benchmarks/results/`` (see ``--help``).
 
 For each policy the loop runs ``--steps`` env steps (difficulty drawn per episode, resets included) and
 reports
@@ -15,9 +16,9 @@ Success rates over 1,000 episodes per difficulty are the job of ``python -m worl
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -27,8 +28,11 @@ from worldgym.envs.csr_phone.env import CSRPhoneEnv
 from worldgym.envs.csr_phone.policies import ExpertPolicy, RandomPolicy
 from worldgym.spaces import ToolCall
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a file: find the benchmarks package
+from benchmarks.common import results_dir, results_parser, write_json
+
 GOAL_STEPS_PER_S = 20_000
-DEFAULT_OUTPUT = Path(__file__).parent / "results" / "csr_env_throughput.json"
+QUICK_STEPS = 2_000
 
 
 class SampledCalls:
@@ -83,11 +87,13 @@ def measure(make_policy: Callable[[CSRPhoneEnv], Any], steps: int, seed: int) ->
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     """Run the benchmark, print a summary and write JSON."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=200_000, help="env steps per policy")
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], parents=[results_parser()])
+    parser.add_argument("--steps", type=int, default=None,
+                        help=f"env steps per policy (default 200,000; {QUICK_STEPS:,} with --quick)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT)
     args = parser.parse_args(argv)
+    if args.steps is None:
+        args.steps = QUICK_STEPS if args.quick else 200_000
     if args.steps < 1:
         parser.error(f"--steps must be >= 1, got {args.steps}")
     policies: dict[str, Callable[[CSRPhoneEnv], Any]] = {
@@ -97,6 +103,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     }
     results: dict[str, Any] = {
         "env": "CSRPhone-v0 (difficulty drawn per episode)",
+        "quick": args.quick,
         "goal_env_steps_per_s": GOAL_STEPS_PER_S,
         "python": platform.python_version(),
         "machine": platform.machine(),
@@ -121,9 +128,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
           f"per CPU-s {verdict[results['goal_met_cpu']]} "
           f"(load average {results['load_average_before']:.2f} -> {results['load_average_after']:.2f} "
           f"on {os.cpu_count()} cores)")
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(results, indent=2) + "\n")
-    print(f"wrote {args.output}")
+    write_json(results_dir(args) / "csr_env_throughput.json", results, indent=2)
     return results
 
 

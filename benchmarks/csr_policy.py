@@ -12,7 +12,11 @@ into ``benchmarks/results/csr_policy.json`` and draws ``csr_policy.png``.
     python benchmarks/csr_policy.py report
 
 ``dapo`` runs are resumable: rerunning the same command continues from the run's last checkpoint
-(``runs/csr_policy/<model>-<decoding>-d<difficulty>-s<seed>/``).
+(``runs/csr_policy/<model>-<decoding>-d<difficulty>-s<seed>/``). Every stage takes ``--results-dir`` (where the
+part files and the report go) and ``--quick`` (a small warm start, 1 DAPO step, a few episodes, d1; run folders and
+the warm-start cache under ``<results-dir>/runs/``): ``random --quick``, ``warm-start --quick --model tiny``,
+``dapo --quick --model tiny --decoding constrained --difficulty 1`` and ``report --quick`` check every stage in
+under a minute.
 """
 
 from __future__ import annotations
@@ -20,7 +24,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -32,14 +38,24 @@ from worldgym.agents.grpo import CSR_PRESETS, GRPOTrainer, make_text_env
 from worldgym.agents.llm.evaluation import evaluate_chat_policy
 from worldgym.agents.llm.warm_start import WarmStart, load_or_train_warm_start
 
-RESULTS = Path(__file__).parent / "results"
-PARTS = RESULTS / "csr_policy"
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a file: find the benchmarks package
+from benchmarks.common import results_dir, results_parser, write_json
+
 DIFFICULTIES = (1, 2, 3, 4, 5)
 MAX_TURNS = 16  # the env's own limit: the random baseline gets the same budget
 
 
-def warm_start(model: str) -> WarmStart:
-    return load_or_train_warm_start(CSR_PRESETS[model].warm_start, cache_dir="runs/warm_starts")
+def runs_dir(args: argparse.Namespace) -> Path:
+    """Run folders and the warm-start cache: ``runs/`` (relative to the working directory), or inside the
+    results folder with ``--quick``."""
+    return results_dir(args) / "runs" if args.quick else Path("runs")
+
+
+def warm_start(args: argparse.Namespace) -> WarmStart:
+    config = CSR_PRESETS[args.model].warm_start
+    if args.quick:  # a few expert chats at d1, one epoch: trains in about a second
+        config = replace(config, difficulties=(1,), episodes_per_difficulty=8, epochs=1)
+    return load_or_train_warm_start(config, cache_dir=runs_dir(args) / "warm_starts")
 
 
 def evaluate(ws: WarmStart, model: str, difficulty: int, episodes: int, decoding: str) -> dict[str, Any]:
@@ -58,17 +74,17 @@ def run_random(args: argparse.Namespace) -> None:
 
     results = run_demo(args.episodes, 0, "validation", list(DIFFICULTIES))
     success = {str(row["difficulty"]): row["random"]["success_rate"] for row in results["results"]}
-    _write_part("random_copy", {"success": success, "episodes": args.episodes,
-                                "command": "python benchmarks/csr_policy.py random"})
+    _write_part(args, "random_copy", {"success": success, "episodes": args.episodes,
+                                      "command": "python benchmarks/csr_policy.py random" + _quick(args)})
     print("random (copying) baseline:", success)
 
 
 def run_warm_start(args: argparse.Namespace) -> None:
     """Evaluate the (cached) warm start; rows are merged into the model's part file after every difficulty,
     so difficulties can be run in separate invocations (and an interrupted run keeps what it measured)."""
-    ws = warm_start(args.model)
+    ws = warm_start(args)
     ws.model.eval()
-    path = PARTS / f"{args.model}-warm_start.json"
+    path = results_dir(args) / "csr_policy" / f"{args.model}-warm_start.json"
     part: dict[str, Any] = json.loads(path.read_text()) if path.is_file() else {}
     part.update({"warm_start": ws.summary | {"losses": None}, "key": ws.path.name})
     for decoding in args.decodings:
@@ -79,17 +95,18 @@ def run_warm_start(args: argparse.Namespace) -> None:
             probes = [r["copy_probe"] for r in rows.values() if r["copy_probe"] is not None]
             part[decoding] = {"success": {d: r["success"] for d, r in sorted(rows.items())},
                               "copy_probe": float(np.mean(probes)) if probes else None, "by_difficulty": rows}
-            _write_part(f"{args.model}-warm_start", part)
+            _write_part(args, f"{args.model}-warm_start", part)
 
 
 def run_dapo(args: argparse.Namespace) -> None:
     preset = CSR_PRESETS[args.model]
-    ws = warm_start(args.model)
-    out = Path("runs/csr_policy") / f"{args.model}-{args.decoding}-d{args.difficulty}-t{args.max_turns}-s{args.seed}"
+    ws = warm_start(args)
+    name = f"{args.model}-{args.decoding}-d{args.difficulty}-t{args.max_turns}-s{args.seed}"
+    quick = {"prompts_per_step": 2, "group_size": 2, "progress": False} if args.quick else {}
     config = preset.grpo_config(args.difficulty, decoding=args.decoding, num_steps=args.steps,
                                 max_turns=args.max_turns,
                                 eval_every=args.eval_every, eval_episodes=args.episodes, checkpoint_every=1,
-                                seed=args.seed, output_dir=str(out))
+                                seed=args.seed, output_dir=str(runs_dir(args) / "csr_policy" / name), **quick)
     trainer = GRPOTrainer(config, model=ws.model, tokenizer=ws.tokenizer,
                           make_engine=lambda policy: preset.engine(policy, ws.tokenizer))
     resumed = trainer.resume_latest()
@@ -101,14 +118,16 @@ def run_dapo(args: argparse.Namespace) -> None:
             "steps": args.steps, "max_turns": args.max_turns, "eval_episodes": args.episodes, "curve": curve,
             "command": f"python benchmarks/csr_policy.py dapo --model {args.model} --decoding {args.decoding} "
                        f"--difficulty {args.difficulty} --seed {args.seed} --steps {args.steps} "
-                       f"--max-turns {args.max_turns} --eval-every {args.eval_every} --episodes {args.episodes}"}
-    _write_part(f"{args.model}-dapo-{args.decoding}-d{args.difficulty}-t{args.max_turns}-s{args.seed}", part)
+                       f"--max-turns {args.max_turns} --eval-every {args.eval_every} --episodes {args.episodes}"
+                       + _quick(args)}
+    _write_part(args, f"{args.model}-dapo-{args.decoding}-d{args.difficulty}-t{args.max_turns}-s{args.seed}", part)
     print("validation success by step:", curve)
 
 
 def run_report(args: argparse.Namespace) -> None:
-    parts = {path.stem: json.loads(path.read_text()) for path in sorted(PARTS.glob("*.json"))}
-    report: dict[str, Any] = {"split": "validation", "max_turns": MAX_TURNS}
+    results = results_dir(args)
+    parts = {path.stem: json.loads(path.read_text()) for path in sorted((results / "csr_policy").glob("*.json"))}
+    report: dict[str, Any] = {"split": "validation", "max_turns": MAX_TURNS, "quick": args.quick}
     if "random_copy" in parts:
         report["random_copy"] = parts["random_copy"]["success"]
     for model in CSR_PRESETS:
@@ -130,8 +149,8 @@ def run_report(args: argparse.Namespace) -> None:
             entry.setdefault("dapo", {})[decoding] = {"success": by_difficulty}
         if entry:
             report[model] = entry
-    (RESULTS / "csr_policy.json").write_text(json.dumps(report, indent=1))
-    _plot(report, RESULTS / "csr_policy.png")
+    write_json(results / "csr_policy.json", report)
+    _plot(report, results / "csr_policy.png")
     for model in CSR_PRESETS:
         for decoding, entry in report.get(model, {}).get("warm_start", {}).items():
             print(f"{model} warm start ({decoding}):", entry["success"], "copy probe", entry["copy_probe"])
@@ -166,22 +185,37 @@ def _plot(report: dict[str, Any], path: Path) -> None:
     fig.savefig(path, dpi=120)
 
 
-def _write_part(name: str, data: dict[str, Any]) -> None:
-    PARTS.mkdir(parents=True, exist_ok=True)
-    (PARTS / f"{name}.json").write_text(json.dumps(data, indent=1))
+def _write_part(args: argparse.Namespace, name: str, data: dict[str, Any]) -> None:
+    write_json(results_dir(args) / "csr_policy" / f"{name}.json", data)
 
 
-def main() -> None:
+def _quick(args: argparse.Namespace) -> str:
+    return " --quick" if args.quick else ""
+
+
+def _apply_quick(args: argparse.Namespace) -> None:
+    """``--quick`` sizes: a few episodes at d1, one DAPO step of 2 x 2 episodes of at most 4 calls."""
+    if not args.quick:
+        return
+    args.episodes = {"random": 20}.get(args.stage, 4)
+    if args.stage == "warm-start":
+        args.difficulties = [1]
+    if args.stage == "dapo":
+        args.steps, args.eval_every, args.max_turns = 1, 1, 4
+
+
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="stage", required=True)
-    random = sub.add_parser("random", help="the copying random baseline")
+    common = [results_parser()]
+    random = sub.add_parser("random", help="the copying random baseline", parents=common)
     random.add_argument("--episodes", type=int, default=1000)
-    warm = sub.add_parser("warm-start", help="train (or load) a warm start and evaluate it")
+    warm = sub.add_parser("warm-start", help="train (or load) a warm start and evaluate it", parents=common)
     warm.add_argument("--model", choices=sorted(CSR_PRESETS), required=True)
     warm.add_argument("--decodings", nargs="+", choices=["free", "constrained"], default=["free", "constrained"])
     warm.add_argument("--difficulties", type=int, nargs="+", default=list(DIFFICULTIES))
     warm.add_argument("--episodes", type=int, default=64, help="validation episodes per difficulty")
-    dapo = sub.add_parser("dapo", help="DAPO from the warm start on the 0/1 reward (resumable)")
+    dapo = sub.add_parser("dapo", help="DAPO from the warm start on the 0/1 reward (resumable)", parents=common)
     dapo.add_argument("--model", choices=sorted(CSR_PRESETS), required=True)
     dapo.add_argument("--decoding", choices=["free", "constrained"], required=True)
     dapo.add_argument("--difficulty", type=int, choices=DIFFICULTIES, required=True)
@@ -192,8 +226,9 @@ def main() -> None:
                       help="tool calls per episode in training and validation (the step-0 validation of the run "
                            "is the warm start under the same limit)")
     dapo.add_argument("--episodes", type=int, default=64, help="validation episodes per evaluation")
-    sub.add_parser("report", help="merge the stages into csr_policy.json and csr_policy.png")
-    args = parser.parse_args()
+    sub.add_parser("report", help="merge the stages into csr_policy.json and csr_policy.png", parents=common)
+    args = parser.parse_args(argv)
+    _apply_quick(args)
     torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
     {"random": run_random, "warm-start": run_warm_start, "dapo": run_dapo, "report": run_report}[args.stage](args)
 

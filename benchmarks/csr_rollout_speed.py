@@ -12,6 +12,10 @@ CPU seconds and the load average are recorded too (the machine's cores may be sh
 
     OMP_WAIT_POLICY=PASSIVE python benchmarks/csr_rollout_speed.py --model tiny --episodes 4
     OMP_WAIT_POLICY=PASSIVE python benchmarks/csr_rollout_speed.py --model smollm2-135m --adapter runs/x/adapter
+    OMP_WAIT_POLICY=PASSIVE python benchmarks/csr_rollout_speed.py --quick   # 2 episodes, d1, batch 2
+
+Writes ``csr_rollout_speed.json`` (``csr_rollout_speed_<model>.json`` for another model, e.g. ``_smollm2``) to
+``benchmarks/results/`` (``--results-dir``).
 
 ``--model tiny`` is a randomly initialised tiny Qwen3 with a tokenizer trained on the env's text (quick, for
 checking the machinery); ``--model smollm2-135m`` is SmolLM2-135M-Instruct (``make smollm2``), optionally with
@@ -21,9 +25,9 @@ a PEFT adapter on top.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -38,8 +42,9 @@ from worldgym.agents.grpo.trainer import make_text_env
 from worldgym.agents.llm.engines import HFEngine, SamplingParams
 from worldgym.agents.llm.rollout import Episode, RolloutCollector
 
-REPO = Path(__file__).resolve().parents[1]
-DEFAULT_OUTPUT = Path(__file__).parent / "results" / "csr_rollout_speed.json"
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a file: find the benchmarks package
+from benchmarks.common import portable, results_dir, results_parser, write_json
+
 MAX_TURNS = 16
 
 
@@ -130,16 +135,8 @@ def same_episodes(a: list[Episode], b: list[Episode]) -> tuple[bool, float]:
     return identical, max(gaps, default=0.0)
 
 
-def portable(path: Path | None) -> str | None:
-    """``path`` relative to the repository (or just its name when it lies outside): no machine paths."""
-    if path is None:
-        return None
-    resolved = path.resolve()
-    return str(resolved.relative_to(REPO)) if resolved.is_relative_to(REPO) else resolved.name
-
-
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], parents=[results_parser()])
     parser.add_argument("--model", default="tiny", help="'tiny' or 'smollm2-135m'")
     parser.add_argument("--adapter", type=Path, default=None, help="a PEFT adapter folder to load on top")
     parser.add_argument("--episodes", type=int, default=16, help="episodes per configuration")
@@ -149,8 +146,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--max-episode-tokens", type=int, default=4096)
     parser.add_argument("--seed", type=int, default=0, help="first env seed (and the tiny model's seed)")
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
-    parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT)
     args = parser.parse_args(argv)
+    if args.quick:
+        args.episodes, args.difficulties, args.batch_sizes, args.max_new_tokens = 2, [1], [2], 8
     if args.episodes < 1 or min(args.batch_sizes) < 1:
         parser.error("--episodes and --batch-sizes must be >= 1")
     return args
@@ -173,7 +171,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     results: dict[str, Any] = {
         "env": "CSRPhone-v0 (ParseToolCall), greedy",
         "model": args.model,
-        "adapter": portable(args.adapter),
+        "adapter": portable(args.adapter) if args.adapter else None,
+        "quick": args.quick,
         "settings": {k: getattr(args, k) for k in
                      ("episodes", "difficulties", "batch_sizes", "max_new_tokens", "max_episode_tokens", "seed",
                       "threads")} | {"max_turns": MAX_TURNS},
@@ -211,9 +210,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
             print(f"{'':>10} {'':>5} speed-up with KV reuse: {speedup:.2f}x "
                   f"(max logprob gap {logprob_gap:.1e})")
     results["load_average_after"] = os.getloadavg()[0]
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(results, indent=2) + "\n")
-    print(f"wrote {portable(args.output)}")
+    name = "csr_rollout_speed" + ("" if args.model == "tiny" else "_" + args.model.split("-")[0])
+    write_json(results_dir(args) / f"{name}.json", results, indent=2)
     return results
 
 

@@ -1,7 +1,7 @@
 """Fuzz every registered env with hostile actions; count what escapes (unhandled exceptions, goal 0), steps/s.
 
-Usage: ``python benchmarks/fuzz_envs.py [--steps 1000000] [--seed 0] [--output PATH]``; the report goes to
-``benchmarks/results/fuzz_envs.json`` by default. The steps are split evenly over the targets:
+Usage: ``python benchmarks/fuzz_envs.py [--steps 1000000] [--seed 0] [--quick] [--results-dir DIR]``; the report
+goes to ``benchmarks/results/fuzz_envs.json`` by default. The steps are split evenly over the targets:
 
   * ``CSRPhone-v0/text``: ``ParseToolCall`` fed model-like text: well-formed calls, calls with hostile
     fragments spliced in (deep nesting, 20,000-digit numbers, NaN/Infinity, lone surrogates, control
@@ -28,6 +28,7 @@ import os
 import platform
 import random
 import re
+import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -44,7 +45,10 @@ from worldgym.envs.ztoken import FlattenTokenDigitsAction
 from worldgym.spaces import ToolCall, ToolCallError
 from worldgym.wrappers import ParseToolCall, format_tool_call
 
-DEFAULT_OUTPUT = Path(__file__).parent / "results" / "fuzz_envs.json"
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a file: find the benchmarks package
+from benchmarks.common import results_dir, results_parser, write_json
+
+QUICK_STEPS = 600
 TOOL_NAMES = [tool.name for tool in CSR_TOOLS]
 ARGUMENT_KEYS = ["company", "fields", "phone_number", "auth_info", "zip_code", "pin", "Company", ""]
 LOOK_ALIKES = {"a": "\u0430", "o": "\u043e", "e": "\u0435", "c": "\u0441", "p": "\u0440", "i": "\u0131",
@@ -401,16 +405,19 @@ def _split(total: int, parts: int) -> Iterator[int]:
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     """Run the fuzzer, print a summary, write JSON; exits non-zero when anything escaped."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=1_000_000, help="fuzzed steps, split over the targets")
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], parents=[results_parser()])
+    parser.add_argument("--steps", type=int, default=None,
+                        help=f"fuzzed steps, split over the targets (default 1,000,000; {QUICK_STEPS} with --quick)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT, help="where to write the JSON report")
     args = parser.parse_args(argv)
+    if args.steps is None:
+        args.steps = QUICK_STEPS if args.quick else 1_000_000
     if args.steps < 1:
         parser.error(f"--steps must be >= 1, got {args.steps}")
     targets = _targets(Fuzzer(args.seed), args.seed)
     results: dict[str, Any] = {
         "command": f"python benchmarks/fuzz_envs.py --steps {args.steps} --seed {args.seed}",
+        "quick": args.quick,
         "goal_unhandled_exceptions": 0,
         "python": platform.python_version(), "numpy": np.__version__, "gymnasium": gym.__version__,
         "machine": platform.machine(), "cpu_count": os.cpu_count(), "load_average_before": os.getloadavg()[0],
@@ -440,9 +447,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
           f"({results['steps_per_s_in_env']:,.0f} steps/s inside the envs): "
           f"{results['unhandled_exceptions']} unhandled exceptions, "
           f"{results['contract_violations']} contract violations (goal 0: {verdict})")
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(results, indent=2) + "\n")
-    print(f"wrote {os.path.relpath(args.output)}")
+    write_json(results_dir(args) / "fuzz_envs.json", results, indent=2)
     return results
 
 

@@ -5,12 +5,12 @@ warm kernel compile times; writes JSON and a PNG of throughput vs N to benchmark
 
     python benchmarks/gameboy_throughput.py                 # CPU, both ROMs
     python benchmarks/gameboy_throughput.py --device cuda:0 --num-envs 1 256 4096 16384
+    python benchmarks/gameboy_throughput.py --quick         # N = 1, 4, one short round, no compile timing
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import subprocess
 import sys
@@ -25,6 +25,9 @@ from worldgym.envs.gameboy.emulator import GameBoyEmulator
 from worldgym.envs.gameboy.homebrew import sprite_goal_rom
 from worldgym.envs.gameboy.rom_builder import build_rom
 from worldgym.envs.gameboy.tasks import ACTIONS
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a file: find the benchmarks package
+from benchmarks.common import portable, results_dir, results_parser, write_json
 
 # A CPU-bound program that never halts: ALU, memory and CB ops in a loop with the LCD on.
 BUSY_SOURCE = """
@@ -136,9 +139,9 @@ def plot(results: dict, path: Path) -> None:
     fig.savefig(path, dpi=120)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter, parents=[results_parser()]
     )
     parser.add_argument("--num-envs", type=int, nargs="+", default=[1, 16, 64, 256])
     parser.add_argument("--steps", type=int, default=20, help="env steps per measurement")
@@ -150,8 +153,9 @@ def main() -> None:
     parser.add_argument(
         "--min-seconds", type=float, default=1.0, help="repeat each measurement at least this long"
     )
-    parser.add_argument("--out-dir", type=Path, default=Path("benchmarks/results"))
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    if args.quick:  # compile times are left out: a cold compile alone takes ~25 s
+        args.num_envs, args.steps, args.rounds, args.min_seconds = [1, 4], 4, 1, 0.0
 
     from tqdm import tqdm
 
@@ -162,10 +166,12 @@ def main() -> None:
         "frames_per_step": args.frames_per_step,
         "steps": args.steps,
         "rounds": args.rounds,
-        **compile_times(args.device),
+        "quick": args.quick,
+        **({"cold_compile_s": None, "warm_compile_s": None} if args.quick else compile_times(args.device)),
         "roms": {},
     }
-    print(f"compile: cold {results['cold_compile_s']:.1f} s, warm {results['warm_compile_s']:.2f} s")
+    if not args.quick:
+        print(f"compile: cold {results['cold_compile_s']:.1f} s, warm {results['warm_compile_s']:.2f} s")
     actions = action_schedule(args.seed, args.steps)
     roms = {"sprite_goal": sprite_goal_rom(), "busy_loop": build_rom(BUSY_SOURCE, title="BUSY")}
     for rom_name, rom in roms.items():
@@ -214,11 +220,10 @@ def main() -> None:
                 f"{row['env_steps_per_s']:>10,.0f} steps/s  {row['ratio_to_pyboy']:.2f}x PyBoy"
             )
     results["load_average_1min_at_end"] = os.getloadavg()[0]
-    args.out_dir.mkdir(parents=True, exist_ok=True)
-    stem = f"gameboy_throughput_{args.device.replace(':', '')}"
-    (args.out_dir / f"{stem}.json").write_text(json.dumps(results, indent=2))
-    plot(results, args.out_dir / f"{stem}.png")
-    print(f"wrote {args.out_dir / stem}.json and .png")
+    out = results_dir(args) / f"gameboy_throughput_{args.device.replace(':', '')}"
+    write_json(out.with_suffix(".json"), results, indent=2)
+    plot(results, out.with_suffix(".png"))
+    print(f"wrote {portable(out.with_suffix('.png'))}")
 
 
 if __name__ == "__main__":

@@ -1,39 +1,95 @@
-"""Seconds per sheeprl 0.8.4 Dreamer v3 gradient step on CPU (run it with the separate sheeprl venv).
+"""Seconds per sheeprl 0.8.4 Dreamer v3 gradient step on CPU, in sheeprl's own venv (its pins clash with ours).
 
-    /work/sheeprl-venv/bin/python benchmarks/sheeprl_dreamer_step.py --size XS --steps 3
+    python -m venv runs/sheeprl-venv
+    runs/sheeprl-venv/bin/pip install torch==2.13.0 sheeprl==0.8.4     # ~40 s, ~30 packages
+    python benchmarks/sheeprl_dreamer_step.py --size XS --steps 4        # any python: see below
+    python benchmarks/sheeprl_dreamer_step.py --quick                    # 1 step of a 2 x 8 batch
 
 Builds sheeprl's own agent from its Hydra configs (vector obs of CartPole shape, 2 discrete actions) and
 times its ``train`` (world model + behavior) on a random batch of ``batch_size x seq_len``, the shape
-``benchmarks/dreamer.py speed`` uses. Prints one JSON line (wall and CPU seconds per step); pass its figures
-to ``dreamer.py speed --sheeprl-s-per-step`` and ``--sheeprl-cpu-s-per-step``.
+``benchmarks/dreamer.py speed`` uses. Writes wall and CPU seconds per step to ``sheeprl_dreamer_step.json`` in
+``benchmarks/results/`` (``--results-dir``), one row per size, batch, length and thread count (a new
+measurement replaces the row with the same settings); ``dreamer.py speed`` reads them from there.
+
+When this python has no sheeprl, the script runs itself again with ``$WORLDGYM_SHEEPRL_PYTHON`` or
+``runs/sheeprl-venv/bin/python``; with neither, it says so and exits 0 without writing anything.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
+import os
+import sys
 import time
+from importlib.metadata import version
+from pathlib import Path
+from typing import Any
 
-import gymnasium as gym
-import numpy as np
-import torch
-from hydra import compose, initialize_config_module
-from lightning import Fabric
-from omegaconf import OmegaConf
-from sheeprl.algos.dreamer_v3.agent import build_agent
-from sheeprl.algos.dreamer_v3.dreamer_v3 import train
-from sheeprl.algos.dreamer_v3.utils import Moments
-from sheeprl.utils.utils import dotdict
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a file: find the benchmarks package
+from benchmarks.common import REPO, results_dir, results_parser, write_json  # stdlib only: no worldgym here
+
+SHEEPRL_PYTHON = "WORLDGYM_SHEEPRL_PYTHON"
+DEFAULT_VENV_PYTHON = REPO / "runs" / "sheeprl-venv" / "bin" / "python"
+RESULTS_NAME = "sheeprl_dreamer_step.json"
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--size", default="XS")
+def sheeprl_python() -> Path | None:
+    """The interpreter of a venv with sheeprl: ``$WORLDGYM_SHEEPRL_PYTHON``, else ``runs/sheeprl-venv``."""
+    candidate = Path(os.environ.get(SHEEPRL_PYTHON, DEFAULT_VENV_PYTHON))
+    return candidate if candidate.is_file() else None
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     parents=[results_parser()])
+    parser.add_argument("--size", default="XS", help="sheeprl's algo config dreamer_v3_<size>")
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--seq-len", type=int, default=64)
     parser.add_argument("--threads", type=int, default=1)
-    args = parser.parse_args()
+    parser.add_argument("--label", default="", help="e.g. 'shared-load' when other jobs share the CPU")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.steps, args.batch_size, args.seq_len = 1, 2, 8
+    return args
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any] | None:
+    """Measure and write the row (``None``: sheeprl is not installed, nothing measured)."""
+    args = parse_args(argv)
+    if importlib.util.find_spec("sheeprl") is None:
+        python = sheeprl_python()
+        if python is None or os.environ.get("_WORLDGYM_SHEEPRL_REEXEC"):  # the latter: that python lacks it too
+            print(f"skipped: sheeprl is not installed in {sys.executable} and there is no venv with it "
+                  f"(set {SHEEPRL_PYTHON} or create runs/sheeprl-venv, see this script's docstring)")
+            return None
+        os.environ["_WORLDGYM_SHEEPRL_REEXEC"] = "1"
+        os.execv(python, [str(python), __file__, *(sys.argv[1:] if argv is None else argv)])
+    row = measure(args)
+    path = results_dir(args) / RESULTS_NAME
+    table = json.loads(path.read_text()) if path.is_file() else {"rows": []}
+    same = ("size", "batch_size", "seq_len", "threads")
+    table["rows"] = [r for r in table["rows"] if any(r[k] != row[k] for k in same)] + [row]
+    table["quick"] = args.quick
+    write_json(path, table)
+    return row
+
+
+def measure(args: argparse.Namespace) -> dict[str, Any]:
+    """Wall and CPU seconds per gradient step of sheeprl's agent (after one warm-up step)."""
+    import gymnasium as gym
+    import numpy as np
+    import torch
+    from hydra import compose, initialize_config_module
+    from lightning import Fabric
+    from omegaconf import OmegaConf
+    from sheeprl.algos.dreamer_v3.agent import build_agent
+    from sheeprl.algos.dreamer_v3.dreamer_v3 import train
+    from sheeprl.algos.dreamer_v3.utils import Moments
+    from sheeprl.utils.utils import dotdict
+
     torch.set_num_threads(args.threads)
     overrides = [
         "exp=dreamer_v3",
@@ -84,25 +140,29 @@ def main() -> None:
             moments,
         )
 
+    load = os.getloadavg()[0]
     step()  # warm-up
     start, cpu_start = time.perf_counter(), time.process_time()
     for _ in range(args.steps):
         step()
     seconds = (time.perf_counter() - start) / args.steps
     cpu_seconds = (time.process_time() - cpu_start) / args.steps  # CPU time: less sensitive to other jobs
-    print(
-        json.dumps(
-            {
-                "sheeprl": "0.8.4",
-                "size": args.size,
-                "s_per_step": seconds,
-                "cpu_s_per_step": cpu_seconds,
-                "batch_size": B,
-                "seq_len": T,
-                "threads": args.threads,
-            }
-        )
-    )
+    row = {
+        "sheeprl": version("sheeprl"),
+        "torch": torch.__version__,
+        "size": args.size,
+        "s_per_step": seconds,
+        "cpu_s_per_step": cpu_seconds,
+        "steps": args.steps,
+        "batch_size": B,
+        "seq_len": T,
+        "threads": args.threads,
+        "load_average_before": load,
+        "label": args.label,
+        "quick": args.quick,
+    }
+    print(json.dumps(row))
+    return row
 
 
 if __name__ == "__main__":

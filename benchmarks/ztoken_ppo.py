@@ -1,19 +1,19 @@
 """Benchmark on ZTokenDigits-v0: warm start vs after PPO (held-out exact match, per-digit accuracy, Z length)
 over several seeds, with Stable-Baselines3 PPO (MLP policy) on the same env and env-step budget as a baseline.
 
-    python benchmarks/ztoken_ppo.py                    # 3 seeds, CPU (~15-25 min on 2 shared cores)
-    python benchmarks/ztoken_ppo.py --seeds 0 --quick  # smoke run
+    python benchmarks/ztoken_ppo.py           # 3 seeds, CPU (~15-25 min on 2 shared cores)
+    python benchmarks/ztoken_ppo.py --quick   # smoke run: seed 0, tiny budgets (seconds)
 
-Prints a table; writes benchmarks/results/ztoken_ppo.json and benchmarks/results/ztoken_ppo.png
-(exact match vs env steps).
+Prints a table; writes ztoken_ppo.json and ztoken_ppo.png (exact match vs env steps) to benchmarks/results/
+(``--results-dir``).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import platform
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -40,15 +40,17 @@ from worldgym.agents.ztoken_ppo.evaluate import episode_metrics
 from worldgym.agents.ztoken_ppo.rollout import Episode, run_until_episodes
 from worldgym.envs.ztoken import FlattenTokenDigitsAction, ZTokenVocab
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a file: find the benchmarks package
+from benchmarks.common import portable, results_dir, results_parser, write_json
+
 ENV_ID = "ZTokenDigits-v0"
-RESULTS = Path(__file__).parent / "results"
 
 
-def parse_args() -> argparse.Namespace:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter, parents=[results_parser()]
     )
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--seeds", type=int, nargs="+", default=None, help="default 0 1 2 (0 with --quick)")
     parser.add_argument("--operand-digits", type=int, default=2)
     parser.add_argument("--warm-steps", type=int, default=1000)
     parser.add_argument("--rollouts", type=int, default=10)
@@ -58,9 +60,13 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--lr", type=float, default=3e-4)
     parser.add_argument("--eval-episodes", type=int, default=512)
     parser.add_argument("--eval-every", type=int, default=2)
-    parser.add_argument("--quick", action="store_true", help="tiny budgets, for a smoke run")
-    parser.add_argument("--out", type=Path, default=RESULTS)
-    return parser.parse_args()
+    args = parser.parse_args(argv)
+    if args.seeds is None:
+        args.seeds = [0] if args.quick else [0, 1, 2]
+    if args.quick:
+        args.warm_steps, args.rollouts, args.episodes_per_rollout, args.eval_episodes = 50, 2, 64, 64
+        args.eval_every = 1
+    return args
 
 
 def evaluate_sb3(
@@ -230,11 +236,8 @@ def plot(runs: list[dict[str, Any]], path: Path) -> None:
     fig.savefig(path, dpi=120)
 
 
-def main() -> None:
-    args = parse_args()
-    if args.quick:
-        args.warm_steps, args.rollouts, args.episodes_per_rollout, args.eval_episodes = 50, 2, 64, 64
-        args.eval_every = 1
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
     torch.set_num_threads(1)
     env_kwargs = {"num_z_tokens": 8, "max_new_tokens": 8, "operand_digits": args.operand_digits}
     runs = []
@@ -257,21 +260,19 @@ def main() -> None:
     for key, value in summary.items():
         shown = value if isinstance(value, bool) else f"{value['mean']:.3f} +- {value['std']:.3f}"
         print(f"{key:32s} {shown}")
-    args.out.mkdir(parents=True, exist_ok=True)
-    name = "ztoken_ppo_quick" if args.quick else "ztoken_ppo"
-    # paths relative to the working directory: results never hold a machine's absolute paths
-    settings = {k: (os.path.relpath(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
+    out = results_dir(args)
     report = {
-        "settings": settings,
+        "quick": args.quick,
+        "settings": vars(args),  # write_json stores the results folder relative to the repository
         "env_kwargs": env_kwargs,
         "machine": platform.platform(),
         "torch_threads": torch.get_num_threads(),
         "summary": summary,
         "runs": runs,
     }
-    (args.out / f"{name}.json").write_text(json.dumps(report, indent=1))
-    plot(runs, args.out / f"{name}.png")
-    print(f"wrote {args.out / (name + '.json')} and {args.out / (name + '.png')}")
+    write_json(out / "ztoken_ppo.json", report)
+    plot(runs, out / "ztoken_ppo.png")
+    print(f"wrote {portable(out / 'ztoken_ppo.png')}")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,130 @@
+"""Run every benchmark (full or ``--quick``), then write the README's benchmark table from the results JSON.
+
+    python -m benchmarks                  # every benchmark in full (hours), into benchmarks/results; README table
+    python -m benchmarks --quick          # every benchmark in seconds-to-a-minute each, into runs/benchmarks/quick;
+                                          # prints that table (the README keeps the committed figures)
+    python -m benchmarks --table-only     # only rewrite the README table from benchmarks/results
+    python -m benchmarks --check          # exit 1 when the README table differs from benchmarks/results
+    python -m benchmarks --only fuzz_envs dreamer --quick
+
+The README's table lies between ``<!-- benchmark-table:start -->`` and ``<!-- benchmark-table:end -->``; it is
+only ever rewritten from ``benchmarks/results`` (full runs), never from quick results.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from benchmarks.common import QUICK_RESULTS, REPO, RESULTS, portable
+from benchmarks.table import render, replace_table, table_in
+
+README = REPO / "README.md"
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    """A script and the command lines (after ``python benchmarks/<script>``) of its full and quick runs, in
+    order; ``--results-dir`` (and ``--quick``) are appended to each."""
+
+    script: str
+    full: tuple[tuple[str, ...], ...]
+    quick: tuple[tuple[str, ...], ...]
+
+    @property
+    def name(self) -> str:
+        return self.script.removesuffix(".py")
+
+
+def _dapo(difficulty: int, seed: int) -> tuple[str, ...]:
+    return ("dapo", "--model", "tiny", "--decoding", "constrained", "--difficulty", str(difficulty), "--seed",
+            str(seed), "--steps", "16", "--max-turns", "8", "--eval-every", "4", "--episodes", "64")
+
+
+def _dual_lora(mode: str, seed: int) -> tuple[str, ...]:
+    return ("run", "--model", "tiny", "--mode", mode, "--seed", str(seed))
+
+
+# The full commands are the ones behind the committed results (see each results file's "command" fields).
+SUITE: tuple[Benchmark, ...] = (
+    Benchmark("csr_env_throughput.py", ((),), ((),)),
+    Benchmark("gameboy_throughput.py", ((),), ((),)),
+    Benchmark("fuzz_envs.py", ((),), ((),)),
+    Benchmark("ztoken_ppo.py", ((),), ((),)),
+    Benchmark("sheeprl_dreamer_step.py", (("--size", "XS", "--steps", "4"),), ((),)),
+    Benchmark("dreamer.py", (("speed", "--sizes", "tiny", "XS"), ("ratio", "--max-steps", "1000"), ("cartpole",)),
+              (("speed",), ("ratio",), ("cartpole",))),
+    Benchmark("csr_policy.py",
+              (("random",), ("warm-start", "--model", "tiny"),
+               ("warm-start", "--model", "smollm2-135m", "--decodings", "free", "--difficulties", "1", "2", "3",
+                "--episodes", "16"),
+               *(_dapo(d, s) for d in (1, 2) for s in (0, 1, 2)), ("report",)),
+              (("random",), ("warm-start", "--model", "tiny", "--decodings", "constrained"),
+               ("dapo", "--model", "tiny", "--decoding", "constrained", "--difficulty", "1"), ("report",))),
+    Benchmark("csr_dual_lora_vs_dapo.py",
+              (*(_dual_lora(m, s) for m in ("dapo", "separate", "stacked", "shared", "iwm") for s in (0, 1, 2)),
+               _dual_lora("shared-l0.05", 0), ("final-eval", "--difficulties", "2", "--episodes", "32"),
+               ("report",)),
+              (("run", "--mode", "dapo"), ("run", "--mode", "separate"), ("report",))),
+    Benchmark("csr_rollout_speed.py", ((),), ((),)),
+    Benchmark("grpo_vs_trl.py", ((),), ((),)),
+)
+
+
+def run(benchmark: Benchmark, quick: bool, results: Path) -> bool:
+    """Run the benchmark's commands in order; False at the first that fails."""
+    for argv in benchmark.quick if quick else benchmark.full:
+        command = [sys.executable, str(REPO / "benchmarks" / benchmark.script), *argv, "--results-dir", str(results)]
+        command += ["--quick"] if quick else []
+        print(f"$ python benchmarks/{benchmark.script} {' '.join(command[2:])}", flush=True)
+        start = time.perf_counter()
+        if subprocess.run(command, cwd=REPO, check=False).returncode != 0:
+            print(f"FAILED: {benchmark.name} ({time.perf_counter() - start:.0f} s)", flush=True)
+            return False
+        print(f"done: {benchmark.name} in {time.perf_counter() - start:.0f} s", flush=True)
+    return True
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--quick", action="store_true", help="every benchmark's --quick mode")
+    mode.add_argument("--table-only", action="store_true", help="run nothing: rewrite the README table")
+    mode.add_argument("--check", action="store_true", help="run nothing: fail when the README table is stale")
+    parser.add_argument("--only", nargs="+", choices=[b.name for b in SUITE], help="run only these benchmarks")
+    parser.add_argument("--results-dir", type=Path, default=None,
+                        help=f"where results go (default {portable(RESULTS)}; {portable(QUICK_RESULTS)} with --quick)")
+    parser.add_argument("--readme", type=Path, default=README, help="the README whose table is rewritten")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    readme = args.readme.read_text()
+    if args.check:
+        stale = table_in(readme) != render(RESULTS)
+        print(f"{portable(args.readme)}: the benchmark table is "
+              + ("stale: run `python -m benchmarks --table-only`" if stale else "up to date"))
+        return int(stale)
+    results = args.results_dir or (QUICK_RESULTS if args.quick else RESULTS)
+    failed = []
+    if not args.table_only:
+        failed = [b.name for b in SUITE if (not args.only or b.name in args.only) and not run(b, args.quick, results)]
+    table = render(results)
+    if results.resolve() == RESULTS.resolve():
+        args.readme.write_text(replace_table(readme, table))
+        print(f"wrote the benchmark table of {portable(args.readme)}")
+    else:
+        print(table)
+    if failed:
+        print(f"failed: {', '.join(failed)}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,68 @@
+"""What every benchmark script shares: where results go, the ``--quick`` / ``--results-dir`` flags, and JSON
+that never holds a machine's absolute paths.
+
+A script run as a file (``python benchmarks/<name>.py``) imports this module as ``benchmarks.common`` after
+putting the repository root on ``sys.path``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+RESULTS = REPO / "benchmarks" / "results"
+QUICK_RESULTS = REPO / "runs" / "benchmarks" / "quick"  # git-ignored: quick figures never replace real ones
+# an absolute path on its own or inside text: /dir/..., ~/..., C:\\...
+_ABSOLUTE = re.compile(r"(?:^|[\s'\"=(,:])(/(?:[\w.+@-]+/)+[\w.+@-]*|~/[\w.+@/-]+|[A-Za-z]:\\[^\s'\"]+)")
+
+
+def results_parser() -> argparse.ArgumentParser:
+    """A parent parser with ``--quick`` and ``--results-dir`` (``argparse.ArgumentParser(parents=[...])``)."""
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("--quick", action="store_true",
+                        help="tiny sizes and 1-2 iterations: checks the script end to end in seconds (its figures "
+                             "mean nothing)")
+    parser.add_argument("--results-dir", type=Path, default=None,
+                        help=f"where the results JSON (and PNG) go (default {portable(RESULTS)}, or "
+                             f"{portable(QUICK_RESULTS)} with --quick)")
+    return parser
+
+
+def results_dir(args: argparse.Namespace) -> Path:
+    """The folder ``--results-dir`` names (created), else the default for the mode."""
+    path = args.results_dir or (QUICK_RESULTS if args.quick else RESULTS)
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def portable(path: str | Path) -> str:
+    """``path`` relative to the repository, or just its name when it lies outside: never a machine's path."""
+    resolved = Path(path).resolve()
+    return resolved.relative_to(REPO).as_posix() if resolved.is_relative_to(REPO) else resolved.name
+
+
+def write_json(path: Path, payload: Any, indent: int = 1) -> Path:
+    """Write ``payload`` as JSON (``Path`` values as :func:`portable` strings) and print where it went."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(payload, indent=indent, default=_portable_default) + "\n")
+    print(f"wrote {portable(path)}")
+    return path
+
+
+def _portable_default(value: Any) -> str:
+    if isinstance(value, Path):
+        return portable(value)
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+def absolute_paths(value: Any) -> list[str]:
+    """Every absolute path in the strings (keys included) of a JSON value: results must hold none."""
+    if isinstance(value, dict):
+        return [p for k, v in value.items() for p in absolute_paths(k) + absolute_paths(v)]
+    if isinstance(value, list):
+        return [p for item in value for p in absolute_paths(item)]
+    return [m.group(1) for m in _ABSOLUTE.finditer(value)] if isinstance(value, str) else []

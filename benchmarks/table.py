@@ -1,0 +1,263 @@
+"""The README's benchmark table, written from the results JSON only so that its figures and text cannot drift.
+
+:func:`render` reads ``<results>/*.json`` and returns the markdown table; :func:`replace_table` puts it between
+the README's ``<!-- benchmark-table:start -->`` and ``<!-- benchmark-table:end -->`` markers. Each row is one
+function of the JSON it reads; a row whose file is missing says so instead of showing a figure.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from statistics import mean
+from typing import Any
+
+START = "<!-- benchmark-table:start -->"
+END = "<!-- benchmark-table:end -->"
+HEADER = "| script | measures | result here |\n|---|---|---|"
+
+Results = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Row:
+    """One line of the table: what it runs and measures, the results files it reads, how it says them."""
+
+    script: str
+    measures: str
+    files: tuple[str, ...]
+    describe: Callable[..., str]  # one argument per file (None for a missing optional file)
+    optional: tuple[str, ...] = ()  # files the row reads when present
+
+
+def _pct(value: float) -> str:
+    return f"{100 * value:.1f}%"
+
+
+def _span(values: Iterable[float], fmt: Callable[[float], str] = "{:.2f}".format, unit: str = "") -> str:
+    """``low-high`` (or one value when they are equal) in ``fmt``, then ``unit``."""
+    ordered = sorted(values)
+    low, high = fmt(ordered[0]), fmt(ordered[-1])
+    return (low if low == high else f"{low}-{high}") + unit
+
+
+def _pct_span(values: Iterable[float]) -> str:
+    return _span([100 * v for v in values], "{:.1f}".format, "%")
+
+
+def _pcts(success: dict[str, float]) -> str:
+    """Success by difficulty: ``18.3 / 3.2 / 0.0% at d1/d2/d3``."""
+    shown = " / ".join(f"{100 * v:.1f}" for v in success.values())
+    return f"{shown}% at {'/'.join(f'd{d}' for d in success)}"
+
+
+def _k(steps: float) -> str:
+    return f"{steps / 1000:.1f}k"
+
+
+def _plural(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
+def _csr_env_throughput(data: Results) -> str:
+    expert, random, sampled = (data["policies"][name] for name in ("expert", "random", "sampled_calls"))
+    goal = "met" if data["goal_met_wall"] else "NOT met"
+    return (f"expert: {expert['env_steps_per_s']:,.0f} env steps/s ({expert['loop_steps_per_s']:,.0f} incl. the "
+            f"policy; goal {data['goal_env_steps_per_s']:,} {goal}); random policy {random['env_steps_per_s']:,.0f}; "
+            f"uniformly sampled calls {sampled['env_steps_per_s']:,.0f} (load {data['load_average_before']:.1f})")
+
+
+def _gameboy(data: Results) -> str:
+    def ratios(rom: str) -> str:
+        rows = data["roms"][rom]["warp"]
+        ns = [row["num_envs"] for row in rows]
+        return f"{_span([row['ratio_to_pyboy'] for row in rows], unit='x')} PyBoy (N = {min(ns)}..{max(ns)})"
+
+    compile_s = ("compile not timed" if data["cold_compile_s"] is None else
+                 f"cold kernel compile {data['cold_compile_s']:.1f} s, warm {data['warm_compile_s']:.2f} s")
+    return (f"halting game-like ROM {ratios('sprite_goal')}; CPU-bound busy loop {ratios('busy_loop')}; "
+            f"{compile_s} (device {data['device']})")
+
+
+def _ztoken_ppo(data: Results) -> str:
+    summary = data["summary"]
+
+    def exact(stage: str) -> str:
+        return f"{summary[f'{stage}/exact_match']['mean']:.3f}"
+
+    every = "in every seed" if summary["ppo_beats_warm_start_every_seed"] else "NOT in every seed"
+    return (f"{exact('warm_start')} -> {exact('ppo')} over {_plural(len(data['runs']), 'seed')} (PPO beats its warm start "
+            f"{every}); SB3 MLP PPO {exact('sb3')}; a supervised control with the same budget reaches "
+            f"{exact('supervised_control')}")
+
+
+def _dreamer_speed(data: Results) -> str:
+    parts = []
+    for row in data["rows"]:
+        ours = f"{row['size']}: {row['cpu_s_per_step']:.2f} CPU s/step ({row['s_per_step']:.2f} s wall)"
+        if row.get("sheeprl_cpu_s_per_step"):
+            ours = (f"{row['size']}: {row['cpu_s_per_step']:.2f} vs {row['sheeprl_cpu_s_per_step']:.2f} CPU s/step: "
+                    f"**{row['cpu_speedup']:.2f}x** faster than sheeprl (wall {row['s_per_step']:.2f} vs "
+                    f"{row['sheeprl_s_per_step']:.2f} s, {row['speedup']:.2f}x)")
+        parts.append(ours)
+    if not any(row.get("sheeprl_cpu_s_per_step") for row in data["rows"]):
+        parts.append("no sheeprl figure: `benchmarks/sheeprl_dreamer_step.py` has not run")
+    return "; ".join(parts)
+
+
+def _dreamer_ratio(data: Results) -> str:
+    rows = data["rows"]
+    actual = " / ".join(f"{row['actual']:.3f}" for row in rows)
+    target = " / ".join(f"{row['target']:g}" for row in rows)
+    worst = max(row["relative_error"] for row in rows)
+    return f"{actual} for {target} (at most {_pct(worst)} off, {data['max_steps']:,} env steps each)"
+
+
+def _dreamer_cartpole(data: Results) -> str:
+    runs = {agent: sorted((r for r in data["runs"] if r["agent"] == agent), key=lambda r: r["seed"])
+            for agent in ("dreamer", "ppo")}
+    if any(r["solved_at"] is None for rs in runs.values() for r in rs):
+        solved = ", ".join(f"{agent} {data[f'{agent}_solved_runs']}" for agent in runs)
+        return f"solved within {data['max_steps']:,} env steps: {solved}"
+    steps = {agent: [r["solved_at"] for r in rs] for agent, rs in runs.items()}
+    model = runs["dreamer"][0]["settings"]["model"]
+    optim = runs["dreamer"][0]["settings"]["optim"]
+    wins = sum(d < p for d, p in zip(steps["dreamer"], steps["ppo"], strict=True))
+    verdict = "fewer env steps in every seed" if wins == len(steps["ppo"]) else f"fewer env steps in {wins} seeds"
+    seeds = " / ".join(str(r["seed"]) for r in runs["dreamer"])
+    dreamer_mean, ppo_mean = mean(steps["dreamer"]), mean(steps["ppo"])
+    return (f"Dreamer (recurrent {model['recurrent_size']}, {model['stochastic_size']}x{model['discrete_size']} "
+            f"latents, actor/critic lr {optim['actor_lr']:.0e}".replace("e-0", "e-") + ", replay ratio "
+            f"{runs['dreamer'][0]['settings']['replay_ratio']:g}) **{' / '.join(_k(s) for s in steps['dreamer'])}** "
+            f"vs PPO {' / '.join(_k(s) for s in steps['ppo'])} for seeds {seeds}: {verdict} (mean "
+            f"{_k(dreamer_mean)} vs {_k(ppo_mean)}, {dreamer_mean / ppo_mean:.2f}x); wall time "
+            f"~{mean(r['wall_s'] for r in runs['dreamer']) / 60:.0f} min vs "
+            f"~{mean(r['wall_s'] for r in runs['ppo']):.0f} s per run")
+
+
+def _csr_dual_lora(data: Results) -> str:
+    parts = []
+    for key, rows in data["runs"].items():
+        dapo = rows.get("dapo")
+        modes = []
+        for mode, row in rows.items():
+            seeds = len(row["seeds"])
+            modes.append(f"{'DAPO' if mode == 'dapo' else mode} {_pct_span(row['final_success'])}"
+                         + (f" ({seeds} seed)" if seeds == 1 else ""))
+        verdict = ""
+        if dapo is not None:
+            better = [m for m, row in rows.items() if m != "dapo"
+                      and row["final_success_mean"] > dapo["final_success_mean"]]
+            verdict = f"; beat DAPO on the mean: {', '.join(better)}" if better else "; no mode beats DAPO"
+        seeds = max(len(row["seeds"]) for row in rows.values())
+        parts.append(f"{key} ({_plural(seeds, 'seed')}), final validation success: {', '.join(modes)}{verdict}")
+    return "; ".join(parts) + "; see the dual-LoRA section"
+
+
+def _grpo_vs_trl(data: Results) -> str:
+    ours, trl = data["worldgym"], data["trl"]
+    return (f"{ours['tokens_per_s']:,.0f} vs {trl['tokens_per_s']:,.0f} tokens/s (**{data['tokens_per_s_ratio']:.2f}x**), "
+            f"success {ours['eval_success']:.2f} vs {trl['eval_success']:.2f} (warm start "
+            f"{data['warm_start_success']:.2f}); without prompt sharing {data['tokens_per_s_ratio_no_prompt_sharing']:.2f}x")
+
+
+def _csr_policy(data: Results) -> str:
+    parts = []
+    if "random_copy" in data:
+        parts.append(f"copying random baseline {_pcts(data['random_copy'])}")
+    for model, entry in data.items():
+        if not isinstance(entry, dict) or not ({"warm_start", "dapo"} & entry.keys()):
+            continue
+        for decoding, ws in entry.get("warm_start", {}).items():
+            parts.append(f"{model} warm start ({decoding}) {_pcts(ws['success'])}")
+        for decoding, runs in entry.get("dapo", {}).items():
+            for difficulty, row in runs["success"].items():
+                parts.append(f"{model} DAPO ({decoding}, d{difficulty}, {_plural(len(row['seeds']), 'seed')}) "
+                             f"{_pct_span(row['start'])} -> {_pct_span(row['seeds'])}")
+    return "; ".join(parts)
+
+
+def _csr_rollout_speed(tiny: Results, smollm2: Results | None) -> str:
+    def speedups(data: Results) -> str:
+        pairs: dict[tuple[int, int], dict[bool, Results]] = {}
+        for run in data["runs"]:
+            pairs.setdefault((run["difficulty"], run["batch"]), {})[run["kv_reuse"]] = run
+        shown = [f"d{d} batch {b}: {off['episodes_per_s']:.3g} -> {on['episodes_per_s']:.3g} episodes/s "
+                 f"({off['wall_s'] / on['wall_s']:.2f}x)" for (d, b), (off, on) in
+                 ((key, (pair[False], pair[True])) for key, pair in sorted(pairs.items()))]
+        same = "identical episodes" if all(r["same_episodes"] for r in data["runs"]) else "episodes DIFFER"
+        return f"{', '.join(shown)}; {same}"
+
+    text = f"tiny random model: {speedups(tiny)}"
+    if smollm2 is not None:
+        adapter = " + LoRA" if smollm2["adapter"] else ""
+        text = f"SmolLM2{adapter}: {speedups(smollm2)}; {text}"
+    return "KV cache kept across turns vs re-read: " + text
+
+
+def _fuzz_envs(data: Results) -> str:
+    slowest = min(data["targets"], key=lambda name: data["targets"][name]["steps_per_s"])
+    return (f"{data['total_steps']:,} fuzzed steps: {data['unhandled_exceptions']} unhandled exceptions, "
+            f"{data['contract_violations']} contract violations ({data['steps_per_s_in_env']:,.0f} steps/s inside "
+            f"the envs, {slowest} the slowest)")
+
+
+ROWS: tuple[Row, ...] = (
+    Row("`benchmarks/csr_env_throughput.py`", "CSRPhone-v0 env steps/s, scripted expert (goal >= 20,000)",
+        ("csr_env_throughput.json",), _csr_env_throughput),
+    Row("`benchmarks/gameboy_throughput.py`", "frames/s for N emulators vs one PyBoy, same ROM and actions",
+        ("gameboy_throughput_cpu.json",), _gameboy),
+    Row("`benchmarks/fuzz_envs.py`", "hostile actions into every registered env: unhandled exceptions (goal 0), "
+        "steps/s", ("fuzz_envs.json",), _fuzz_envs),
+    Row("`benchmarks/ztoken_ppo.py`", "held-out exact match: warm start vs PPO, SB3 PPO baseline",
+        ("ztoken_ppo.json",), _ztoken_ppo),
+    Row("`benchmarks/dreamer.py speed`", "seconds per gradient step vs sheeprl 0.8.4 "
+        "(`benchmarks/sheeprl_dreamer_step.py`, own venv)", ("dreamer_speed.json",), _dreamer_speed),
+    Row("`benchmarks/dreamer.py ratio`", "replay ratio actual vs target", ("dreamer_ratio.json",), _dreamer_ratio),
+    Row("`benchmarks/dreamer.py cartpole`", "env steps to mean return 475 on CartPole-v1 vs SB3 PPO",
+        ("dreamer_cartpole.json",), _dreamer_cartpole),
+    Row("`benchmarks/csr_policy.py`", "CSRPhone-v0 validation success on the 0/1 reward by model and difficulty: "
+        "copying random baseline, warm starts, DAPO over seeds", ("csr_policy.json",), _csr_policy),
+    Row("`benchmarks/csr_dual_lora_vs_dapo.py`", "dual-LoRA transfer modes vs DAPO on CSRPhone-v0: validation "
+        "success, tasks to threshold, WM accuracy, step time", ("csr_dual_lora_vs_dapo.json",), _csr_dual_lora),
+    Row("`benchmarks/csr_rollout_speed.py`", "CSRPhone-v0 rollout episodes/s, KV cache kept across turns vs "
+        "re-read", ("csr_rollout_speed.json",), _csr_rollout_speed, optional=("csr_rollout_speed_smollm2.json",)),
+    Row("`benchmarks/grpo_vs_trl.py`", "tokens/s and reward, our GRPO vs TRL `GRPOTrainer(loss_type=\"dapo\")`, "
+        "same tiny model and budget (`pip install -e \".[bench]\"`)", ("grpo_vs_trl.json",), _grpo_vs_trl),
+)
+
+
+def _load(path: Path) -> Results | None:
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def render(results: Path) -> str:
+    """The markdown table (header included) for the results JSON in ``results``."""
+    lines = [HEADER]
+    for row in ROWS:
+        required = [_load(results / name) for name in row.files]
+        if any(data is None for data in required):
+            missing = ", ".join(name for name, data in zip(row.files, required, strict=True) if data is None)
+            text = f"not measured yet (no {missing})"
+        else:
+            text = row.describe(*required, *(_load(results / name) for name in row.optional))
+            if any(data.get("quick") for data in required):
+                text = f"*quick run, figures mean nothing*: {text}"
+        lines.append(f"| {row.script} | {row.measures} | {text} |")
+    return "\n".join(lines)
+
+
+def replace_table(readme: str, table: str) -> str:
+    """``readme`` with the text between the table markers replaced by ``table``."""
+    if readme.count(START) != 1 or readme.count(END) != 1 or readme.index(START) > readme.index(END):
+        raise ValueError(f"the README must hold one {START} line and, after it, one {END} line")
+    head, rest = readme.split(START)
+    _, tail = rest.split(END)
+    return f"{head}{START}\n{table}\n{END}{tail}"
+
+
+def table_in(readme: str) -> str:
+    """The table currently between the markers of ``readme``."""
+    return readme.split(START, 1)[1].split(END, 1)[0].strip("\n")

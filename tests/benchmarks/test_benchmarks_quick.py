@@ -1,0 +1,148 @@
+"""Every benchmark script end to end in its ``--quick`` mode, into ``tmp_path``: the results JSON it writes has
+the expected keys and sane values, and no machine path (the committed results are never touched)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from benchmarks.common import absolute_paths
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def run(script: str, *argv: str, results: Path, env: dict[str, str] | None = None) -> str:
+    """``python benchmarks/<script> <argv> --quick --results-dir <results>`` from the repository; its stdout."""
+    command = [sys.executable, str(REPO / "benchmarks" / script), *argv, "--quick", "--results-dir", str(results)]
+    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=600, check=False,
+                          env={**os.environ, "OMP_WAIT_POLICY": "PASSIVE", **(env or {})})
+    assert done.returncode == 0, f"{' '.join(command[1:])} failed:\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}"
+    return done.stdout
+
+
+def load(path: Path) -> dict[str, Any]:
+    """A results file, checked for machine paths."""
+    data = json.loads(path.read_text())
+    assert absolute_paths(data) == []
+    return data
+
+
+def test_csr_env_throughput(tmp_path: Path) -> None:
+    run("csr_env_throughput.py", results=tmp_path)
+    data = load(tmp_path / "csr_env_throughput.json")
+    assert data["quick"] is True
+    assert set(data["policies"]) == {"expert", "random", "sampled_calls"}
+    for figures in data["policies"].values():
+        assert figures["steps"] == 2000 and figures["episodes"] > 0
+        assert 0 < figures["loop_steps_per_s"] <= figures["env_steps_per_s"]
+    assert data["policies"]["expert"]["success_rate"] == 1.0
+    assert data["policies"]["sampled_calls"]["success_rate"] == 0.0
+
+
+def test_fuzz_envs(tmp_path: Path) -> None:
+    run("fuzz_envs.py", results=tmp_path)
+    data = load(tmp_path / "fuzz_envs.json")
+    assert set(data["targets"]) == {"CSRPhone-v0/text", "CSRPhone-v0/tool_call", "MathQA-v0", "ZTokenDigits-v0",
+                                    "ZTokenDigits-v0/flat", "GameBoy-v0"}
+    assert data["total_steps"] == 600 and data["steps_per_s_in_env"] > 0
+    assert data["unhandled_exceptions"] == data["contract_violations"] == 0 and data["goal_met"] is True
+
+
+def test_gameboy_throughput(tmp_path: Path) -> None:
+    run("gameboy_throughput.py", results=tmp_path)
+    data = load(tmp_path / "gameboy_throughput_cpu.json")
+    assert data["quick"] is True and data["cold_compile_s"] is None
+    assert set(data["roms"]) == {"sprite_goal", "busy_loop"}
+    for rom in data["roms"].values():
+        assert [row["num_envs"] for row in rom["warp"]] == [1, 4]
+        assert rom["pyboy_frames_per_s"] > 0
+        assert all(row["frames_per_s"] > 0 and row["ratio_to_pyboy"] > 0 for row in rom["warp"])
+    assert (tmp_path / "gameboy_throughput_cpu.png").stat().st_size > 0
+
+
+def test_ztoken_ppo(tmp_path: Path) -> None:
+    run("ztoken_ppo.py", results=tmp_path)
+    data = load(tmp_path / "ztoken_ppo.json")
+    assert data["quick"] is True and data["settings"]["seeds"] == [0] and len(data["runs"]) == 1
+    for stage in ("warm_start", "ppo", "supervised_control", "sb3"):
+        assert 0 <= data["summary"][f"{stage}/exact_match"]["mean"] <= 1
+    run_0 = data["runs"][0]
+    assert [p["env_steps"] for p in run_0["ppo_curve"]] == sorted(p["env_steps"] for p in run_0["ppo_curve"])
+    assert run_0["ppo_curve"][-1]["env_steps"] > 0
+    assert (tmp_path / "ztoken_ppo.png").stat().st_size > 0
+
+
+def test_csr_rollout_speed(tmp_path: Path) -> None:
+    run("csr_rollout_speed.py", results=tmp_path)
+    data = load(tmp_path / "csr_rollout_speed.json")
+    assert data["model"] == "tiny" and data["adapter"] is None
+    runs = {run["kv_reuse"]: run for run in data["runs"]}
+    assert len(data["runs"]) == 2 and set(runs) == {False, True}
+    assert all(run["episodes"] == 2 and run["episodes_per_s"] > 0 and run["same_episodes"] for run in runs.values())
+    assert runs[True]["positions_per_episode"] < runs[False]["positions_per_episode"]  # what KV reuse saves
+
+
+def test_csr_policy_every_stage(tmp_path: Path) -> None:
+    run("csr_policy.py", "random", results=tmp_path)
+    run("csr_policy.py", "warm-start", "--model", "tiny", "--decodings", "constrained", results=tmp_path)
+    out = run("csr_policy.py", "dapo", "--model", "tiny", "--decoding", "constrained", "--difficulty", "1",
+              results=tmp_path)
+    assert "validation success by step" in out
+    run("csr_policy.py", "report", results=tmp_path)
+    parts = {p.name for p in (tmp_path / "csr_policy").glob("*.json")}
+    assert parts == {"random_copy.json", "tiny-warm_start.json", "tiny-dapo-constrained-d1-t4-s0.json"}
+    for part in parts:
+        load(tmp_path / "csr_policy" / part)
+    data = load(tmp_path / "csr_policy.json")
+    assert set(data["random_copy"]) == {"1", "2", "3", "4", "5"}
+    assert set(data["tiny"]["warm_start"]["constrained"]["success"]) == {"1"}
+    dapo = data["tiny"]["dapo"]["constrained"]["success"]["1"]
+    assert dapo["seed_ids"] == [0] and [step for step, _ in dapo["curves"][0]] == [0, 1]
+    assert 0 <= dapo["mean"] <= 1 and dapo["max_turns"] == [4]
+    assert (tmp_path / "csr_policy.png").stat().st_size > 0
+
+
+def test_csr_dual_lora_vs_dapo_run_and_report(tmp_path: Path) -> None:
+    for mode in ("dapo", "separate"):
+        run("csr_dual_lora_vs_dapo.py", "run", "--mode", mode, results=tmp_path)
+    run("csr_dual_lora_vs_dapo.py", "report", results=tmp_path)
+    part = load(tmp_path / "csr_dual_lora" / "tiny-separate-d1-s0.json")
+    assert part["command"].endswith("--quick") and part["config"]["output_dir"] == "tiny-separate-d1-s0"  # no tmp path
+    assert [step for step, _ in part["curve"]] == [0, 2] and len(part["step_seconds"]) == 2
+    assert part["tasks_by_step"][0] == 0 and part["tasks_by_step"] == sorted(part["tasks_by_step"])
+    data = load(tmp_path / "csr_dual_lora_vs_dapo.json")
+    rows = data["runs"]["tiny-d1"]
+    assert list(rows) == ["dapo", "separate"] and data["quick"] is True
+    assert rows["dapo"]["step_time_vs_dapo"] == 1.0 and rows["separate"]["step_time_vs_dapo"] > 0
+    for row in rows.values():
+        assert row["seeds"] == [0] and 0 <= row["final_success_mean"] <= 1
+        assert 0 <= row["final_wm_token_accuracy"][0] <= 1
+    assert (tmp_path / "csr_dual_lora_vs_dapo.png").stat().st_size > 0
+
+
+def test_sheeprl_dreamer_step_skips_cleanly_without_sheeprl(tmp_path: Path) -> None:
+    if importlib.util.find_spec("sheeprl") is not None:
+        pytest.skip("sheeprl is installed in this venv: nothing to skip")
+    out = run("sheeprl_dreamer_step.py", results=tmp_path / "results",
+              env={"WORLDGYM_SHEEPRL_PYTHON": str(tmp_path / "no-such-python")})
+    assert out.startswith("skipped: sheeprl is not installed")
+    assert not (tmp_path / "results").exists()
+
+
+def test_sheeprl_dreamer_step(tmp_path: Path) -> None:
+    from benchmarks.sheeprl_dreamer_step import sheeprl_python
+
+    if importlib.util.find_spec("sheeprl") is None and sheeprl_python() is None:
+        pytest.skip("no venv with sheeprl (runs/sheeprl-venv or $WORLDGYM_SHEEPRL_PYTHON)")
+    run("sheeprl_dreamer_step.py", results=tmp_path)
+    data = load(tmp_path / "sheeprl_dreamer_step.json")
+    (row,) = data["rows"]
+    assert row["sheeprl"] == "0.8.4" and row["size"] == "XS" and (row["batch_size"], row["seq_len"]) == (2, 8)
+    assert row["s_per_step"] > 0 and row["cpu_s_per_step"] > 0

@@ -1,0 +1,63 @@
+"""Committed benchmark results: no machine paths in them, and the README's table is the one they generate."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from benchmarks.__main__ import main as suite_main
+from benchmarks.common import absolute_paths
+from benchmarks.table import END, START, render, replace_table, table_in
+
+REPO = Path(__file__).resolve().parents[2]
+RESULTS = REPO / "benchmarks" / "results"
+
+
+@pytest.mark.parametrize("text, found", [
+    ("/work/main/runs/x", ["/work/main/runs/x"]), ("cd /tmp/abc/ && run", ["/tmp/abc/"]),
+    ("~/data/x.json", ["~/data/x.json"]), ("C:\\Users\\me", ["C:\\Users\\me"]),
+    ("runs/csr_dual_lora/tiny", []), ("eval/success_rate", []), ("3/3", []), ("load 3.47 / 3.66", []),
+])
+def test_absolute_paths_finds_paths_not_keys_or_ratios(text: str, found: list[str]) -> None:
+    assert absolute_paths({"k": [text]}) == found
+
+
+def test_committed_results_hold_no_absolute_paths() -> None:
+    files = sorted(RESULTS.rglob("*.json"))
+    assert len(files) > 10
+    leaks = {str(f.relative_to(REPO)): paths for f in files if (paths := absolute_paths(json.loads(f.read_text())))}
+    assert leaks == {}
+
+
+def test_readme_table_is_generated_from_the_committed_results() -> None:
+    readme = (REPO / "README.md").read_text()
+    section = readme.split("## Benchmarks\n", 1)[1].split("\n## ", 1)[0]
+    assert START in section and END in section, "the table markers belong in the Benchmarks section"
+    assert table_in(readme) == render(RESULTS), "stale README benchmark table: run `python -m benchmarks --table-only`"
+
+
+def test_table_says_which_results_are_missing_or_quick(tmp_path: Path) -> None:
+    (tmp_path / "fuzz_envs.json").write_text((RESULTS / "fuzz_envs.json").read_text())
+    quick = json.loads((RESULTS / "dreamer_ratio.json").read_text()) | {"quick": True}
+    (tmp_path / "dreamer_ratio.json").write_text(json.dumps(quick))
+    rows = {line.split(" | ")[0].strip("| "): line for line in render(tmp_path).splitlines()[2:]}
+    assert "1,000,000 fuzzed steps: 0 unhandled exceptions" in rows["`benchmarks/fuzz_envs.py`"]
+    assert "*quick run, figures mean nothing*: 0.098 / 0.499 / 1.000" in rows["`benchmarks/dreamer.py ratio`"]
+    assert rows["`benchmarks/ztoken_ppo.py`"].endswith("| not measured yet (no ztoken_ppo.json) |")
+
+
+def test_replace_table_needs_both_markers_in_order() -> None:
+    assert replace_table(f"a\n{START}\nold\n{END}\nb", "new") == f"a\n{START}\nnew\n{END}\nb"
+    with pytest.raises(ValueError, match="must hold one <!-- benchmark-table:start --> line"):
+        replace_table(f"a\n{END}\n{START}\n", "new")
+
+
+def test_table_only_rewrites_the_readme_and_check_sees_staleness(tmp_path: Path) -> None:
+    readme = tmp_path / "README.md"
+    readme.write_text(f"# x\n\n## Benchmarks\n{START}\n| stale |\n{END}\n\n## Next\n")
+    assert suite_main(["--check", "--readme", str(readme)]) == 1
+    assert suite_main(["--table-only", "--readme", str(readme)]) == 0
+    assert readme.read_text() == f"# x\n\n## Benchmarks\n{START}\n{render(RESULTS)}\n{END}\n\n## Next\n"
+    assert suite_main(["--check", "--readme", str(readme)]) == 0
