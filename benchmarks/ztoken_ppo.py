@@ -11,7 +11,6 @@ Prints a table; writes ztoken_ppo.json and ztoken_ppo.png (exact match vs env st
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import sys
 import tempfile
@@ -26,8 +25,9 @@ from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
 import worldgym  # noqa: F401  (registers ZTokenDigits-v0)
 from worldgym.agents.ztoken_ppo import (
-    ModelConfig,
     WarmStartConfig,
+    ZTokenEpisode,
+    ZTokenModelConfig,
     ZTokenPPOConfig,
     ZTokenPPOTrainer,
     build_policy,
@@ -37,7 +37,7 @@ from worldgym.agents.ztoken_ppo import (
     warm_start,
 )
 from worldgym.agents.ztoken_ppo.evaluate import episode_metrics
-from worldgym.agents.ztoken_ppo.rollout import Episode, run_until_episodes
+from worldgym.agents.ztoken_ppo.rollout import run_until_episodes
 from worldgym.envs.ztoken import FlattenTokenDigitsAction, ZTokenVocab
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a file: find the benchmarks package
@@ -85,7 +85,7 @@ def evaluate_sb3(
     )
     envs.close()
     return episode_metrics(
-        [Episode(f"sb3-{i}", breakdown=e.info) for i, per in enumerate(finished) for e in per], "eval"
+        [ZTokenEpisode(f"sb3-{i}", breakdown=e.info) for i, per in enumerate(finished) for e in per], "eval"
     )
 
 
@@ -127,13 +127,14 @@ def run_seed(
 ) -> dict[str, Any]:
     """Warm start, PPO (evaluated along the way), supervised control, SB3 baseline; this seed's figures."""
     start = time.perf_counter()
-    policy, encoder = build_policy(ModelConfig(seed=seed), ZTokenVocab(env_kwargs["num_z_tokens"]))
+    policy, encoder = build_policy(ZTokenModelConfig(seed=seed), ZTokenVocab(env_kwargs["num_z_tokens"]))
     warm_start(
         policy, encoder, ENV_ID, env_kwargs, WarmStartConfig(steps=args.warm_steps, seed=seed), progress=False
     )
     save_checkpoint(workdir / f"warm{seed}", policy, encoder, env_kwargs["num_z_tokens"])
     warm_s = time.perf_counter() - start
     config = ZTokenPPOConfig(
+        init_checkpoint=str(workdir / f"warm{seed}"),
         env_kwargs=env_kwargs,
         num_rollouts=args.rollouts,
         lr=args.lr,
@@ -147,12 +148,11 @@ def run_seed(
         progress=False,
         output_dir=str(workdir / f"ppo{seed}"),
     )
-    trainer = ZTokenPPOTrainer.from_checkpoint(config, workdir / f"warm{seed}")
+    trainer = ZTokenPPOTrainer(config)
     start = time.perf_counter()
-    trainer.train()
+    lines = trainer.train()
     trainer.close()
     ppo_s = time.perf_counter() - start
-    lines = [json.loads(line) for line in (workdir / f"ppo{seed}" / "metrics.jsonl").read_text().splitlines()]
     curve = [
         {k: v for k, v in line.items() if k == "env_steps" or k.startswith("eval/")}
         for line in lines

@@ -20,12 +20,11 @@ import torch
 
 import worldgym  # noqa: F401  (registers ZTokenDigits-v0)
 from worldgym.agents.ztoken_ppo import (
-    ModelConfig,
     WarmStartConfig,
+    ZTokenModelConfig,
     ZTokenPPOConfig,
     ZTokenPPOTrainer,
     build_policy,
-    evaluate_policy,
     save_checkpoint,
     warm_start,
 )
@@ -65,6 +64,8 @@ def main() -> None:
         "operand_digits": args.operand_digits,
     }
     ppo_config = ZTokenPPOConfig(
+        model=ZTokenModelConfig(pretrained=args.pretrained, seed=args.seed),
+        init_checkpoint=str(out / "warm_start"),  # PPO starts from the warm start below
         env_kwargs=env_kwargs,
         num_rollouts=args.rollouts,
         episodes_per_rollout=args.episodes_per_rollout,
@@ -76,33 +77,25 @@ def main() -> None:
     )
 
     if args.resume:
-        trainer = ZTokenPPOTrainer.from_checkpoint(ppo_config, out / "ppo" / "checkpoint", resume=True)
+        trainer = ZTokenPPOTrainer(ppo_config)
+        trainer.load(out / "ppo" / "checkpoint")
     else:
         # Phase 2/3 stand-in: supervised digit heads + scripted Z policy, saved as the checkpoint PPO loads.
         start = time.perf_counter()
-        policy, encoder = build_policy(
-            ModelConfig(pretrained=args.pretrained, seed=args.seed), ZTokenVocab(args.num_z_tokens)
-        )
+        policy, encoder = build_policy(ppo_config.model, ZTokenVocab(args.num_z_tokens))
         policy.to(args.device)
         warm_config = WarmStartConfig(
             steps=args.warm_steps, seed=args.seed, z_max=min(4, args.max_new_tokens - 1)
         )
         warm_start(policy, encoder, "ZTokenDigits-v0", env_kwargs, warm_config, out / "warm_start.jsonl")
         save_checkpoint(out / "warm_start", policy, encoder, args.num_z_tokens)
-        warm_metrics = evaluate_policy(
-            policy,
-            encoder,
-            env_kwargs=env_kwargs,
-            num_episodes=ppo_config.eval_episodes,
-            num_envs=ppo_config.num_envs,
-            seed=ppo_config.eval_seed,
-        )
+        trainer = ZTokenPPOTrainer(ppo_config)
+        warm_metrics = trainer.evaluate()
         print(
             f"warm start ({time.perf_counter() - start:.0f}s): held-out exact match "
             f"{warm_metrics['eval/exact_match']:.3f}, "
             f"digit accuracy {warm_metrics['eval/digit_accuracy']:.3f}"
         )
-        trainer = ZTokenPPOTrainer.from_checkpoint(ppo_config, out / "warm_start")
 
     if trainer.rollout_index >= ppo_config.num_rollouts:
         print(
@@ -110,7 +103,7 @@ def main() -> None:
             "raise --rollouts to train further"
         )
     start = time.perf_counter()
-    final = trainer.train()
+    final = trainer.train()[-1]
     trainer.close()
     summary = {key: round(value, 4) for key, value in final.items() if key.startswith("eval/")}
     print(f"PPO ({time.perf_counter() - start:.0f}s, {final['env_steps']} env steps): {json.dumps(summary)}")

@@ -4,7 +4,7 @@
 it to its last step, first resuming from the newest checkpoint in ``run_dir`` the way that trainer resumes:
 
 * GRPO and dual-LoRA: ``trainer.resume_latest()`` (what the examples' ``--resume`` and the benchmarks call);
-* Z-token PPO: ``ZTokenPPOTrainer.from_checkpoint(config, <run_dir>/checkpoint, resume=True)`` (its example);
+* Z-token PPO: ``ZTokenPPOTrainer(config).load(<run_dir>/checkpoint)`` (its example's ``--resume``);
 * Dreamer v3: ``engine.run(resume_from=latest_checkpoint(run_dir))`` (the example's ``--resume``), on the
   homebrew Game Boy task, whose save states let a resumed run continue the episodes in progress.
 
@@ -139,12 +139,15 @@ def _dual_lora(
 
 
 def _ztoken_ppo(run_dir: Path, assets: Path) -> tuple[object, Callable[[], Path | None]]:
-    from worldgym.agents.ztoken_ppo import ModelConfig, ZTokenPPOConfig, ZTokenPPOTrainer, build_policy
-    from worldgym.envs.ztoken import ZTokenVocab
+    from worldgym.agents.ztoken_ppo import ZTokenModelConfig, ZTokenPPOConfig, ZTokenPPOTrainer
 
     env_kwargs = {"num_z_tokens": 4, "max_new_tokens": 4, "operand_digits": 1}
     # tests/agents/ztoken_ppo's tiny model and PPO settings
+    model = ZTokenModelConfig(
+        hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1, head_dim=16, intermediate_size=64
+    )
     config = ZTokenPPOConfig(
+        model=model,
         env_kwargs=env_kwargs,
         num_envs=4,
         episodes_per_rollout=16,
@@ -158,13 +161,16 @@ def _ztoken_ppo(run_dir: Path, assets: Path) -> tuple[object, Callable[[], Path 
         progress=False,
         output_dir=str(run_dir),
     )
+    trainer = ZTokenPPOTrainer(config)
     checkpoint = run_dir / "checkpoint"
-    if resolve_checkpoint(checkpoint).is_dir():
-        return ZTokenPPOTrainer.from_checkpoint(config, checkpoint, resume=True), lambda: checkpoint
-    model = ModelConfig(
-        hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1, head_dim=16, intermediate_size=64
-    )
-    return ZTokenPPOTrainer(config, *build_policy(model, ZTokenVocab(4))), lambda: None
+
+    def resume() -> Path | None:
+        if not resolve_checkpoint(checkpoint).is_dir():
+            return None
+        trainer.load(checkpoint)
+        return checkpoint
+
+    return trainer, resume
 
 
 class _DreamerRun:

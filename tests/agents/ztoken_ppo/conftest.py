@@ -8,10 +8,10 @@ import pytest
 import torch
 
 import worldgym  # noqa: F401  (registers the ids)
-from worldgym.agents.ztoken_ppo import ModelConfig, build_policy
+from worldgym.agents.ztoken_ppo import ZTokenModelConfig, build_policy
 from worldgym.envs.ztoken import ZTokenVocab
 
-TINY_MODEL = ModelConfig(
+TINY_MODEL = ZTokenModelConfig(
     hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1, head_dim=16, intermediate_size=64
 )
 ENV_KWARGS = {"num_z_tokens": 4, "max_new_tokens": 4, "operand_digits": 1}
@@ -33,7 +33,7 @@ def env_kwargs() -> dict:
 
 
 @pytest.fixture
-def tiny_model() -> ModelConfig:
+def tiny_model() -> ZTokenModelConfig:
     """A one-layer, 32-wide Qwen3."""
     return TINY_MODEL
 

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from worldgym.agents.ztoken_ppo import ModelConfig, WarmStartConfig, ZTokenPPOConfig
+from worldgym.agents.ztoken_ppo import WarmStartConfig, ZTokenModelConfig, ZTokenPPOConfig
 
 
 @pytest.mark.parametrize(
@@ -47,10 +47,16 @@ def test_warm_start_and_model_configs_validate() -> None:
     with pytest.raises(ValueError, match=re.escape("num_envs=True is invalid: use an integer >= 1")):
         WarmStartConfig(num_envs=True)
     with pytest.raises(ValueError, match=re.escape("hidden_size=False is invalid: use an integer >= 1")):
-        ModelConfig(hidden_size=False)
+        ZTokenModelConfig(hidden_size=False)
     with pytest.raises(ValueError, match=re.escape("num_kv_heads=3 is invalid: it must divide num_heads=4")):
-        ModelConfig(num_kv_heads=3)
+        ZTokenModelConfig(num_kv_heads=3)
 
 
 def test_defaults_are_valid_and_serialisable() -> None:
     assert ZTokenPPOConfig().to_dict()["clip_eps"] == 0.2
+
+
+def test_a_saved_config_dict_round_trips() -> None:
+    config = ZTokenPPOConfig(model=ZTokenModelConfig(hidden_size=32, seed=3), init_checkpoint="runs/warm")
+    assert ZTokenPPOConfig(**config.to_dict()) == config
+    assert config.to_dict()["model"]["hidden_size"] == 32

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from worldgym.agents.ztoken_ppo import (
-    ModelConfig,
+    ZTokenModelConfig,
     ZTokenPPOConfig,
     ZTokenPPOTrainer,
     build_policy,
@@ -20,7 +20,7 @@ from worldgym.agents.ztoken_ppo import (
 from worldgym.agents.ztoken_ppo.checkpoint import FORMAT_VERSION, KIND
 from worldgym.agents.ztoken_ppo.encoding import TokenizerEncoder
 from worldgym.agents.ztoken_ppo.model import joint_entropy, joint_log_prob
-from worldgym.agents.ztoken_ppo.rollout import collect_episodes, make_vector_env
+from worldgym.agents.ztoken_ppo.rollout import collect_episodes, ztoken_vector_env
 from worldgym.agents.ztoken_ppo.warm_start import collect_scripted_episodes, warm_start_loss
 from worldgym.checkpointing import write_manifest
 from worldgym.envs.ztoken import ZTokenVocab
@@ -59,7 +59,7 @@ def test_value_head_is_linear_tanh_linear(tiny_policy) -> None:
 
 def test_digit_heads_read_the_answer_position(tiny_policy, env_kwargs) -> None:
     policy, encoder = tiny_policy
-    envs = make_vector_env("ZTokenDigits-v0", env_kwargs, 2)
+    envs = ztoken_vector_env("ZTokenDigits-v0", env_kwargs, 2)
     obs, digits = collect_scripted_episodes(envs, 2, 1, 2, seed=0, rng=np.random.default_rng(0))
     batch = encoder.encode(obs)
     out = policy(batch)
@@ -75,7 +75,7 @@ def test_digit_heads_read_the_answer_position(tiny_policy, env_kwargs) -> None:
 
 def test_rollout_log_probs_match_the_update_recomputation(tiny_policy, env_kwargs) -> None:
     policy, encoder = tiny_policy
-    envs = make_vector_env("ZTokenDigits-v0", env_kwargs, 2)
+    envs = ztoken_vector_env("ZTokenDigits-v0", env_kwargs, 2)
     episodes, steps = collect_episodes(
         policy, encoder, envs, 3, seed=0, generator=torch.Generator().manual_seed(0)
     )
@@ -96,7 +96,7 @@ def test_rollout_log_probs_match_the_update_recomputation(tiny_policy, env_kwarg
 
 def test_greedy_acting_is_deterministic_and_seeded_sampling_repeats(tiny_policy, env_kwargs) -> None:
     policy, encoder = tiny_policy
-    envs = make_vector_env("ZTokenDigits-v0", env_kwargs, 2)
+    envs = ztoken_vector_env("ZTokenDigits-v0", env_kwargs, 2)
 
     def run(decoding: str, seed: int) -> list:
         episodes, _ = collect_episodes(
@@ -118,7 +118,7 @@ def test_greedy_acting_is_deterministic_and_seeded_sampling_repeats(tiny_policy,
 
 def test_pretrained_model_gets_added_tokens_and_resized_embeddings(hf_model_dir, env_kwargs) -> None:
     vocab = ZTokenVocab(env_kwargs["num_z_tokens"])
-    policy, encoder = build_policy(ModelConfig(pretrained=str(hf_model_dir)), vocab)
+    policy, encoder = build_policy(ZTokenModelConfig(pretrained=str(hf_model_dir)), vocab)
     assert isinstance(encoder, TokenizerEncoder)
     tokenizer = encoder.tokenizer
     assert tokenizer.pad_token is not None
@@ -143,8 +143,8 @@ def test_pretrained_policy_warm_start_step_and_checkpoint_round_trip(
     hf_model_dir, tmp_path, env_kwargs
 ) -> None:
     vocab = ZTokenVocab(env_kwargs["num_z_tokens"])
-    policy, encoder = build_policy(ModelConfig(pretrained=str(hf_model_dir)), vocab)
-    envs = make_vector_env("ZTokenDigits-v0", env_kwargs, 2)
+    policy, encoder = build_policy(ZTokenModelConfig(pretrained=str(hf_model_dir)), vocab)
+    envs = ztoken_vector_env("ZTokenDigits-v0", env_kwargs, 2)
     obs, digits = collect_scripted_episodes(envs, 2, 1, 2, seed=0, rng=np.random.default_rng(0))
     loss, _ = warm_start_loss(policy, encoder.encode(obs), torch.as_tensor(digits), 1.0, 1.0)
     loss.backward()
@@ -164,7 +164,7 @@ def test_building_and_loading_a_policy_leave_the_global_torch_rng_alone(
     vocab = ZTokenVocab(env_kwargs["num_z_tokens"])
     for name, model_config in (
         ("native", tiny_model),
-        ("pretrained", ModelConfig(pretrained=str(hf_model_dir))),
+        ("pretrained", ZTokenModelConfig(pretrained=str(hf_model_dir))),
     ):
         torch.manual_seed(0)
         state = torch.get_rng_state()
@@ -179,7 +179,7 @@ def test_dropout_is_disabled_so_the_first_minibatch_ratio_is_one(
     hf_dropout_model_dir, tmp_path, env_kwargs
 ) -> None:
     vocab = ZTokenVocab(env_kwargs["num_z_tokens"])
-    policy, encoder = build_policy(ModelConfig(pretrained=str(hf_dropout_model_dir)), vocab)
+    policy, encoder = build_policy(ZTokenModelConfig(pretrained=str(hf_dropout_model_dir)), vocab)
     assert policy.lm.config.attention_dropout == 0.0
     config = ZTokenPPOConfig(
         env_kwargs=env_kwargs,
@@ -212,7 +212,7 @@ def test_dropout_is_disabled_so_the_first_minibatch_ratio_is_one(
 def test_policy_acts_on_cuda(tiny_policy, env_kwargs) -> None:
     policy, encoder = tiny_policy
     policy.to("cuda")
-    envs = make_vector_env("ZTokenDigits-v0", env_kwargs, 2)
+    envs = ztoken_vector_env("ZTokenDigits-v0", env_kwargs, 2)
     episodes, _ = collect_episodes(
         policy, encoder, envs, 1, seed=0, generator=torch.Generator(device="cuda").manual_seed(0)
     )

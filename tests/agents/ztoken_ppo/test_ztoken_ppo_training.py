@@ -1,4 +1,5 @@
-"""Warm start and PPO end to end on a tiny model: it learns, logs follow the schema, resume is exact."""
+"""Warm start and PPO end to end on a tiny model: it learns, logs follow the schema, resume is exact, and the
+trainer has the agents' one shape (built from its config, train() -> history, evaluate(env), save/load)."""
 
 from __future__ import annotations
 
@@ -6,21 +7,24 @@ import json
 import re
 from dataclasses import fields, replace
 
+import gymnasium as gym
 import numpy as np
 import pytest
 import torch
 
+from worldgym.agents.base import AgentTrainer
 from worldgym.agents.ztoken_ppo import (
     CheckpointError,
     WarmStartConfig,
     ZTokenPPOConfig,
     ZTokenPPOTrainer,
     build_policy,
+    evaluate_policy,
     load_policy,
     save_checkpoint,
     warm_start,
+    ztoken_vector_env,
 )
-from worldgym.agents.ztoken_ppo.rollout import make_vector_env
 from worldgym.agents.ztoken_ppo.warm_start import collect_scripted_episodes, warm_start_loss
 from worldgym.envs.ztoken import RewardBreakdown, ZTokenVocab
 
@@ -38,26 +42,26 @@ ROLLOUT_KEYS = {
 
 
 def _ppo_config(tmp_path, env_kwargs: dict, **overrides) -> ZTokenPPOConfig:
-    settings = dict(
-        env_kwargs=env_kwargs,
-        num_envs=4,
-        episodes_per_rollout=16,
-        num_rollouts=2,
-        update_epochs=2,
-        num_minibatches=2,
-        eval_episodes=8,
-        eval_every=1,
-        checkpoint_every=1,
-        lr=1e-3,
-        output_dir=str(tmp_path / "run"),
-        progress=False,
-    )
+    settings = {
+        "env_kwargs": env_kwargs,
+        "num_envs": 4,
+        "episodes_per_rollout": 16,
+        "num_rollouts": 2,
+        "update_epochs": 2,
+        "num_minibatches": 2,
+        "eval_episodes": 8,
+        "eval_every": 1,
+        "checkpoint_every": 1,
+        "lr": 1e-3,
+        "output_dir": str(tmp_path / "run"),
+        "progress": False,
+    }
     settings.update(overrides)
     return ZTokenPPOConfig(**settings)
 
 
 def _scripted_batch(seed: int, env_kwargs: dict):
-    envs = make_vector_env("ZTokenDigits-v0", env_kwargs, 4)
+    envs = ztoken_vector_env("ZTokenDigits-v0", env_kwargs, 4)
     return collect_scripted_episodes(envs, 8, 1, 3, seed=seed, rng=np.random.default_rng(seed))
 
 
@@ -88,12 +92,15 @@ def test_warm_start_rejects_a_trace_longer_than_the_token_limit(tiny_policy, env
 def test_ppo_updates_every_parameter_and_writes_the_rollout_schema(tiny_policy, tmp_path, env_kwargs) -> None:
     policy, encoder = tiny_policy
     save_checkpoint(tmp_path / "warm", policy, encoder, env_kwargs["num_z_tokens"])
-    trainer = ZTokenPPOTrainer.from_checkpoint(_ppo_config(tmp_path, env_kwargs), tmp_path / "warm")
+    config = _ppo_config(tmp_path, env_kwargs, init_checkpoint=str(tmp_path / "warm"))
+    trainer = ZTokenPPOTrainer(config)
     before = {name: p.detach().clone() for name, p in trainer.policy.named_parameters()}
     torch.testing.assert_close(before["digit_heads.0.weight"], policy.digit_heads[0].weight)
-    result = trainer.train()
+    history = trainer.train()
     unchanged = [n for n, p in trainer.policy.named_parameters() if torch.equal(p.detach(), before[n])]
     assert not unchanged
+    assert history is trainer.history and [row["rollout"] for row in history] == [0, 1, 2]
+    result = history[-1]
     assert result["rollout"] == 2 and result["env_steps"] >= 2 * 16
     assert {"eval/exact_match", "eval/digit_accuracy", "eval/z_len_mean", "losses/clip_fraction"} <= set(
         result
@@ -111,29 +118,30 @@ def test_ppo_updates_every_parameter_and_writes_the_rollout_schema(tiny_policy, 
         )
         assert len(record["generated_ids"]) == n
     metrics = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
-    assert [m["rollout"] for m in metrics] == [0, 1, 2] and "eval/exact_match" in metrics[0]
+    assert metrics == history and "eval/exact_match" in metrics[0]
+
+
+def _untimed(rows: list[dict]) -> list[dict]:
+    """Metrics rows without their wall-clock figures."""
+    return [{key: value for key, value in row.items() if not key.startswith("time/")} for row in rows]
 
 
 def test_resume_continues_the_same_run(tmp_path, env_kwargs, tiny_model) -> None:
-    vocab = ZTokenVocab(env_kwargs["num_z_tokens"])
-    straight = ZTokenPPOTrainer(
-        _ppo_config(tmp_path / "a", env_kwargs, eval_episodes=0), *build_policy(tiny_model, vocab)
-    )
+    straight = ZTokenPPOTrainer(_ppo_config(tmp_path / "a", env_kwargs, eval_episodes=0, model=tiny_model))
     straight.train()
 
     first = ZTokenPPOTrainer(
-        _ppo_config(tmp_path / "b", env_kwargs, eval_episodes=0, num_rollouts=1),
-        *build_policy(tiny_model, vocab),
+        _ppo_config(tmp_path / "b", env_kwargs, eval_episodes=0, num_rollouts=1, model=tiny_model)
     )
     first.train()
     for name in ("metrics.jsonl", "rollouts.jsonl"):  # a crash mid-write leaves a torn last line
         with (tmp_path / "b" / "run" / name).open("a") as handle:
             handle.write('{"rollout": 2, "env_st')
-    resumed = ZTokenPPOTrainer.from_checkpoint(
-        _ppo_config(tmp_path / "b", env_kwargs, eval_episodes=0), first.checkpoint_path, resume=True
-    )
-    assert resumed.rollout_index == 1
-    result = resumed.train()
+    resumed = ZTokenPPOTrainer(_ppo_config(tmp_path / "b", env_kwargs, eval_episodes=0, model=tiny_model))
+    resumed.load(first.checkpoint_path)
+    assert resumed.rollout_index == 1 and [row["rollout"] for row in resumed.history] == [1]
+    history = resumed.train()
+    assert _untimed(history) == _untimed(straight.history)
     for (name, a), (_, b) in zip(
         straight.policy.named_parameters(), resumed.policy.named_parameters(), strict=True
     ):
@@ -146,12 +154,13 @@ def test_resume_continues_the_same_run(tmp_path, env_kwargs, tiny_model) -> None
     lines = (tmp_path / "b" / "run" / "rollouts.jsonl").read_text()
     assert lines == (tmp_path / "a" / "run" / "rollouts.jsonl").read_text()
 
-    finished = ZTokenPPOTrainer.from_checkpoint(
-        _ppo_config(tmp_path / "b", env_kwargs, eval_episodes=0), resumed.checkpoint_path, resume=True
-    )
-    last = json.loads((tmp_path / "b" / "run" / "metrics.jsonl").read_text().splitlines()[-1])
-    assert finished.train() == last == result
-    assert last["rollout"] == 2 and last["env_steps"] == resumed.env_steps
+    finished = ZTokenPPOTrainer(_ppo_config(tmp_path / "b", env_kwargs, eval_episodes=0, model=tiny_model))
+    finished.load(resumed.checkpoint_path)
+    logged = [
+        json.loads(line) for line in (tmp_path / "b" / "run" / "metrics.jsonl").read_text().splitlines()
+    ]
+    assert finished.train() == logged == history
+    assert logged[-1]["rollout"] == 2 and logged[-1]["env_steps"] == resumed.env_steps
 
 
 def test_a_fresh_run_in_a_used_output_dir_starts_new_logs(tiny_policy, tmp_path, env_kwargs) -> None:
@@ -174,18 +183,21 @@ def test_warm_start_log_starts_fresh_on_every_run(tiny_policy, tmp_path, env_kwa
     assert [json.loads(line)["step"] for line in (tmp_path / "warm.jsonl").read_text().splitlines()] == [0, 1]
 
 
-def test_bad_checkpoints_raise_typed_errors(tiny_policy, tmp_path, env_kwargs) -> None:
+def test_bad_checkpoints_raise_typed_errors(tiny_policy, tmp_path, env_kwargs, tiny_model) -> None:
     with pytest.raises(CheckpointError, match="is not a ztoken_ppo checkpoint"):
         load_policy(tmp_path)
     policy, encoder = tiny_policy
     save_checkpoint(tmp_path / "policy_only", policy, encoder, env_kwargs["num_z_tokens"])
     with pytest.raises(CheckpointError, match="policy-only checkpoint"):
-        ZTokenPPOTrainer.from_checkpoint(
-            _ppo_config(tmp_path, env_kwargs), tmp_path / "policy_only", resume=True
-        )
+        ZTokenPPOTrainer(_ppo_config(tmp_path, env_kwargs), policy, encoder).load(tmp_path / "policy_only")
     mismatched = replace(_ppo_config(tmp_path, env_kwargs), env_kwargs={**env_kwargs, "num_z_tokens": 6})
     with pytest.raises(ValueError, match="policy has 4 Z tokens, env has 6"):
         ZTokenPPOTrainer(mismatched, policy, encoder)
+    with pytest.raises(CheckpointError, match=re.escape("holds a policy over 4 Z tokens, this one has 6")):
+        ZTokenPPOTrainer(mismatched).load(tmp_path / "policy_only")
+    wider = replace(_ppo_config(tmp_path, env_kwargs), model=replace(tiny_model, hidden_size=64))
+    with pytest.raises(CheckpointError, match="weights do not match this policy's architecture"):
+        ZTokenPPOTrainer(wider).load(tmp_path / "policy_only")
 
 
 def test_gae_with_greedy_digits_trains_the_token_policy_but_not_the_digit_heads(
@@ -196,7 +208,53 @@ def test_gae_with_greedy_digits_trains_the_token_policy_but_not_the_digit_heads(
     trainer = ZTokenPPOTrainer(config, policy, encoder)
     heads = [p.detach().clone() for p in policy.digit_heads.parameters()]
     embeddings = policy.lm.get_input_embeddings().weight.detach().clone()
-    result = trainer.train()
+    result = trainer.train()[-1]
     assert all(torch.equal(a, b) for a, b in zip(heads, policy.digit_heads.parameters(), strict=True))
     assert not torch.equal(embeddings, policy.lm.get_input_embeddings().weight)
     assert result["losses/value"] > 0
+
+
+def test_the_trainer_has_the_agent_shape_and_builds_its_policy_from_the_config(
+    tmp_path, env_kwargs, tiny_model
+):
+    config = _ppo_config(tmp_path, env_kwargs, num_rollouts=1, model=replace(tiny_model, seed=7))
+    trainer = ZTokenPPOTrainer(config)
+    assert isinstance(trainer, AgentTrainer) and trainer.history == []
+    policy, _ = build_policy(config.model, ZTokenVocab(env_kwargs["num_z_tokens"]))
+    for (name, built), (_, expected) in zip(
+        trainer.policy.named_parameters(), policy.named_parameters(), strict=True
+    ):
+        torch.testing.assert_close(built, expected, msg=name)
+    path = trainer.save(tmp_path / "saved")
+    assert path == tmp_path / "saved" and load_policy(path)[2] == env_kwargs["num_z_tokens"]
+    with pytest.raises(ValueError, match="needs both policy and encoder"):
+        ZTokenPPOTrainer(config, policy=policy)
+    with pytest.raises(TypeError, match="model must be a ZTokenModelConfig, got str"):
+        ZTokenPPOConfig(model="tiny")
+    trainer.close()
+
+
+def test_evaluate_plays_the_env_it_is_given(tiny_policy, tmp_path, env_kwargs) -> None:
+    trainer = ZTokenPPOTrainer(_ppo_config(tmp_path, env_kwargs), *tiny_policy)
+    assert trainer.evaluate() == evaluate_policy(
+        *tiny_policy, env_kwargs=env_kwargs, num_episodes=8, num_envs=4
+    )
+    train_split = ztoken_vector_env("ZTokenDigits-v0", env_kwargs, 2)
+    on_train = trainer.evaluate(train_split)
+    assert on_train == evaluate_policy(*tiny_policy, num_episodes=8, envs=train_split)
+    assert on_train != trainer.evaluate()  # other problems than the test split's
+    assert trainer.evaluate(gym.make("ZTokenDigits-v0", **env_kwargs)) == evaluate_policy(
+        *tiny_policy, num_episodes=8, envs=ztoken_vector_env("ZTokenDigits-v0", env_kwargs, 1)
+    )
+    assert not train_split.closed  # the caller's env stays open
+    next_step = gym.make_vec("ZTokenDigits-v0", num_envs=2, vectorization_mode="sync", **env_kwargs)
+    with pytest.raises(ValueError, match="autoresets in mode NEXT_STEP"):
+        trainer.evaluate(next_step)
+    with pytest.raises(ValueError, match="env has 6 Z tokens, the policy 4"):
+        trainer.evaluate(ztoken_vector_env("ZTokenDigits-v0", {**env_kwargs, "num_z_tokens": 6}, 2))
+    with pytest.raises(ValueError, match="num_episodes=8 must be a multiple of num_envs=3"):
+        trainer.evaluate(ztoken_vector_env("ZTokenDigits-v0", env_kwargs, 3))
+    with pytest.raises(TypeError, match="env must be a gymnasium Env or VectorEnv, got str"):
+        trainer.evaluate("ZTokenDigits-v0")
+    with pytest.raises(ValueError, match="config.eval_episodes is 0"):
+        ZTokenPPOTrainer(_ppo_config(tmp_path, env_kwargs, eval_episodes=0), *tiny_policy).evaluate()

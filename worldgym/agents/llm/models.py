@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Literal
 
@@ -9,6 +10,7 @@ import torch
 from transformers import (
     AutoModelForCausalLM,
     AutoTokenizer,
+    PretrainedConfig,
     PreTrainedModel,
     PreTrainedTokenizerBase,
     Qwen3Config,
@@ -20,7 +22,9 @@ __all__ = [
     "build_tiny_model",
     "load_model",
     "load_tokenizer",
+    "model_from_config",
     "save_model_and_tokenizer",
+    "tiny_model_config",
 ]
 
 TinySize = Literal["tiny", "small"]
@@ -46,41 +50,84 @@ TINY_SIZES: dict[str, dict[str, int]] = {
 }
 
 
+def tiny_model_config(
+    vocab_size: int,
+    size: TinySize | Mapping[str, int] = "tiny",
+    *,
+    pad_token_id: int | None,
+    eos_token_id: int | None = None,
+    max_position_embeddings: int = 4096,
+) -> Qwen3Config:
+    """The Qwen3 config of a tiny model over ``vocab_size`` tokens (tied embeddings, no bos token).
+
+    ``size`` names a :data:`TINY_SIZES` shape or gives one (a mapping with the same keys), e.g. an agent's own
+    width and depth over an env's own vocabulary.
+
+    >>> tiny_model_config(100, "tiny", pad_token_id=0).hidden_size
+    128
+    """
+    if isinstance(size, str):
+        if size not in TINY_SIZES:
+            raise ValueError(f"size must be one of {sorted(TINY_SIZES)} or a shape mapping, got {size!r}")
+        size = TINY_SIZES[size]
+    unknown = sorted(set(size) - set(TINY_SIZES["tiny"]))
+    if unknown:
+        raise ValueError(
+            f"size has unknown keys {unknown}: use those of TINY_SIZES, {sorted(TINY_SIZES['tiny'])}"
+        )
+    return Qwen3Config(
+        vocab_size=vocab_size,
+        max_position_embeddings=max_position_embeddings,
+        tie_word_embeddings=True,
+        pad_token_id=pad_token_id,
+        eos_token_id=eos_token_id,
+        bos_token_id=None,
+        **size,
+    )
+
+
+def model_from_config(config: PretrainedConfig, seed: int = 0) -> PreTrainedModel:
+    """A causal LM of ``config`` with weights drawn from ``seed``; the caller's global torch RNG is untouched
+    (the draw runs inside ``torch.random.fork_rng``)."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return AutoModelForCausalLM.from_config(config)
+
+
 def build_tiny_model(
     tokenizer: PreTrainedTokenizerBase,
-    size: TinySize = "tiny",
+    size: TinySize | Mapping[str, int] = "tiny",
     seed: int = 0,
     max_position_embeddings: int = 4096,
 ) -> PreTrainedModel:
     """A randomly initialised Qwen3 causal LM sized for ``tokenizer``; the same seed gives the same weights.
 
-    The weights are drawn inside ``torch.random.fork_rng`` so building a model never moves the caller's global
-    RNG.
+    ``size`` is a :data:`TINY_SIZES` name or a shape (see :func:`tiny_model_config`). The weights are drawn
+    inside ``torch.random.fork_rng`` so building a model never moves the caller's global RNG.
     """
-    if size not in TINY_SIZES:
-        raise ValueError(f"size must be one of {sorted(TINY_SIZES)}, got {size!r}")
-    config = Qwen3Config(
-        vocab_size=len(tokenizer),
-        max_position_embeddings=max_position_embeddings,
-        tie_word_embeddings=True,
+    config = tiny_model_config(
+        len(tokenizer),
+        size,
         pad_token_id=tokenizer.pad_token_id,
         eos_token_id=tokenizer.eos_token_id,
-        bos_token_id=None,
-        **TINY_SIZES[size],
+        max_position_embeddings=max_position_embeddings,
     )
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        model = AutoModelForCausalLM.from_config(config)
+    model = model_from_config(config, seed)
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     return model
 
 
 def load_model(
-    name_or_path: str | Path, dtype: torch.dtype | str = "auto", device: str | torch.device = "cpu"
+    name_or_path: str | Path,
+    dtype: torch.dtype | str = "auto",
+    device: str | torch.device = "cpu",
+    config: PretrainedConfig | None = None,
 ) -> PreTrainedModel:
-    """Any causal LM by hub name (e.g. ``Qwen/Qwen3-8B``, from the local cache) or by local directory."""
-    model = AutoModelForCausalLM.from_pretrained(str(name_or_path), dtype=dtype)
+    """Any causal LM by hub name (e.g. ``Qwen/Qwen3-8B``, from the local cache) or by local directory;
+    ``config`` replaces the saved config (e.g. the same one with dropout switched off)."""
+    extra = {} if config is None else {"config": config}
+    model = AutoModelForCausalLM.from_pretrained(str(name_or_path), dtype=dtype, **extra)
     return model.to(device)
 
 

@@ -24,7 +24,7 @@ from worldgym.checkpointing import (
 from worldgym.envs.ztoken.vocab import ZTokenVocab
 from worldgym.errors import CheckpointError
 
-__all__ = ["CheckpointError", "load_policy", "load_training_state", "save_checkpoint"]
+__all__ = ["CheckpointError", "load_policy", "load_policy_weights", "load_training_state", "save_checkpoint"]
 
 KIND = "ztoken_ppo"
 FORMAT_VERSION = 2  # 1: no manifest (checkpoints of format 1 are refused with a message saying so)
@@ -94,16 +94,38 @@ def load_policy(path: str | Path) -> tuple[ZTokenPolicy, ObservationEncoder, int
     tokenizer_dir = str(root / spec["tokenizer_dir"]) if spec["tokenizer_dir"] else None
     vocab = ZTokenVocab(int(spec["num_z_tokens"]))
     policy, encoder = rebuild_policy(spec["lm_config"], vocab, tokenizer_dir)
+    _load_weights(root, policy, f"the architecture in {POLICY_SPEC}")
+    return policy, encoder, vocab.num_z_tokens
+
+
+def load_policy_weights(path: str | Path, policy: ZTokenPolicy, num_z_tokens: int) -> None:
+    """Copy a checkpoint's policy weights into ``policy`` (of the same architecture and Z-token count).
+
+    Raises:
+        CheckpointError: as :func:`load_policy` does, and when the checkpoint's Z tokens or weights do not fit
+            ``policy``.
+    """
+    root = open_checkpoint(path, KIND, FORMAT_VERSION, required=(POLICY_SPEC, POLICY_WEIGHTS))
+    saved = int(read_json(root / POLICY_SPEC)["num_z_tokens"])
+    if saved != num_z_tokens:
+        raise CheckpointError(f"{root} holds a policy over {saved} Z tokens, this one has {num_z_tokens}")
+    _load_weights(root, policy, "this policy's architecture")
+
+
+def _load_weights(root: Path, policy: ZTokenPolicy, architecture: str) -> None:
     try:
         missing, unexpected = load_model(policy, str(root / POLICY_WEIGHTS), strict=False)
     except (OSError, SafetensorError) as error:
         raise CheckpointError(f"{root / POLICY_WEIGHTS} is corrupt: {error}") from None
+    except RuntimeError as error:  # same names, other shapes
+        raise CheckpointError(
+            f"{root / POLICY_WEIGHTS}: weights do not match {architecture}: {error}"
+        ) from None
     if missing or unexpected:
         raise CheckpointError(
-            f"{root / POLICY_WEIGHTS}: weights do not match the architecture in {POLICY_SPEC} (missing "
+            f"{root / POLICY_WEIGHTS}: weights do not match {architecture} (missing "
             f"{missing[:3]}, unexpected {unexpected[:3]})"
         )
-    return policy, encoder, vocab.num_z_tokens
 
 
 def load_training_state(

@@ -14,13 +14,14 @@ LrSchedule = Literal["onecycle", "constant"]
 
 
 @dataclass
-class ModelConfig:
+class ZTokenModelConfig:
     """Which causal LM backs the policy.
 
     Attributes:
         pretrained (str | None): HF model name or local path; ``None`` builds a tiny Qwen3 from config
-            over the env's own vocabulary (CPU default). A pretrained model gets ``<Z_i>``, ``<ANSWER>``
-            (and a pad token if missing) added to its tokenizer, with ``resize_token_embeddings``.
+            over the env's own vocabulary (CPU default; :func:`worldgym.agents.llm.models.tiny_model_config`
+            with the shape below). A pretrained model gets ``<Z_i>``, ``<ANSWER>`` (and a pad token if
+            missing) added to its tokenizer, with ``resize_token_embeddings``.
         hidden_size (int): tiny model width. num_layers (int): depth. num_heads (int): attention heads.
         num_kv_heads (int): key/value heads (must divide num_heads). head_dim (int): per-head width.
         intermediate_size (int): MLP width.
@@ -52,6 +53,21 @@ class ModelConfig:
             self.num_kv_heads,
             f"it must divide num_heads={self.num_heads}",
         )
+
+    def tiny_shape(self) -> dict[str, int]:
+        """The tiny model's shape in :data:`worldgym.agents.llm.models.TINY_SIZES` keys.
+
+        >>> ZTokenModelConfig(hidden_size=32).tiny_shape()["hidden_size"]
+        32
+        """
+        return {
+            "hidden_size": self.hidden_size,
+            "intermediate_size": self.intermediate_size,
+            "num_hidden_layers": self.num_layers,
+            "num_attention_heads": self.num_heads,
+            "num_key_value_heads": self.num_kv_heads,
+            "head_dim": self.head_dim,
+        }
 
 
 @dataclass
@@ -108,6 +124,10 @@ class ZTokenPPOConfig:
     """PPO over the masked token action and the 5 digits, with a value head and an episodic terminal reward.
 
     Attributes:
+        model (ZTokenModelConfig): the policy the trainer builds when it is given none (and
+            ``init_checkpoint`` is None).
+        init_checkpoint (str | None): a policy checkpoint (e.g. the warm start's, from
+            :func:`~worldgym.agents.ztoken_ppo.save_checkpoint`) to start from instead of building ``model``.
         env_id (str): a registered env id. env_kwargs (dict): keyword arguments for ``gym.make``.
         num_envs (int): sub-envs of the ``SyncVectorEnv``.
         episodes_per_rollout (int): complete episodes per rollout (a multiple of ``num_envs``).
@@ -136,6 +156,8 @@ class ZTokenPPOConfig:
         progress (bool): show a tqdm bar.
     """
 
+    model: ZTokenModelConfig = field(default_factory=ZTokenModelConfig)
+    init_checkpoint: str | None = None
     env_id: str = "ZTokenDigits-v0"
     env_kwargs: dict[str, Any] = field(default_factory=dict)
     num_envs: int = 8
@@ -166,6 +188,12 @@ class ZTokenPPOConfig:
     progress: bool = True
 
     def __post_init__(self) -> None:
+        if isinstance(self.model, dict):  # e.g. a config read back from a checkpoint's JSON
+            self.model = ZTokenModelConfig(**self.model)
+        if not isinstance(self.model, ZTokenModelConfig):
+            raise TypeError(f"model must be a ZTokenModelConfig, got {type(self.model).__name__}")
+        if self.init_checkpoint is not None:
+            self.init_checkpoint = str(self.init_checkpoint)  # a Path is fine too; JSON stores the text
         for name in (
             "num_envs",
             "episodes_per_rollout",

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 import torch
 
 from worldgym.agents.ztoken_ppo.encoding import ObservationEncoder
 from worldgym.agents.ztoken_ppo.model import Decoding, ZTokenPolicy
-from worldgym.agents.ztoken_ppo.rollout import Episode, collect_episodes, make_vector_env
+from worldgym.agents.ztoken_ppo.rollout import ZTokenEpisode, collect_episodes, ztoken_vector_env
 
 
-def episode_metrics(episodes: list[Episode], prefix: str) -> dict[str, float]:
+def episode_metrics(episodes: list[ZTokenEpisode], prefix: str) -> dict[str, float]:
     """Exact match, digit accuracy (all 5 positions), per-position accuracy, Z length, truncation, reward."""
     pred = np.array([e.breakdown["digit_pred"] for e in episodes])
     true = np.array([e.breakdown["digit_true"] for e in episodes])
@@ -40,14 +41,20 @@ def evaluate_policy(
     num_envs: int = 8,
     seed: int = 1234,
     token_decoding: Decoding = "greedy",
+    envs: gym.vector.VectorEnv | None = None,
 ) -> dict[str, float]:
     """Play ``num_episodes`` held-out (``split="test"``) episodes with argmax digits; return ``eval/*``.
 
     A truncated episode counts as wrong on every digit. ``seed`` fixes the problems (and sampled tokens).
+    ``envs``, when given, is played instead of ``num_envs`` test-split copies of ``env_id`` (its sub-envs must
+    autoreset in the step that ends an episode, as :func:`ztoken_vector_env` builds them; it is not closed).
     """
+    num_envs = num_envs if envs is None else envs.num_envs
     if num_episodes % num_envs:
         raise ValueError(f"num_episodes={num_episodes} must be a multiple of num_envs={num_envs}")
-    envs = make_vector_env(env_id, {**(env_kwargs or {}), "split": "test"}, num_envs)
+    own_envs = envs is None
+    if envs is None:
+        envs = ztoken_vector_env(env_id, {**(env_kwargs or {}), "split": "test"}, num_envs)
     generator = torch.Generator(device=policy.device).manual_seed(seed)
     episodes, _ = collect_episodes(
         policy,
@@ -60,5 +67,6 @@ def evaluate_policy(
         digit_decoding="greedy",
         id_prefix="eval",
     )
-    envs.close()
+    if own_envs:
+        envs.close()
     return episode_metrics(episodes, "eval")

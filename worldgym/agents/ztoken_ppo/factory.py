@@ -1,18 +1,13 @@
-"""Build the policy and its observation encoder: a tiny Qwen3 from config, or any HF causal LM."""
+"""Build the policy and its observation encoder with the shared LLM stack: a tiny Qwen3 over the env's own
+vocabulary, or any HF causal LM."""
 
 from __future__ import annotations
 
 import torch
-from transformers import (
-    AutoConfig,
-    AutoModelForCausalLM,
-    AutoTokenizer,
-    PretrainedConfig,
-    PreTrainedModel,
-    Qwen3Config,
-)
+from transformers import AutoConfig, AutoTokenizer, PretrainedConfig, PreTrainedModel
 
-from worldgym.agents.ztoken_ppo.config import ModelConfig
+from worldgym.agents.llm.models import load_model, model_from_config, tiny_model_config
+from worldgym.agents.ztoken_ppo.config import ZTokenModelConfig
 from worldgym.agents.ztoken_ppo.encoding import (
     NativeEncoder,
     ObservationEncoder,
@@ -22,22 +17,14 @@ from worldgym.agents.ztoken_ppo.encoding import (
 from worldgym.agents.ztoken_ppo.model import ZTokenPolicy
 from worldgym.envs.ztoken.vocab import ZTokenVocab
 
+# the env's questions plus the Z trace are far shorter; RoPE tables are sized by this
+MAX_POSITIONS = 256
 
-def tiny_qwen3_config(config: ModelConfig, vocab: ZTokenVocab) -> Qwen3Config:
-    """A Qwen3 config over the env's own vocabulary (pad id 0, tied embeddings)."""
-    return Qwen3Config(
-        vocab_size=vocab.size,
-        hidden_size=config.hidden_size,
-        intermediate_size=config.intermediate_size,
-        num_hidden_layers=config.num_layers,
-        num_attention_heads=config.num_heads,
-        num_key_value_heads=config.num_kv_heads,
-        head_dim=config.head_dim,
-        max_position_embeddings=256,
-        tie_word_embeddings=True,
-        pad_token_id=vocab.pad_id,
-        bos_token_id=None,
-        eos_token_id=None,
+
+def tiny_lm_config(config: ZTokenModelConfig, vocab: ZTokenVocab) -> PretrainedConfig:
+    """The tiny Qwen3's config over the env's own vocabulary (pad id 0, tied embeddings, no bos/eos)."""
+    return tiny_model_config(
+        vocab.size, config.tiny_shape(), pad_token_id=vocab.pad_id, max_position_embeddings=MAX_POSITIONS
     )
 
 
@@ -66,14 +53,12 @@ def _without_dropout_modules(lm: PreTrainedModel) -> PreTrainedModel:
     return lm
 
 
-def _seeded_from_config(lm_config: PretrainedConfig, seed: int) -> PreTrainedModel:
-    """Build an LM from its config without dropout, initialised from ``seed`` (the global RNG is untouched)."""
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        return _without_dropout_modules(AutoModelForCausalLM.from_config(disable_dropout(lm_config)))
+def _lm_from_config(lm_config: PretrainedConfig, seed: int) -> PreTrainedModel:
+    """An LM of ``lm_config`` without dropout, initialised from ``seed`` (the global RNG is untouched)."""
+    return _without_dropout_modules(model_from_config(disable_dropout(lm_config), seed))
 
 
-def build_policy(config: ModelConfig, vocab: ZTokenVocab) -> tuple[ZTokenPolicy, ObservationEncoder]:
+def build_policy(config: ZTokenModelConfig, vocab: ZTokenVocab) -> tuple[ZTokenPolicy, ObservationEncoder]:
     """Return a fresh policy and the encoder that feeds it env observations.
 
     ``config.pretrained=None`` builds the tiny Qwen3 (CPU default). Otherwise the tokenizer and model are
@@ -82,15 +67,17 @@ def build_policy(config: ModelConfig, vocab: ZTokenVocab) -> tuple[ZTokenPolicy,
     Dropout is switched off in either case (see :func:`disable_dropout`); the global torch RNG is untouched.
     """
     if config.pretrained is None:
-        lm = _seeded_from_config(tiny_qwen3_config(config, vocab), config.seed)
+        lm = _lm_from_config(tiny_lm_config(config, vocab), config.seed)
         encoder: ObservationEncoder = NativeEncoder(vocab)
     else:
+        # not worldgym.agents.llm.models.load_tokenizer: it makes eos the pad token (for left-padded
+        # generation), where this encoder pads on its own and the tokenizer gets a <PAD> of its own if it lacks one
         tokenizer = AutoTokenizer.from_pretrained(config.pretrained)
         add_ztoken_tokens(tokenizer, vocab.num_z_tokens)
         lm_config = disable_dropout(AutoConfig.from_pretrained(config.pretrained))
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(config.seed)
-            lm = AutoModelForCausalLM.from_pretrained(config.pretrained, config=lm_config)
+            lm = load_model(config.pretrained, config=lm_config)
             lm.resize_token_embeddings(len(tokenizer))
         _without_dropout_modules(lm)
         encoder = TokenizerEncoder(tokenizer, vocab)
@@ -103,7 +90,7 @@ def rebuild_policy(
     """Rebuild an (untrained, dropout-free) policy of a saved architecture; the caller loads the weights."""
     settings = dict(lm_config_dict)
     lm_config = AutoConfig.for_model(settings.pop("model_type"), **settings)
-    lm = _seeded_from_config(lm_config, seed=0)
+    lm = _lm_from_config(lm_config, seed=0)
     if tokenizer_dir is None:
         encoder: ObservationEncoder = NativeEncoder(vocab)
     else:

@@ -1,17 +1,21 @@
-"""Collect complete episodes from a Gymnasium vector env with per-step actions, log-probs, values, entropy."""
+"""Collect complete episodes from a Gymnasium vector env with per-step actions, log-probs, values, entropy.
+
+The vector envs come from :func:`worldgym.agents.llm.rollout.make_vector_env` (sub-envs autoreset in the step
+that ends them, so each step's info holds ``final_info`` / ``final_obs``), e.g. :func:`ztoken_vector_env`.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
-from pathlib import Path
+from functools import partial
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 import torch
-from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
+from worldgym.agents.llm.rollout import make_vector_env
 from worldgym.agents.ztoken_ppo.encoding import ObservationEncoder
 from worldgym.agents.ztoken_ppo.model import ActionSample, Decoding, ZTokenPolicy
 from worldgym.envs.ztoken.reward import RewardBreakdown
@@ -20,12 +24,10 @@ from worldgym.envs.ztoken.vocab import ZTokenVocab
 BREAKDOWN_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(RewardBreakdown))
 
 
-def make_vector_env(env_id: str, env_kwargs: dict[str, Any], num_envs: int) -> SyncVectorEnv:
-    """``num_envs`` copies of the env, auto-reset in the same step (each step's info holds ``final_info``)."""
-    return SyncVectorEnv(
-        [lambda: gym.make(env_id, **env_kwargs) for _ in range(num_envs)],
-        autoreset_mode=AutoresetMode.SAME_STEP,
-    )
+def ztoken_vector_env(env_id: str, env_kwargs: dict[str, Any], num_envs: int) -> gym.vector.VectorEnv:
+    """``num_envs`` copies of ``gym.make(env_id, **env_kwargs)`` in the shared stack's
+    :func:`~worldgym.agents.llm.rollout.make_vector_env` (sync, autoreset in the step that ends an episode)."""
+    return make_vector_env(partial(gym.make, env_id, **env_kwargs), num_envs)
 
 
 def vocab_of(envs: gym.vector.VectorEnv) -> ZTokenVocab:
@@ -34,7 +36,7 @@ def vocab_of(envs: gym.vector.VectorEnv) -> ZTokenVocab:
 
 
 @dataclass
-class Episode:
+class ZTokenEpisode:
     """One finished episode: the observation before each step, what the policy did, the env's breakdown."""
 
     episode_id: str
@@ -90,6 +92,18 @@ def final_info_of(infos: dict[str, Any], index: int) -> dict[str, Any]:
     return {key: _python(values[index]) for key, values in batched.items() if not key.startswith("_")}
 
 
+def check_same_step(envs: gym.vector.VectorEnv) -> None:
+    """Episodes are read from ``final_info`` / ``final_obs``, which only a ``SAME_STEP`` autoreset reports."""
+    if not isinstance(envs, gym.vector.VectorEnv):
+        raise TypeError(f"envs must be a gymnasium VectorEnv, got {type(envs).__name__}")
+    mode = envs.metadata.get("autoreset_mode", gym.vector.AutoresetMode.NEXT_STEP)
+    if gym.vector.AutoresetMode(mode) != gym.vector.AutoresetMode.SAME_STEP:
+        raise ValueError(
+            f"the vector env autoresets in mode {gym.vector.AutoresetMode(mode).name}: build it with "
+            "autoreset_mode=gym.vector.AutoresetMode.SAME_STEP (ztoken_vector_env / make_vector_env do)"
+        )
+
+
 @dataclass
 class FinishedEpisode:
     """What a SAME_STEP vector env reports for a sub-env's finished episode."""
@@ -117,6 +131,7 @@ def run_until_episodes(
     not returned. Returns, per sub-env, its first ``episodes_per_env`` finished episodes (final info and
     final observation, from ``final_info`` / ``final_obs``) and the env steps taken.
     """
+    check_same_step(envs)
     num_envs = envs.num_envs
     observations, _ = envs.reset(seed=seed)
     finished: list[list[FinishedEpisode]] = [[] for _ in range(num_envs)]
@@ -146,7 +161,7 @@ def collect_episodes(
     token_decoding: Decoding = "sample",
     digit_decoding: Decoding = "sample",
     id_prefix: str = "ep",
-) -> tuple[list[Episode], int]:
+) -> tuple[list[ZTokenEpisode], int]:
     """Run the policy until every sub-env has finished ``episodes_per_env`` episodes.
 
     The vector env is reset with ``seed`` (sub-env ``i`` gets ``seed + i``), so a (seed, policy, generator)
@@ -154,8 +169,8 @@ def collect_episodes(
     partial episodes are discarded. Returns the episodes ordered by (sub-env, episode) and the env steps.
     """
     num_envs = envs.num_envs
-    builders = [Episode(f"{id_prefix}-e{i}-0") for i in range(num_envs)]
-    completed: list[list[Episode]] = [[] for _ in range(num_envs)]
+    builders = [ZTokenEpisode(f"{id_prefix}-e{i}-0") for i in range(num_envs)]
+    completed: list[list[ZTokenEpisode]] = [[] for _ in range(num_envs)]
     pending: list[ActionSample] = []  # the sample behind the action being stepped, for ``record``
 
     def act(observations: np.ndarray) -> dict[str, np.ndarray]:
@@ -174,7 +189,7 @@ def collect_episodes(
             if done[i]:
                 builder.digit_logits = sample.digit_logits[i].tolist()
                 completed[i].append(builder)
-                builders[i] = Episode(f"{id_prefix}-e{i}-{len(completed[i])}")
+                builders[i] = ZTokenEpisode(f"{id_prefix}-e{i}-{len(completed[i])}")
 
     was_training = policy.training
     policy.eval()

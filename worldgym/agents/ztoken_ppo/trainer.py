@@ -6,21 +6,30 @@ import time
 from pathlib import Path
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from worldgym.agents.ztoken_ppo.checkpoint import load_policy, load_training_state, save_checkpoint
+from worldgym.agents.llm.rollout import make_vector_env
+from worldgym.agents.ztoken_ppo.checkpoint import (
+    load_policy,
+    load_policy_weights,
+    load_training_state,
+    save_checkpoint,
+)
 from worldgym.agents.ztoken_ppo.config import ZTokenPPOConfig
 from worldgym.agents.ztoken_ppo.encoding import ObservationEncoder
 from worldgym.agents.ztoken_ppo.evaluate import episode_metrics, evaluate_policy
+from worldgym.agents.ztoken_ppo.factory import build_policy
 from worldgym.agents.ztoken_ppo.loss import episode_advantages, ppo_loss
 from worldgym.agents.ztoken_ppo.model import ZTokenPolicy, joint_entropy, joint_log_prob
 from worldgym.agents.ztoken_ppo.rollout import (
-    Episode,
+    ZTokenEpisode,
+    check_same_step,
     collect_episodes,
-    make_vector_env,
     vocab_of,
+    ztoken_vector_env,
 )
 from worldgym.jsonl import append_jsonl, read_jsonl, truncate_jsonl
 
@@ -30,14 +39,46 @@ ROLLOUTS_FILE = "rollouts.jsonl"
 
 
 class ZTokenPPOTrainer:
-    """Runs ``config.num_rollouts`` PPO iterations; ``train()`` continues from wherever the run stands."""
+    """Runs ``config.num_rollouts`` PPO iterations; ``train()`` continues from wherever the run stands.
 
-    def __init__(self, config: ZTokenPPOConfig, policy: ZTokenPolicy, encoder: ObservationEncoder) -> None:
+    Args:
+        config: the settings.
+        policy, encoder: the policy to train and its observation encoder (both or neither); default: loaded
+            from ``config.init_checkpoint`` when set, else built from ``config.model``.
+
+    >>> from worldgym.agents.ztoken_ppo import ZTokenModelConfig
+    >>> config = ZTokenPPOConfig(env_kwargs={"num_z_tokens": 4, "max_new_tokens": 4, "operand_digits": 1},
+    ...                          model=ZTokenModelConfig(hidden_size=32, num_layers=1, num_heads=2,
+    ...                                                  num_kv_heads=1, head_dim=16, intermediate_size=64),
+    ...                          num_envs=4, episodes_per_rollout=8, num_rollouts=1, eval_episodes=4,
+    ...                          progress=False, output_dir="/tmp/wg_ztoken_ppo_doctest")
+    >>> trainer = ZTokenPPOTrainer(config)
+    >>> history = trainer.train()          # the warm-start evaluation (rollout 0), then one row per rollout
+    >>> [row["rollout"] for row in history]
+    [0, 1]
+    >>> sorted(trainer.evaluate())[:2]
+    ['eval/digit0_accuracy', 'eval/digit1_accuracy']
+    >>> trainer.close()
+    """
+
+    def __init__(
+        self,
+        config: ZTokenPPOConfig,
+        policy: ZTokenPolicy | None = None,
+        encoder: ObservationEncoder | None = None,
+    ) -> None:
+        if (policy is None) != (encoder is None):
+            raise ValueError(
+                "ZTokenPPOTrainer needs both policy and encoder (as build_policy or load_policy return them), "
+                "or neither (then config.init_checkpoint or config.model supplies them)"
+            )
         self.config = config
+        self.envs = ztoken_vector_env(config.env_id, config.env_kwargs, config.num_envs)
+        self.vocab = vocab_of(self.envs)
+        if policy is None or encoder is None:
+            policy, encoder = self._initial_policy()
         self.policy = policy
         self.encoder = encoder
-        self.envs = make_vector_env(config.env_id, config.env_kwargs, config.num_envs)
-        self.vocab = vocab_of(self.envs)
         if len(policy.action_token_ids) != self.vocab.num_z_tokens + 1:
             raise ValueError(
                 f"policy has {len(policy.action_token_ids) - 1} Z tokens, env has "
@@ -49,20 +90,14 @@ class ZTokenPPOTrainer:
         self.rollout_index = 0
         self.env_steps = 0
         self.output_dir = Path(config.output_dir)
+        self.history: list[dict[str, Any]] = []
 
-    @classmethod
-    def from_checkpoint(
-        cls, config: ZTokenPPOConfig, path: str | Path, resume: bool = False
-    ) -> ZTokenPPOTrainer:
-        """Start PPO from a saved policy (e.g. the warm start); ``resume=True`` also restores the run."""
-        policy, encoder, _ = load_policy(path)
-        trainer = cls(config, policy, encoder)
-        if resume:
-            state = load_training_state(path, trainer.optimizer, trainer.generator)
-            trainer.rollout_index, trainer.env_steps = int(state["rollout_index"]), int(state["env_steps"])
-            for name in (METRICS_FILE, ROLLOUTS_FILE):
-                truncate_jsonl(trainer.output_dir / name, "rollout", trainer.rollout_index)
-        return trainer
+    def _initial_policy(self) -> tuple[ZTokenPolicy, ObservationEncoder]:
+        """The policy of ``config.init_checkpoint``, else a fresh one of ``config.model``."""
+        if self.config.init_checkpoint is not None:
+            policy, encoder, _ = load_policy(self.config.init_checkpoint)
+            return policy, encoder
+        return build_policy(self.config.model, self.vocab)
 
     @property
     def checkpoint_path(self) -> Path:
@@ -70,7 +105,8 @@ class ZTokenPPOTrainer:
         return self.output_dir / CHECKPOINT_DIR
 
     def save(self, path: str | Path | None = None) -> Path:
-        """Checkpoint policy, optimizer, RNG and counters."""
+        """Checkpoint policy, optimizer, RNG and counters (at :attr:`checkpoint_path` when ``path`` is None);
+        return the checkpoint's folder."""
         state = {
             "rollout_index": self.rollout_index,
             "env_steps": self.env_steps,
@@ -86,7 +122,23 @@ class ZTokenPPOTrainer:
             state,
         )
 
-    def collect(self) -> list[Episode]:
+    def load(self, path: str | Path) -> None:
+        """Restore a :meth:`save` checkpoint (policy weights, optimizer, RNG, counters) so that :meth:`train`
+        continues the same run exactly; log lines written after it (by a run that crashed later) are dropped
+        and :attr:`history` holds the run's rows up to it.
+
+        Raises:
+            CheckpointError: naming the file, when the checkpoint is missing, damaged, policy-only (a warm
+                start: set ``config.init_checkpoint`` to start from one) or of another policy.
+        """
+        load_policy_weights(path, self.policy, self.vocab.num_z_tokens)
+        state = load_training_state(path, self.optimizer, self.generator)
+        self.rollout_index, self.env_steps = int(state["rollout_index"]), int(state["env_steps"])
+        for name in (METRICS_FILE, ROLLOUTS_FILE):
+            truncate_jsonl(self.output_dir / name, "rollout", self.rollout_index)
+        self.history = read_jsonl(self.output_dir / METRICS_FILE)
+
+    def collect(self) -> list[ZTokenEpisode]:
         """One rollout of complete episodes with the current policy (sampled tokens, digits per config)."""
         seed = self.config.seed * 1_000_003 + self.rollout_index * self.config.num_envs
         episodes, steps = collect_episodes(
@@ -103,7 +155,7 @@ class ZTokenPPOTrainer:
         self.env_steps += steps
         return episodes
 
-    def _flatten(self, episodes: list[Episode]) -> dict[str, torch.Tensor]:
+    def _flatten(self, episodes: list[ZTokenEpisode]) -> dict[str, torch.Tensor]:
         advantages, returns = [], []
         for episode in episodes:
             rewards = torch.zeros(len(episode.tokens))
@@ -126,7 +178,7 @@ class ZTokenPPOTrainer:
             "returns": torch.cat(returns),
         }
 
-    def update(self, episodes: list[Episode]) -> dict[str, float]:
+    def update(self, episodes: list[ZTokenEpisode]) -> dict[str, float]:
         """``update_epochs`` passes of clipped PPO over the rollout's steps, ``num_minibatches`` each."""
         cfg = self.config
         batch = {
@@ -171,9 +223,18 @@ class ZTokenPPOTrainer:
                 logs.append(parts)
         return {key: float(np.mean([log[key] for log in logs])) for key in logs[0]}
 
-    def evaluate(self) -> dict[str, float]:
-        """Held-out metrics (``eval/*``) on the test split."""
+    def evaluate(self, env: gym.Env | gym.vector.VectorEnv | None = None) -> dict[str, float]:
+        """Held-out metrics (``eval/*``) of ``config.eval_episodes`` episodes (argmax digits, Z tokens as
+        ``config.eval_token_decoding``) on the test split of the config's env, or on ``env`` when given.
+
+        ``env`` is a ZTokenDigits-style env or vector env (the same Z tokens as the policy), played as it is
+        (choose its split); a vector env must autoreset in the step that ends an episode (``SAME_STEP``, as
+        :func:`~worldgym.agents.llm.rollout.make_vector_env` builds it) and is not closed.
+        """
         cfg = self.config
+        if cfg.eval_episodes == 0:
+            raise ValueError("config.eval_episodes is 0: set it to a multiple of num_envs to evaluate")
+        envs = self._evaluation_envs(env)
         return evaluate_policy(
             self.policy,
             self.encoder,
@@ -183,38 +244,55 @@ class ZTokenPPOTrainer:
             cfg.num_envs,
             cfg.eval_seed,
             cfg.eval_token_decoding,
+            envs=envs,
         )
+
+    def _evaluation_envs(self, env: gym.Env | gym.vector.VectorEnv | None) -> gym.vector.VectorEnv | None:
+        """``env`` as a checked vector env (a single env becomes a one-env vector env over it)."""
+        if env is None:
+            return None
+        if isinstance(env, gym.vector.VectorEnv):
+            check_same_step(env)
+            envs = env
+        elif isinstance(env, gym.Env):
+            envs = make_vector_env(lambda: env, 1)
+        else:
+            raise TypeError(f"env must be a gymnasium Env or VectorEnv, got {type(env).__name__}")
+        num_z = vocab_of(envs).num_z_tokens
+        if num_z != self.vocab.num_z_tokens:
+            raise ValueError(
+                f"env has {num_z} Z tokens, the policy {self.vocab.num_z_tokens}: use a matching env"
+            )
+        return envs
 
     def close(self) -> None:
         """Close the training vector env."""
         self.envs.close()
 
-    def _log(self, metrics: dict[str, Any], episodes: list[Episode] | None) -> None:
+    def _log(self, metrics: dict[str, Any], episodes: list[ZTokenEpisode] | None) -> None:
+        self.history.append(metrics)
         append_jsonl(self.output_dir / METRICS_FILE, metrics)
         if episodes is not None and self.config.log_rollouts:
             records = [{"rollout": metrics["rollout"], **e.to_record(self.vocab)} for e in episodes]
             append_jsonl(self.output_dir / ROLLOUTS_FILE, *records)
 
-    def _last_logged_metrics(self) -> dict[str, Any]:
-        """The latest ``metrics.jsonl`` record, or the run's counters if nothing was logged."""
-        records = read_jsonl(self.output_dir / METRICS_FILE)
-        return records[-1] if records else {"rollout": self.rollout_index, "env_steps": self.env_steps}
-
-    def train(self) -> dict[str, Any]:
-        """Run the remaining rollouts; return the last metrics (with ``eval/*`` from the final evaluation).
+    def train(self) -> list[dict[str, Any]]:
+        """Run the remaining rollouts; return :attr:`history`, every metrics row of the run (also in
+        ``metrics.jsonl``): the warm-start evaluation at rollout 0 (when ``eval_episodes`` > 0), then one row
+        per rollout, the last with ``eval/*`` from the final evaluation.
 
         A fresh run (rollout 0) starts new ``metrics.jsonl`` / ``rollouts.jsonl`` files, replacing any left in
-        ``output_dir`` by an earlier run; a resumed run appends to its own. When no rollout is left (the run
-        already finished), the last logged metrics are returned.
+        ``output_dir`` by an earlier run; a resumed run (:meth:`load`) appends to its own. When no rollout is
+        left (the run already finished), nothing is trained and the history is returned as it is.
         """
         cfg = self.config
         self.output_dir.mkdir(parents=True, exist_ok=True)
         if self.rollout_index == 0:
             for name in (METRICS_FILE, ROLLOUTS_FILE):
                 (self.output_dir / name).unlink(missing_ok=True)
+            self.history = []
             if cfg.eval_episodes:
                 self._log({"rollout": 0, "env_steps": 0, **self.evaluate()}, None)
-        metrics: dict[str, Any] = {}
         bar = tqdm(
             range(self.rollout_index, cfg.num_rollouts),
             desc="ztoken ppo",
@@ -249,6 +327,4 @@ class ZTokenPPOTrainer:
             )
             if self.rollout_index % cfg.checkpoint_every == 0 or last:
                 self.save()
-        return metrics or self._last_logged_metrics()
-
-
+        return self.history

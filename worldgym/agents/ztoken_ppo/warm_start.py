@@ -14,7 +14,7 @@ from tqdm.auto import tqdm
 from worldgym.agents.ztoken_ppo.config import WarmStartConfig
 from worldgym.agents.ztoken_ppo.encoding import EncodedBatch, ObservationEncoder
 from worldgym.agents.ztoken_ppo.model import ZTokenPolicy
-from worldgym.agents.ztoken_ppo.rollout import make_vector_env, run_until_episodes, vocab_of
+from worldgym.agents.ztoken_ppo.rollout import run_until_episodes, vocab_of, ztoken_vector_env
 from worldgym.jsonl import append_jsonl
 
 
@@ -84,7 +84,7 @@ def warm_start(
     progress: bool = True,
 ) -> dict[str, float]:
     """Train ``policy`` in place for ``config.steps`` steps on fresh env episodes; return the last metrics."""
-    envs = make_vector_env(env_id, env_kwargs, config.num_envs)
+    envs = ztoken_vector_env(env_id, env_kwargs, config.num_envs)
     max_new_tokens = int(envs.get_attr("max_new_tokens")[0])
     if config.z_max >= max_new_tokens:
         raise ValueError(
