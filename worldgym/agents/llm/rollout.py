@@ -254,10 +254,10 @@ def make_vector_env(
     mode: Literal["sync", "async"] = "sync",
     **vector_kwargs: Any,
 ) -> gym.vector.VectorEnv:
-    """A gymnasium vector env of ``num_envs`` text envs from ``make_env``, ready for a
-    :class:`RolloutCollector`: ``"sync"`` steps them in this process, ``"async"`` each in a subprocess
-    (without shared memory). Sub-envs autoreset in the step that ends them (``SAME_STEP``); ``vector_kwargs``
-    go to the vector env class."""
+    """A gymnasium vector env of ``num_envs`` envs from ``make_env``, ready for a :class:`RolloutCollector`
+    (text envs) or Z-token PPO (token envs): ``"sync"`` steps them in this process, ``"async"`` each in a
+    subprocess (without shared memory). Sub-envs autoreset in the step that ends them (``SAME_STEP``, so the
+    step's info holds ``final_obs`` / ``final_info``); ``vector_kwargs`` go to the vector env class."""
     if num_envs < 1:
         raise ValueError(f"num_envs must be >= 1, got {num_envs}")
     vector_kwargs = {"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP, **vector_kwargs}
