@@ -6,11 +6,13 @@
 
 CartPole runs are saved one by one and reused: run seeds in separate processes (``--seeds 1``, ``--seeds 2``)
 to use more cores, then collect them with ``cartpole --report-only`` (with the same settings). Each writes
-``benchmarks/results/dreamer_<name>.json`` (and a PNG for cartpole) and prints the figures.
-The sheeprl 0.8.4 figures default to the ones in /work/shared/FIELD_NOTES.md; measure fresh ones side by side
-with ``benchmarks/sheeprl_dreamer_step.py`` and pass them as ``--sheeprl-s-per-step`` (wall) and
-``--sheeprl-cpu-s-per-step`` (process CPU time, the steadier figure on a shared machine). Set ``--label``
-(e.g. ``shared-load``) when the machine is busy: the label is stored with the figures.
+``dreamer_<name>.json`` (and a PNG for cartpole) to ``benchmarks/results/`` (``--results-dir``) and prints the
+figures. ``speed`` compares with sheeprl 0.8.4's figures from ``sheeprl_dreamer_step.json`` in the same folder
+(written by ``benchmarks/sheeprl_dreamer_step.py``: run it right before, on the same sizes, batch, length and
+thread count, so that both see the same load); without a matching row the comparison is left empty and says so.
+Set ``--label`` (e.g. ``shared-load``) when the machine is busy: the label is stored with the figures.
+Every command takes ``--quick`` (tiny sizes, a few hundred env steps, one seed: seconds; run folders under
+``<results-dir>/runs/``).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import dataclasses
 import json
 import os
 import shutil
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -39,18 +42,33 @@ from worldgym.agents.dreamer_v3 import (
 from worldgym.agents.dreamer_v3.learner import DreamerLearner
 from worldgym.agents.dreamer_v3.replay import ReplayRing, dreamer_schema
 
-RESULTS = Path(__file__).resolve().parent / "results"
-RUNS = Path(__file__).resolve().parents[1] / "runs" / "benchmarks" / "dreamer"  # git-ignored run folders
-SHEEPRL_S_PER_STEP = {"XS": 18.7}  # FIELD_NOTES: sheeprl 0.8.4 XS on this CPU (its "tiny" dims are unknown)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a file: find the benchmarks package
+from benchmarks.common import REPO, portable, results_dir, results_parser, write_json
+from benchmarks.sheeprl_dreamer_step import RESULTS_NAME as SHEEPRL_RESULTS
+
 SOLVED = 475.0
 
 
-def write_result(name: str, payload: dict[str, Any]) -> Path:
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    path = RESULTS / f"dreamer_{name}.json"
-    path.write_text(json.dumps(payload, indent=1) + "\n")
-    print(f"wrote {path}")
-    return path
+def runs_dir(args: argparse.Namespace) -> Path:
+    """Git-ignored run folders: ``runs/benchmarks/dreamer``, or inside the results folder with ``--quick``."""
+    return results_dir(args) / "runs" if args.quick else REPO / "runs" / "benchmarks" / "dreamer"
+
+
+def write_result(args: argparse.Namespace, name: str, payload: dict[str, Any]) -> Path:
+    return write_json(results_dir(args) / f"dreamer_{name}.json", payload | {"quick": args.quick})
+
+
+def sheeprl_figures(args: argparse.Namespace, size: str) -> tuple[dict[str, Any] | None, str]:
+    """sheeprl's row for ``size`` at this batch, length and thread count, from ``sheeprl_dreamer_step.json``
+    (None when there is none), and where it came from (or why there is none)."""
+    path = results_dir(args) / SHEEPRL_RESULTS
+    if not path.is_file():
+        return None, f"not measured: no {portable(path)} (run benchmarks/sheeprl_dreamer_step.py)"
+    settings = {"size": size, "batch_size": args.batch_size, "seq_len": args.seq_len, "threads": args.threads}
+    for row in json.loads(path.read_text())["rows"]:
+        if all(row[key] == value for key, value in settings.items()):
+            return row, f"{portable(path)} (sheeprl {row['sheeprl']}, label {row['label']!r})"
+    return None, f"not measured: {portable(path)} has no row with {settings}"
 
 
 def speed(args: argparse.Namespace) -> None:
@@ -90,12 +108,12 @@ def speed(args: argparse.Namespace) -> None:
             learner.train_step(batch, gen)
         seconds = (time.perf_counter() - start) / args.steps
         cpu_seconds = (time.process_time() - cpu_start) / args.steps  # less sensitive to other jobs
-        fresh = size in args.sheeprl_s_per_step
-        theirs = args.sheeprl_s_per_step.get(size, SHEEPRL_S_PER_STEP.get(size))
-        theirs_cpu = args.sheeprl_cpu_s_per_step.get(size)
+        sheeprl, source = sheeprl_figures(args, size)
+        theirs = sheeprl["s_per_step"] if sheeprl else None
+        theirs_cpu = sheeprl["cpu_s_per_step"] if sheeprl else None
         rows.append(
             {
-                "sheeprl_source": "measured side by side" if fresh else ("FIELD_NOTES" if theirs else None),
+                "sheeprl_source": source,
                 "size": size,
                 "s_per_step": seconds,
                 "cpu_s_per_step": cpu_seconds,
@@ -105,12 +123,15 @@ def speed(args: argparse.Namespace) -> None:
                 "cpu_speedup": theirs_cpu / cpu_seconds if theirs_cpu else None,
             }
         )
-        print(
-            f"{size:>4}: {seconds:.3f} s/step ({cpu_seconds:.3f} CPU s)  sheeprl {theirs} s/step "
-            f"({theirs_cpu} CPU s)  speedup {(theirs / seconds) if theirs else float('nan'):.1f}x wall, "
-            f"{(theirs_cpu / cpu_seconds) if theirs_cpu else float('nan'):.1f}x CPU"
+        versus = (
+            f"sheeprl {theirs:.3f} s/step ({theirs_cpu:.3f} CPU s): {theirs / seconds:.2f}x wall, "
+            f"{theirs_cpu / cpu_seconds:.2f}x CPU"
+            if sheeprl
+            else f"sheeprl {source}"
         )
+        print(f"{size:>4}: {seconds:.3f} s/step ({cpu_seconds:.3f} CPU s)  {versus}")
     write_result(
+        args,
         "speed",
         {
             "label": args.label,
@@ -167,7 +188,7 @@ def run_dreamer_cartpole(config: DreamerConfig, stop_when_solved: bool) -> list[
     shutil.rmtree(run_dir, ignore_errors=True)
     engine = CPUEngine(config)
     solved = (lambda record: (record["episode/return_mean_10"] or 0) >= SOLVED) if stop_when_solved else None
-    engine.run(progress=True, stop_when=solved)
+    engine.run(progress=config.progress, stop_when=solved)
     return [json.loads(line) for line in (run_dir / "episodes.jsonl").read_text().splitlines()]
 
 
@@ -202,18 +223,20 @@ def cartpole_run(agent: str, seed: int, args: argparse.Namespace) -> dict[str, A
     """One agent's CartPole run: its episodes (end step, return) and wall time. Finished runs are kept in
     ``runs/benchmarks/dreamer/cartpole/<agent>_seed<k>.json`` and reused, so seeds can run in separate
     processes side by side and a last call (``--report-only``) collects them."""
-    saved = RUNS / "cartpole" / f"{agent}_seed{seed}.json"
+    saved = runs_dir(args) / "cartpole" / f"{agent}_seed{seed}.json"
     settings = {"max_steps": args.max_steps, "replay_ratio": args.replay_ratio, "stop": args.stop_when_solved}
     if agent == "dreamer":  # a changed Dreamer config must not reuse runs saved under the old one
-        run_dir = RUNS / "cartpole" / f"seed{seed}"
+        run_dir = runs_dir(args) / "cartpole" / f"seed{seed}"
         config = cartpole_config(seed, args.max_steps, run_dir, args.replay_ratio)
+        if args.quick:
+            config = dataclasses.replace(config, progress=False)
         settings |= {"model": dataclasses.asdict(config.model), "optim": dataclasses.asdict(config.optim)}
     if saved.is_file() and not args.rerun:
         run = json.loads(saved.read_text())
         if run.get("settings") == settings:
             return run
     if args.report_only:
-        raise SystemExit(f"no finished {agent} run for seed {seed} with these settings ({saved}): run it")
+        raise SystemExit(f"no finished {agent} run for seed {seed} with these settings ({portable(saved)}): run it")
     start = time.perf_counter()
     if agent == "dreamer":
         episodes = run_dreamer_cartpole(config, args.stop_when_solved)
@@ -270,16 +293,15 @@ def cartpole(args: argparse.Namespace) -> None:
     ax.axhline(SOLVED, color="gray", linestyle="--")
     ax.set(xlabel="env steps", ylabel="mean return (last 10 episodes)", title="CartPole-v1")
     ax.legend(fontsize=7)
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    fig.savefig(RESULTS / "dreamer_cartpole.png", dpi=120, bbox_inches="tight")
-    write_result("cartpole", results)
+    fig.savefig(results_dir(args) / "dreamer_cartpole.png", dpi=120, bbox_inches="tight")
+    write_result(args, "cartpole", results)
 
 
 def ratio(args: argparse.Namespace) -> None:
     """(3) Replay ratio actually done vs target after a short CartPole run per target."""
     rows = []
     for target in args.ratios:
-        cfg = cartpole_config(0, args.max_steps, RUNS / "ratio" / f"r{target}", target)
+        cfg = cartpole_config(0, args.max_steps, runs_dir(args) / "ratio" / f"r{target}", target)
         cfg = dataclasses.replace(
             cfg,
             model=model_size("tiny"),
@@ -292,10 +314,22 @@ def ratio(args: argparse.Namespace) -> None:
         actual = record["replay/ratio_actual"]
         rows.append({"target": target, "actual": actual, "relative_error": abs(actual - target) / target})
         print(f"target {target}: actual {actual:.4f} ({100 * abs(actual - target) / target:.2f}% off)")
-    write_result("ratio", {"label": args.label, "max_steps": args.max_steps, "rows": rows})
+    write_result(args, "ratio", {"label": args.label, "max_steps": args.max_steps, "rows": rows})
 
 
-def main() -> None:
+def apply_quick(args: argparse.Namespace) -> None:
+    """``--quick`` sizes: one short step, run or target per command (the figures mean nothing)."""
+    if not args.quick:
+        return
+    if args.command == "speed":  # sheeprl_dreamer_step.py --quick measures XS at the same 2 x 8 batch
+        args.sizes, args.steps, args.batch_size, args.seq_len = ["tiny", "XS"], 1, 2, 8
+    if args.command == "cartpole":  # learning starts at 512 env steps
+        args.seeds, args.max_steps, args.replay_ratio = [0], 600, 0.1
+    if args.command == "ratio":
+        args.ratios, args.max_steps = [0.5], 700
+
+
+def main(argv: list[str] | None = None) -> None:
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -303,14 +337,13 @@ def main() -> None:
     parser.add_argument("--label", default="", help="e.g. 'shared-load' when other jobs share the CPU")
     parser.add_argument("--threads", type=int, default=1)
     sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("speed")
+    common = [results_parser()]
+    p = sub.add_parser("speed", parents=common)
     p.add_argument("--sizes", nargs="+", default=["tiny", "XS"])
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--seq-len", type=int, default=64)
-    p.add_argument("--sheeprl-s-per-step", type=json.loads, default={}, help="e.g. '{\"XS\": 18.7}'")
-    p.add_argument("--sheeprl-cpu-s-per-step", type=json.loads, default={}, help="CPU seconds, same form")
-    p = sub.add_parser("cartpole")
+    p = sub.add_parser("cartpole", parents=common)
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--agents", nargs="+", choices=["dreamer", "ppo"], default=["dreamer", "ppo"])
     p.add_argument("--max-steps", type=int, default=30_000)
@@ -323,10 +356,11 @@ def main() -> None:
         action="store_false",
         help="train on to --max-steps after solving (default: stop at the first log after solving)",
     )
-    p = sub.add_parser("ratio")
+    p = sub.add_parser("ratio", parents=common)
     p.add_argument("--ratios", type=float, nargs="+", default=[0.1, 0.5, 1.0])
     p.add_argument("--max-steps", type=int, default=2000)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    apply_quick(args)
     torch.set_num_threads(args.threads)
     {"speed": speed, "cartpole": cartpole, "ratio": ratio}[args.command](args)
 

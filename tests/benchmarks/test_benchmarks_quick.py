@@ -3,6 +3,7 @@ the expected keys and sane values, and no machine path (the committed results ar
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
 import json
 import os
@@ -21,6 +22,18 @@ REPO = Path(__file__).resolve().parents[2]
 def run(script: str, *argv: str, results: Path, env: dict[str, str] | None = None) -> str:
     """``python benchmarks/<script> <argv> --quick --results-dir <results>`` from the repository; its stdout."""
     command = [sys.executable, str(REPO / "benchmarks" / script), *argv, "--quick", "--results-dir", str(results)]
+    return _check(command, env)
+
+
+def run_stages(script: str, *stages: tuple[str, ...], results: Path) -> str:
+    """Each stage's ``main([*stage, "--quick", "--results-dir", results])`` in one fresh interpreter (one import
+    of torch and transformers instead of one per stage)."""
+    argvs = [[*stage, "--quick", "--results-dir", str(results)] for stage in stages]
+    code = f"from benchmarks.{script.removesuffix('.py')} import main\nfor argv in {argvs!r}:\n    main(argv)"
+    return _check([sys.executable, "-c", code])
+
+
+def _check(command: list[str], env: dict[str, str] | None = None) -> str:
     done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=600, check=False,
                           env={**os.environ, "OMP_WAIT_POLICY": "PASSIVE", **(env or {})})
     assert done.returncode == 0, f"{' '.join(command[1:])} failed:\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}"
@@ -90,12 +103,10 @@ def test_csr_rollout_speed(tmp_path: Path) -> None:
 
 
 def test_csr_policy_every_stage(tmp_path: Path) -> None:
-    run("csr_policy.py", "random", results=tmp_path)
-    run("csr_policy.py", "warm-start", "--model", "tiny", "--decodings", "constrained", results=tmp_path)
-    out = run("csr_policy.py", "dapo", "--model", "tiny", "--decoding", "constrained", "--difficulty", "1",
-              results=tmp_path)
+    out = run_stages("csr_policy.py", ("random",), ("warm-start", "--model", "tiny", "--decodings", "constrained"),
+                     ("dapo", "--model", "tiny", "--decoding", "constrained", "--difficulty", "1"), ("report",),
+                     results=tmp_path)
     assert "validation success by step" in out
-    run("csr_policy.py", "report", results=tmp_path)
     parts = {p.name for p in (tmp_path / "csr_policy").glob("*.json")}
     assert parts == {"random_copy.json", "tiny-warm_start.json", "tiny-dapo-constrained-d1-t4-s0.json"}
     for part in parts:
@@ -110,9 +121,8 @@ def test_csr_policy_every_stage(tmp_path: Path) -> None:
 
 
 def test_csr_dual_lora_vs_dapo_run_and_report(tmp_path: Path) -> None:
-    for mode in ("dapo", "separate"):
-        run("csr_dual_lora_vs_dapo.py", "run", "--mode", mode, results=tmp_path)
-    run("csr_dual_lora_vs_dapo.py", "report", results=tmp_path)
+    run("csr_dual_lora_vs_dapo.py", "run", "--mode", "dapo", results=tmp_path)  # the command line, once
+    run_stages("csr_dual_lora_vs_dapo.py", ("run", "--mode", "separate"), ("report",), results=tmp_path)
     part = load(tmp_path / "csr_dual_lora" / "tiny-separate-d1-s0.json")
     assert part["command"].endswith("--quick") and part["config"]["output_dir"] == "tiny-separate-d1-s0"  # no tmp path
     assert [step for step, _ in part["curve"]] == [0, 2] and len(part["step_seconds"]) == 2
@@ -146,3 +156,34 @@ def test_sheeprl_dreamer_step(tmp_path: Path) -> None:
     (row,) = data["rows"]
     assert row["sheeprl"] == "0.8.4" and row["size"] == "XS" and (row["batch_size"], row["seq_len"]) == (2, 8)
     assert row["s_per_step"] > 0 and row["cpu_s_per_step"] > 0
+
+
+def test_dreamer_every_command_with_sheeprl_from_its_results_file(tmp_path: Path) -> None:
+    sheeprl = {"rows": [{"sheeprl": "0.8.4", "size": "XS", "batch_size": 2, "seq_len": 8, "threads": 1,
+                         "s_per_step": 0.5, "cpu_s_per_step": 0.25, "label": "test"}]}
+    (tmp_path / "sheeprl_dreamer_step.json").write_text(json.dumps(sheeprl))
+    out = run_stages("dreamer.py", ("speed",), ("ratio",), ("cartpole",), results=tmp_path)
+    speed = load(tmp_path / "dreamer_speed.json")
+    rows = {row["size"]: row for row in speed["rows"]}
+    assert speed["quick"] is True and set(rows) == {"tiny", "XS"}
+    assert rows["tiny"]["sheeprl_s_per_step"] is None and rows["tiny"]["speedup"] is None
+    assert "no row with {'size': 'tiny'" in rows["tiny"]["sheeprl_source"]
+    xs = rows["XS"]
+    assert (xs["sheeprl_s_per_step"], xs["sheeprl_cpu_s_per_step"]) == (0.5, 0.25)
+    assert xs["speedup"] == pytest.approx(0.5 / xs["s_per_step"])
+    assert xs["cpu_speedup"] == pytest.approx(0.25 / xs["cpu_s_per_step"])
+    assert "sheeprl 0.500 s/step" in out
+    (ratio,) = load(tmp_path / "dreamer_ratio.json")["rows"]
+    assert ratio["target"] == 0.5 and ratio["relative_error"] < 0.1
+    cartpole = load(tmp_path / "dreamer_cartpole.json")
+    assert [(r["agent"], r["seed"]) for r in cartpole["runs"]] == [("dreamer", 0), ("ppo", 0)]
+    assert all(r["wall_s"] > 0 for r in cartpole["runs"]) and cartpole["max_steps"] == 600
+    assert (tmp_path / "dreamer_cartpole.png").stat().st_size > 0
+
+
+def test_dreamer_speed_says_when_sheeprl_was_not_measured(tmp_path: Path) -> None:
+    from benchmarks.dreamer import sheeprl_figures
+
+    args = argparse.Namespace(quick=True, results_dir=tmp_path, batch_size=2, seq_len=8, threads=1)
+    assert sheeprl_figures(args, "XS") == (
+        None, "not measured: no sheeprl_dreamer_step.json (run benchmarks/sheeprl_dreamer_step.py)")
