@@ -25,7 +25,7 @@ from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
 import worldgym  # noqa: F401  (registers ZTokenDigits-v0)
 from worldgym.agents.ztoken_ppo import (
-    WarmStartConfig,
+    ZTokenWarmStartConfig,
     ZTokenEpisode,
     ZTokenModelConfig,
     ZTokenPPOConfig,
@@ -117,7 +117,7 @@ def run_supervised_control(
     policy, encoder, _ = load_policy(warm_path)
     steps = args.rollouts * args.update_epochs * args.num_minibatches
     batch_size = args.rollouts * args.episodes_per_rollout // steps
-    config = WarmStartConfig(steps=steps, batch_size=batch_size, seed=seed + 1000, lr_schedule="onecycle")
+    config = ZTokenWarmStartConfig(steps=steps, batch_size=batch_size, seed=seed + 1000, lr_schedule="onecycle")
     warm_start(policy, encoder, ENV_ID, env_kwargs, config, progress=False)
     return evaluate_policy(policy, encoder, env_kwargs=env_kwargs, num_episodes=args.eval_episodes, seed=1234)
 
@@ -129,7 +129,7 @@ def run_seed(
     start = time.perf_counter()
     policy, encoder = build_policy(ZTokenModelConfig(seed=seed), ZTokenVocab(env_kwargs["num_z_tokens"]))
     warm_start(
-        policy, encoder, ENV_ID, env_kwargs, WarmStartConfig(steps=args.warm_steps, seed=seed), progress=False
+        policy, encoder, ENV_ID, env_kwargs, ZTokenWarmStartConfig(steps=args.warm_steps, seed=seed), progress=False
     )
     save_checkpoint(workdir / f"warm{seed}", policy, encoder, env_kwargs["num_z_tokens"])
     warm_s = time.perf_counter() - start

@@ -18,8 +18,9 @@ from worldgym.agents.ztoken_ppo.checkpoint import load_policy, load_training_sta
 from worldgym.checkpointing import CRASH_ENV
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "train_ztoken_ppo.py"
-TINY_ARGS = ["--operand-digits", "1", "--num-z-tokens", "4", "--max-new-tokens", "4", "--warm-steps", "3",
-             "--episodes-per-rollout", "16", "--eval-episodes", "16"]  # fmt: skip
+TINY_ARGS = ["--ppo.env-kwargs.operand-digits", "1", "--ppo.env-kwargs.num-z-tokens", "4",
+             "--ppo.env-kwargs.max-new-tokens", "4", "--warm-start.steps", "3", "--warm-start.z-max", "3",
+             "--ppo.episodes-per-rollout", "16", "--ppo.eval-episodes", "16", "--ppo.no-progress"]  # fmt: skip
 
 
 def _full_checkpoint(path: Path, policy, encoder, num_z_tokens: int) -> Path:
@@ -73,9 +74,9 @@ def test_kill_while_replacing_the_checkpoint_then_resume(monkeypatch, tmp_path) 
     """SIGKILL a real training process between moving its old checkpoint aside and renaming the new one in
     (the window in which it used to have no checkpoint at all); ``--resume`` then continues the run."""
     out = tmp_path / "run"
-    _run_example(monkeypatch, [*TINY_ARGS, "--output-dir", str(out), "--rollouts", "1"])
+    _run_example(monkeypatch, [*TINY_ARGS, "--output-dir", str(out), "--ppo.num-rollouts", "1"])
     env = {**os.environ, CRASH_ENV: "old_moved_aside", "OMP_NUM_THREADS": "1"}
-    args = [*TINY_ARGS, "--output-dir", str(out), "--rollouts", "2", "--resume"]
+    args = ["--resume", str(out), "--ppo.num-rollouts", "2"]
     command = [sys.executable, str(EXAMPLE), *args]
     killed = subprocess.run(command, check=False, env=env, capture_output=True, text=True, timeout=600)
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from worldgym.agents.ztoken_ppo import WarmStartConfig, ZTokenModelConfig, ZTokenPPOConfig
+from worldgym.agents.ztoken_ppo import ZTokenWarmStartConfig, ZTokenModelConfig, ZTokenPPOConfig
 
 
 @pytest.mark.parametrize(
@@ -39,13 +39,13 @@ def test_ppo_config_rejects_bad_values(kwargs, message) -> None:
 
 def test_warm_start_and_model_configs_validate() -> None:
     with pytest.raises(ValueError, match=re.escape("z_min=(3, 1) is invalid: need 0 <= z_min <= z_max")):
-        WarmStartConfig(z_min=3, z_max=1)
+        ZTokenWarmStartConfig(z_min=3, z_max=1)
     with pytest.raises(
         ValueError, match=re.escape("lr_schedule='cosine' is invalid: use one of ['onecycle', 'constant']")
     ):
-        WarmStartConfig(lr_schedule="cosine")
+        ZTokenWarmStartConfig(lr_schedule="cosine")
     with pytest.raises(ValueError, match=re.escape("num_envs=True is invalid: use an integer >= 1")):
-        WarmStartConfig(num_envs=True)
+        ZTokenWarmStartConfig(num_envs=True)
     with pytest.raises(ValueError, match=re.escape("hidden_size=False is invalid: use an integer >= 1")):
         ZTokenModelConfig(hidden_size=False)
     with pytest.raises(ValueError, match=re.escape("num_kv_heads=3 is invalid: it must divide num_heads=4")):

@@ -15,7 +15,7 @@ import torch
 from worldgym.agents.base import AgentTrainer
 from worldgym.agents.ztoken_ppo import (
     CheckpointError,
-    WarmStartConfig,
+    ZTokenWarmStartConfig,
     ZTokenPPOConfig,
     ZTokenPPOTrainer,
     build_policy,
@@ -70,7 +70,7 @@ def test_warm_start_lowers_the_supervised_loss(tiny_policy, tmp_path, env_kwargs
     obs, digits = _scripted_batch(99, env_kwargs)
     with torch.no_grad():
         before, _ = warm_start_loss(policy, encoder.encode(obs), torch.as_tensor(digits), 1.0, 1.0)
-    config = WarmStartConfig(steps=30, batch_size=32, num_envs=4, z_min=1, z_max=3, lr=3e-3)
+    config = ZTokenWarmStartConfig(steps=30, batch_size=32, num_envs=4, z_min=1, z_max=3, lr=3e-3)
     metrics = warm_start(
         policy, encoder, "ZTokenDigits-v0", env_kwargs, config, tmp_path / "warm.jsonl", progress=False
     )
@@ -85,7 +85,7 @@ def test_warm_start_rejects_a_trace_longer_than_the_token_limit(tiny_policy, env
     policy, encoder = tiny_policy
     with pytest.raises(ValueError, match=re.escape("z_max=4 leaves no room for <ANSWER>")):
         warm_start(
-            policy, encoder, "ZTokenDigits-v0", env_kwargs, WarmStartConfig(steps=1, z_max=4), progress=False
+            policy, encoder, "ZTokenDigits-v0", env_kwargs, ZTokenWarmStartConfig(steps=1, z_max=4), progress=False
         )
 
 
@@ -175,7 +175,7 @@ def test_a_fresh_run_in_a_used_output_dir_starts_new_logs(tiny_policy, tmp_path,
 
 
 def test_warm_start_log_starts_fresh_on_every_run(tiny_policy, tmp_path, env_kwargs) -> None:
-    config = WarmStartConfig(steps=2, batch_size=4, num_envs=2, z_max=2)
+    config = ZTokenWarmStartConfig(steps=2, batch_size=4, num_envs=2, z_max=2)
     for _ in range(2):
         warm_start(
             *tiny_policy, "ZTokenDigits-v0", env_kwargs, config, tmp_path / "warm.jsonl", progress=False

@@ -22,8 +22,11 @@ class ZTokenModelConfig:
             over the env's own vocabulary (CPU default; :func:`worldgym.agents.llm.models.tiny_model_config`
             with the shape below). A pretrained model gets ``<Z_i>``, ``<ANSWER>`` (and a pad token if
             missing) added to its tokenizer, with ``resize_token_embeddings``.
-        hidden_size (int): tiny model width. num_layers (int): depth. num_heads (int): attention heads.
-        num_kv_heads (int): key/value heads (must divide num_heads). head_dim (int): per-head width.
+        hidden_size (int): tiny model width.
+        num_layers (int): depth.
+        num_heads (int): attention heads.
+        num_kv_heads (int): key/value heads (must divide num_heads).
+        head_dim (int): per-head width.
         intermediate_size (int): MLP width.
         seed (int): seed for the tiny model's and the heads' initialisation.
     """
@@ -71,7 +74,7 @@ class ZTokenModelConfig:
 
 
 @dataclass
-class WarmStartConfig:
+class ZTokenWarmStartConfig:
     """Supervised "phase 2/3" warm start: digit heads + a scripted Z policy, learnt from env episodes.
 
     The behaviour policy emits ``k ~ Uniform{z_min..z_max}`` Z tokens (``<Z_0>, <Z_1>, ...`` in order), then
@@ -79,10 +82,16 @@ class WarmStartConfig:
     tokens (cross-entropy over the masked token set) and the digits at the ``<ANSWER>`` position.
 
     Attributes:
-        steps (int): optimiser steps. batch_size (int): episodes per step. lr (float): AdamW learning rate.
-        weight_decay (float): AdamW weight decay. z_min (int), z_max (int): Z trace length range (inclusive).
-        token_loss_coef (float): weight of the Z-policy loss. digit_loss_coef (float): of the digit loss.
-        max_grad_norm (float): gradient clipping. num_envs (int): vector env width for data collection.
+        steps (int): optimiser steps.
+        batch_size (int): episodes per step.
+        lr (float): AdamW learning rate.
+        weight_decay (float): AdamW weight decay.
+        z_min (int): shortest Z trace (inclusive).
+        z_max (int): longest Z trace (inclusive).
+        token_loss_coef (float): weight of the Z-policy loss.
+        digit_loss_coef (float): weight of the digit loss.
+        max_grad_norm (float): gradient clipping.
+        num_envs (int): vector env width for data collection.
         lr_schedule (Literal["onecycle", "constant"]): both warm up over the first 10% of steps; "onecycle"
             then anneals to ~0, "constant" holds ``lr`` (better here at 1000 steps; PPO anneals later).
         seed (int): seeds the env resets and the scripted Z-trace lengths (the batches are fresh episodes
@@ -128,26 +137,31 @@ class ZTokenPPOConfig:
             ``init_checkpoint`` is None).
         init_checkpoint (str | None): a policy checkpoint (e.g. the warm start's, from
             :func:`~worldgym.agents.ztoken_ppo.save_checkpoint`) to start from instead of building ``model``.
-        env_id (str): a registered env id. env_kwargs (dict): keyword arguments for ``gym.make``.
+        env_id (str): a registered env id.
+        env_kwargs (dict): keyword arguments for ``gym.make``.
         num_envs (int): sub-envs of the ``SyncVectorEnv``.
         episodes_per_rollout (int): complete episodes per rollout (a multiple of ``num_envs``).
         num_rollouts (int): rollouts (= PPO iterations) in the whole run.
-        update_epochs (int): passes over each rollout. num_minibatches (int): minibatches (of steps) per pass.
-        lr (float): Adam learning rate. anneal_lr (bool): decay it linearly to 0 over ``num_rollouts``.
+        update_epochs (int): passes over each rollout.
+        num_minibatches (int): minibatches (of steps) per pass.
+        lr (float): Adam learning rate.
+        anneal_lr (bool): decay it linearly to 0 over ``num_rollouts``.
         max_grad_norm (float): gradient-norm clip.
-        clip_eps (float): PPO ratio clip epsilon. value_coef (float): c_v of ``(V_t - R)^2``.
+        clip_eps (float): PPO ratio clip epsilon.
+        value_coef (float): c_v of ``(V_t - R)^2``.
         entropy_coef (float): c_ent of the entropy bonus (0 by default: the joint entropy includes the
             digits and any bonus slowed learning here).
         advantage (Literal["terminal", "gae"]): ``"terminal"``: ``A_t = R - V_t``; ``"gae"``: GAE.
-        gamma (float), gae_lambda (float): used by ``"gae"`` only.
+        gamma (float): discount, used by ``"gae"`` only.
+        gae_lambda (float): GAE lambda, used by ``"gae"`` only.
         normalize_advantages (bool): standardise advantages per minibatch.
         digit_actions (Literal["sample", "greedy"]): ``"sample"`` makes the digits part of the PPO action
             (their log-probs join the ratio at ``<ANSWER>`` steps); ``"greedy"`` takes the argmax and trains
             only the Z/stop choice.
         eval_episodes (int): held-out episodes per evaluation; 0 disables it.
-            eval_every (int): rollouts between evaluations.
+        eval_every (int): rollouts between evaluations.
         eval_token_decoding (Literal["greedy", "sample"]): how evaluation picks Z/<ANSWER>.
-            eval_seed (int): fixes the held-out problems (the same set for every training seed).
+        eval_seed (int): fixes the held-out problems (the same set for every training seed).
         checkpoint_every (int): rollouts between checkpoints (the last rollout is always saved).
         log_rollouts (bool): write every episode to ``rollouts.jsonl``.
         output_dir (str): where metrics, rollouts and checkpoints go.

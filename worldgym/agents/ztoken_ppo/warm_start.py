@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from worldgym.agents.ztoken_ppo.config import WarmStartConfig
+from worldgym.agents.ztoken_ppo.config import ZTokenWarmStartConfig
 from worldgym.agents.ztoken_ppo.encoding import EncodedBatch, ObservationEncoder
 from worldgym.agents.ztoken_ppo.model import ZTokenPolicy
 from worldgym.agents.ztoken_ppo.rollout import run_until_episodes, vocab_of, ztoken_vector_env
@@ -79,7 +79,7 @@ def warm_start(
     encoder: ObservationEncoder,
     env_id: str,
     env_kwargs: dict[str, Any],
-    config: WarmStartConfig,
+    config: ZTokenWarmStartConfig,
     metrics_path: str | Path | None = None,
     progress: bool = True,
 ) -> dict[str, float]:
@@ -121,7 +121,7 @@ def warm_start(
 
 
 def _lr_schedule(
-    optimizer: torch.optim.Optimizer, config: WarmStartConfig
+    optimizer: torch.optim.Optimizer, config: ZTokenWarmStartConfig
 ) -> torch.optim.lr_scheduler.LRScheduler:
     """10% linear warm-up, then anneal (``"onecycle"``) or hold (``"constant"``)."""
     if config.lr_schedule == "onecycle":
