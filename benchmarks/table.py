@@ -157,10 +157,21 @@ def _csr_dual_lora(data: Results) -> str:
 
 
 def _grpo_vs_trl(data: Results) -> str:
-    ours, trl = data["worldgym"], data["trl"]
-    return (f"{ours['tokens_per_s']:,.0f} vs {trl['tokens_per_s']:,.0f} tokens/s (**{data['tokens_per_s_ratio']:.2f}x**), "
-            f"success {ours['eval_success']:.2f} vs {trl['eval_success']:.2f} (warm start "
-            f"{data['warm_start_success']:.2f}); without prompt sharing {data['tokens_per_s_ratio_no_prompt_sharing']:.2f}x")
+    """One comparison (``worldgym``/``trl`` at the top), or one per setting and finetune mode (``settings``)."""
+    if "settings" not in data:
+        return _grpo_comparison(data, data["warm_start_success"])
+    return "; ".join(
+        f"{name} ({entry['setting']['model_size']}, {mode}): "
+        f"{_grpo_comparison(entry[mode], entry['warm_start_success'])}"
+        for name, entry in data["settings"].items() for mode in ("full", "lora") if mode in entry)
+
+
+def _grpo_comparison(run: Results, warm_start_success: float) -> str:
+    ours, trl = run["worldgym"], run["trl"]
+    per_cpu = f", {run['tokens_per_cpu_s_ratio']:.2f}x per CPU-s" if "tokens_per_cpu_s_ratio" in run else ""
+    return (f"{ours['tokens_per_s']:,.0f} vs {trl['tokens_per_s']:,.0f} tokens/s (**{run['tokens_per_s_ratio']:.2f}x**"
+            f"{per_cpu}), success {ours['eval_success']:.2f} vs {trl['eval_success']:.2f} (warm start "
+            f"{warm_start_success:.2f}); without prompt sharing {run['tokens_per_s_ratio_no_prompt_sharing']:.2f}x")
 
 
 def _csr_policy(data: Results) -> str:
@@ -225,7 +236,7 @@ ROWS: tuple[Row, ...] = (
     Row("`benchmarks/csr_rollout_speed.py`", "CSRPhone-v0 rollout episodes/s, KV cache kept across turns vs "
         "re-read", ("csr_rollout_speed.json",), _csr_rollout_speed, optional=("csr_rollout_speed_smollm2.json",)),
     Row("`benchmarks/grpo_vs_trl.py`", "tokens/s and reward, our GRPO vs TRL `GRPOTrainer(loss_type=\"dapo\")`, "
-        "same tiny model and budget (`pip install -e \".[bench]\"`)", ("grpo_vs_trl.json",), _grpo_vs_trl),
+        "same model and budget (`pip install -e \".[bench]\"`)", ("grpo_vs_trl.json",), _grpo_vs_trl),
 )
 
 
