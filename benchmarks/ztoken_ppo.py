@@ -25,11 +25,11 @@ from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
 import worldgym  # noqa: F401  (registers ZTokenDigits-v0)
 from worldgym.agents.ztoken_ppo import (
-    ZTokenWarmStartConfig,
     ZTokenEpisode,
     ZTokenModelConfig,
     ZTokenPPOConfig,
     ZTokenPPOTrainer,
+    ZTokenWarmStartConfig,
     build_policy,
     evaluate_policy,
     load_policy,
