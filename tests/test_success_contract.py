@@ -37,6 +37,14 @@ def _math_answer(env: gym.Env, observation: Any, info: dict) -> str:
     return f"#### {env.unwrapped._problem.answer_text}"
 
 
+def _longhealth(correct: bool) -> Policy:
+    def act(env: gym.Env, observation: Any, info: dict) -> str:
+        letter = info["answer"] if correct else next(x for x in "ABCDE" if x != info["answer"])
+        return f"<answer>{letter}</answer>"
+
+    return act
+
+
 def _ztoken(correct: bool) -> Policy:
     def act(env: gym.Env, observation: Any, info: dict) -> Any:
         digits = list(env.unwrapped._problem.digits)
@@ -52,6 +60,7 @@ def _ztoken(correct: bool) -> Policy:
 POLICIES: dict[str, tuple[Callable[[], Policy], Policy]] = {
     "CSRPhone-v0": (_csr_expert, _csr_wrong_number),
     "MathQA-v0": (lambda: _math_answer, lambda env, obs, info: "#### -1"),
+    "LongHealthQA-v0": (lambda: _longhealth(True), _longhealth(False)),
     "ZTokenDigits-v0": (lambda: _ztoken(True), _ztoken(False)),
 }
 VECTOR_ONLY = {"GameBoy-v0"}

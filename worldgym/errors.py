@@ -7,3 +7,10 @@ __all__ = ["CheckpointError"]
 
 class CheckpointError(ValueError):
     """A checkpoint is missing, incomplete, corrupt, of another format version, or does not fit the model."""
+
+
+class DatasetError(ValueError):
+    """A data file (e.g. a LongHealth JSON) is malformed; the message names the record and field at fault."""
+
+
+__all__ += ["DatasetError"]

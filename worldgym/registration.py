@@ -9,6 +9,7 @@ ENV_SPECS: dict[str, dict] = {
     "ZTokenDigits-v0": {"entry_point": "worldgym.envs.ztoken.env:ZTokenDigitsEnv", "max_episode_steps": None},
     "CSRPhone-v0": {"entry_point": "worldgym.envs.csr_phone.env:CSRPhoneEnv", "max_episode_steps": None},
     "MathQA-v0": {"entry_point": "worldgym.envs.math_qa.env:MathQAEnv", "max_episode_steps": None},
+    "LongHealthQA-v0": {"entry_point": "worldgym.envs.longhealth.env:LongHealthQAEnv"},  # one-step episodes
     "GameBoy-v0": {
         "entry_point": "worldgym.envs.gameboy.single_env:GameBoyEnv",
         "vector_entry_point": "worldgym.envs.gameboy.vector_env:GameBoyVecEnv",

@@ -81,7 +81,7 @@ GAMEBOY_RESET_MASKS = [
     ([NAN, NAN], TypeError),
 ]
 # Text envs answer anything that is not a valid action with an observation, by design (a model's reply
-# never raises): CSRPhone-v0 the invalid-call observation, MathQA-v0 an ungradable answer.
+# never raises): CSRPhone-v0 the invalid-call observation, MathQA-v0 and LongHealthQA-v0 an ungradable answer.
 TEXT_ROWS = [None, 3, 1.5, NAN, "search_company Acme", b"x", np.array([1.5]), [1, 2],
              {"name": "search_company", "arguments": {"company": "Acme"}}]
 ACCEPTED_ZTOKEN_FORMS = [  # lossless casts: any integer dtype, tuples, numpy scalars, 0-d arrays
@@ -121,7 +121,7 @@ def gameboy() -> gym.vector.VectorEnv:
 
 
 def test_the_table_covers_every_registered_env():
-    covered = {"ZTokenDigits-v0", "GameBoy-v0", "CSRPhone-v0", "MathQA-v0"}
+    covered = {"ZTokenDigits-v0", "GameBoy-v0", "CSRPhone-v0", "MathQA-v0", "LongHealthQA-v0"}
     assert set(ENV_SPECS) == covered
 
 
@@ -208,3 +208,17 @@ def test_math_qa_answers_non_text_with_an_invalid_answer(action: Any):
     assert (reward, terminated, truncated, step_info["success"]) == (0.0, True, False, False)
     assert observation in env.observation_space
     assert env.reset(seed=0)[1]["index"] == info["index"]
+
+
+@pytest.mark.parametrize("action", TEXT_ROWS, ids=repr)
+def test_longhealth_answers_non_text_with_an_invalid_answer(action: Any):
+    env = gym.make("LongHealthQA-v0", num_patients=2)
+    _, info = env.reset(seed=0)
+    observation, reward, terminated, truncated, step_info = env.step(action)
+    if isinstance(action, str):  # text is graded, whatever it holds
+        assert step_info["predicted"] is None and step_info["parse"] == "none" and step_info["errors"]
+    else:
+        assert step_info["errors"] == [f"expected the answer as a string, got {type(action).__name__}"]
+    assert (reward, terminated, truncated, step_info["success"]) == (0.0, True, False, False)
+    assert observation in env.observation_space
+    assert env.reset(seed=0)[1] == info
