@@ -27,7 +27,7 @@ from worldgym.agents.llm.sft import Chat, ExpertPolicy, SFTConfig, collect_exper
 from worldgym.agents.llm.tokenizer import train_chat_tokenizer
 from worldgym.config import check_field, check_positive_int, check_range
 
-__all__ = ["CSRTextExpert", "WarmStart", "WarmStartConfig", "expert_chats", "load_or_train_warm_start"]
+__all__ = ["CSRTextExpert", "MultipleChoiceExpert", "WarmStart", "WarmStartConfig", "expert_chats", "load_or_train_warm_start"]
 
 _FORMAT_VERSION = 1
 
@@ -41,7 +41,9 @@ class WarmStartConfig:
             on the expert chats) or a pretrained model for :func:`load_chat_model` (``"smollm2-135m"``, a local
             path, a hub name), adapted with LoRA.
         env_id, env_kwargs: the env whose expert is imitated (``split`` is always ``"train"``).
-        difficulties, episodes_per_difficulty: expert episodes per difficulty level (CSRPhone-v0).
+        difficulties, episodes_per_difficulty: expert episodes per difficulty level (CSRPhone-v0); an env
+            without difficulty levels (LongHealthQA-v0) takes ``difficulties=()`` and episodes_per_difficulty
+            episodes in all.
         epochs, batch_size, learning_rate, max_length: SFT settings (:class:`SFTConfig`).
         lora_rank, lora_alpha: the LoRA adapter of a pretrained model (all linear layers, plus the rows of the
             special tokens added to its vocabulary).
@@ -66,7 +68,6 @@ class WarmStartConfig:
     def __post_init__(self) -> None:
         object.__setattr__(self, "difficulties", tuple(self.difficulties))
         object.__setattr__(self, "extra_special_tokens", tuple(self.extra_special_tokens))
-        check_field(bool(self.difficulties), "difficulties", self.difficulties, "name at least one difficulty")
         for name in ("episodes_per_difficulty", "epochs", "batch_size", "lora_rank", "lora_alpha"):
             check_positive_int(name, getattr(self, name))
         check_range("learning_rate", self.learning_rate, 0, None, low_open=True)
@@ -114,7 +115,17 @@ class CSRTextExpert:
         return f"<tool_call>\n{json.dumps({'name': call.name, 'arguments': call.arguments})}\n</tool_call>"
 
 
-EXPERTS: dict[str, Callable[[], ExpertPolicy]] = {"CSRPhone-v0": CSRTextExpert}
+class MultipleChoiceExpert:
+    """Answers a multiple-choice env's question with the right letter from its reset info (``info["answer"]``),
+    in the ``<answer>X</answer>`` form the env reads first."""
+
+    def __call__(self, env: gym.Env, observation: str, info: dict[str, Any]) -> str:
+        return f"<answer>{info['answer']}</answer>"
+
+
+EXPERTS: dict[str, Callable[[], ExpertPolicy]] = {"CSRPhone-v0": CSRTextExpert, "LongHealthQA-v0": MultipleChoiceExpert}
+# envs whose actions are tool calls (wrapped in ParseToolCall; multi-turn episodes)
+TOOL_ENVS = ("CSRPhone-v0",)
 
 
 def expert_chats(config: WarmStartConfig, expert: ExpertPolicy | None = None) -> list[Chat]:
@@ -125,11 +136,16 @@ def expert_chats(config: WarmStartConfig, expert: ExpertPolicy | None = None) ->
         raise ValueError(f"no scripted expert for {config.env_id!r}; pass expert= (known: {sorted(EXPERTS)})")
     expert = expert or EXPERTS[config.env_id]()
     chats: list[Chat] = []
-    for difficulty in config.difficulties:
-        kwargs = {**config.env_kwargs, "split": "train", "difficulty": difficulty}
-        seeds = range(config.seed * 10**6 + difficulty * 10**4,
-                      config.seed * 10**6 + difficulty * 10**4 + config.episodes_per_difficulty)
-        chats += collect_expert_chats(lambda k=kwargs: make_text_env(config.env_id, k, True), expert, seeds)
+    levels: tuple[int | None, ...] = config.difficulties or (None,)  # () : an env without difficulty levels
+    for difficulty in levels:
+        kwargs = {**config.env_kwargs, "split": "train"}
+        if difficulty is not None:
+            kwargs["difficulty"] = difficulty
+        first = config.seed * 10**6 + (difficulty or 0) * 10**4
+        seeds = range(first, first + config.episodes_per_difficulty)
+        tools = config.env_id in TOOL_ENVS
+        chats += collect_expert_chats(lambda k=kwargs, t=tools: make_text_env(config.env_id, k, t), expert, seeds,
+                                      max_turns=16 if tools else 1)
     return chats
 
 
