@@ -390,7 +390,7 @@ def plot(summary: dict[str, Any], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (speed, reward) = plt.subplots(1, 2, figsize=(12, 4.2))
+    fig, (speed, reward) = plt.subplots(1, 2, figsize=(13, 4.4))
     groups = [(name, mode) for name, result in summary["settings"].items()
               for mode in FINETUNE_MODES if mode in result]
     width = 0.27
@@ -407,7 +407,7 @@ def plot(summary: dict[str, Any], path: Path) -> None:
     for name, mode in groups:
         result = summary["settings"][name]
         length = result[mode]["worldgym"]["completion_tokens_mean"]
-        labels.append(f"{name}\n{result['setting']['model_size']}, {mode}\n~{length:.0f} tokens/completion")
+        labels.append(f"{name}\n{result['setting']['model_size']}, {mode}\n~{length:.0f} tokens/reply")
     speed.set_xticks(range(len(groups)), labels, fontsize=8)
     speed.set_yscale("log")
     bottom, top = speed.get_ylim()
