@@ -14,3 +14,11 @@ class DatasetError(ValueError):
 
 
 __all__ += ["DatasetError"]
+
+
+class CartridgeError(ValueError):
+    """A cartridge (trainable KV prefix) does not fit the model it is loaded for or used with, or is malformed
+    (bad token counts, a text too short for it)."""
+
+
+__all__ += ["CartridgeError"]

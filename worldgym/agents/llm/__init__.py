@@ -1,5 +1,6 @@
-"""Shared LLM stack: tokenizers, models, generation engines, rollouts, losses, SFT and checkpoints."""
+"""Shared LLM stack: tokenizers, models, generation engines, rollouts, losses, SFT, checkpoints and cartridges."""
 
+from worldgym.agents.llm.cartridge import Cartridge, ModelFingerprint, kv_bytes_per_token
 from worldgym.agents.llm.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from worldgym.agents.llm.engines import Generation, GenerationEngine, HFEngine, SamplingParams
 from worldgym.agents.llm.models import build_tiny_model, load_model, load_tokenizer, save_model_and_tokenizer
@@ -11,16 +12,20 @@ from worldgym.agents.llm.tokenizer import (
     env_text_corpus,
     train_chat_tokenizer,
 )
+from worldgym.errors import CartridgeError
 
 __all__ = [
     "CHAT_TEMPLATE",
     "COMPACT_TOOLS_CHAT_TEMPLATE",
+    "Cartridge",
+    "CartridgeError",
     "Chat",
     "CheckpointError",
     "Episode",
     "Generation",
     "GenerationEngine",
     "HFEngine",
+    "ModelFingerprint",
     "RolloutCollector",
     "SFTConfig",
     "SamplingParams",
@@ -29,6 +34,7 @@ __all__ = [
     "collect_expert_chats",
     "encode_chat",
     "env_text_corpus",
+    "kv_bytes_per_token",
     "load_checkpoint",
     "load_model",
     "load_tokenizer",

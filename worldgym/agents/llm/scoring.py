@@ -5,6 +5,10 @@ once over each group's shared prompt and then over each row's own continuation o
 KV cache. GRPO groups share their prompt, so the second way does the prompt's work once per group instead
 of once per sample, in the backward pass too: gradients from every row reach the shared prompt through the
 cache.
+
+Either way can run behind a :class:`~worldgym.agents.llm.cartridge.Cartridge` (a trainable KV prefix): every
+row then attends to the cartridge first, its tokens are numbered after it, and gradients reach the cartridge's
+trainable tokens.
 """
 
 from __future__ import annotations
@@ -14,9 +18,11 @@ from dataclasses import dataclass
 
 import torch
 from peft import PeftModel
-from transformers import PreTrainedModel
+from transformers import DynamicCache, PreTrainedModel
 
+from worldgym.agents.llm.cartridge import Cartridge
 from worldgym.agents.llm.constrained import mask_logits
+from worldgym.errors import CartridgeError
 
 __all__ = ["ScoredTokens", "SharedPrefix", "score_tokens", "shared_prefix"]
 
@@ -84,6 +90,7 @@ def score_tokens(
     temperature: float = 1.0,
     group_ids: torch.Tensor | None = None,
     allowed: Sequence[Mapping[int, Sequence[int]]] | None = None,
+    cartridge: Cartridge | None = None,
 ) -> ScoredTokens:
     """Run the decoder over the right-padded batch but the LM head only on positions whose *next* token is
     masked in.
@@ -100,12 +107,27 @@ def score_tokens(
     ``allowed[r]`` maps a target column ``j`` of row ``r`` (token ``input_ids[r, j + 1]``) to the token ids a
     constrained sampler allowed there; those positions are scored over the allowed tokens only, as the
     engine sampled them (:func:`worldgym.agents.llm.constrained.mask_logits`).
+
+    With a ``cartridge`` (made for ``model``), every row is scored behind it: it sees the cartridge's
+    ``num_tokens`` KV first and its own tokens take positions from ``num_tokens`` on, whatever its padding
+    (left or right; ``group_ids`` still need right padding). Gradients reach the cartridge's trainable tokens.
+
+    Raises:
+        CartridgeError: the cartridge was made for another model, or activation checkpointing is on in training
+            mode (transformers then drops the KV cache, and with it the cartridge).
     """
     base = model.get_base_model() if isinstance(model, PeftModel) else model
     decoder = base.get_decoder()
     selected = mask.bool()
     # activation checkpointing (transformers drops the KV cache in training mode) rules the shared pass out
     checkpointing = base.training and getattr(base, "is_activation_checkpointing", False)
+    if cartridge is not None:
+        cartridge.check_model(model)
+        if checkpointing:
+            raise CartridgeError(
+                "activation checkpointing drops the KV cache in training mode, and with it the cartridge: call "
+                "model.gradient_checkpointing_disable() (or model.eval()) to score with a cartridge"
+            )
     split = None
     if group_ids is not None and not checkpointing:
         split = shared_prefix(input_ids, attention_mask, mask, group_ids)
@@ -114,9 +136,9 @@ def score_tokens(
         and int(split.prefix_length.min()) > 0  # a row with no prefix would attend to padding only
         and split.padded_tokens < input_ids.numel()  # cheaper than the plain pass, padding included
     ):
-        hidden, targets = _decode_with_shared_prefix(decoder, input_ids, attention_mask, mask, split)
+        hidden, targets = _decode_with_shared_prefix(decoder, input_ids, attention_mask, mask, split, cartridge)
     else:
-        hidden = decoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        hidden = _decode(decoder, input_ids, attention_mask, cartridge)
         hidden, targets = hidden[:, :-1][selected], input_ids[:, 1:][selected]
     logits = base.get_output_embeddings()(hidden).float() / temperature
     if allowed is not None and any(allowed):
@@ -147,20 +169,46 @@ def _constrain(
     return logits.index_put((index,), mask_logits(logits[index], ids))
 
 
+def _decode(
+    decoder: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, cartridge: Cartridge | None
+) -> torch.Tensor:
+    """The decoder's last hidden states ``[B, T, H]``, behind the cartridge if one is given."""
+    if cartridge is None:
+        return decoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+    full_mask, positions = cartridge.positions(attention_mask)
+    return decoder(
+        input_ids=input_ids,
+        attention_mask=full_mask,
+        position_ids=positions,
+        past_key_values=_cartridge_cache(decoder, cartridge, len(input_ids)),
+        use_cache=True,
+    ).last_hidden_state
+
+
+def _cartridge_cache(decoder: torch.nn.Module, cartridge: Cartridge, batch_size: int) -> DynamicCache:
+    weight = next(decoder.parameters())
+    return cartridge.past_key_values(batch_size, dtype=weight.dtype, device=weight.device)
+
+
 def _decode_with_shared_prefix(
     decoder: torch.nn.Module,
     input_ids: torch.Tensor,
     attention_mask: torch.Tensor,
     mask: torch.Tensor,
     split: SharedPrefix,
+    cartridge: Cartridge | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Hidden states at the trained positions ``[N, H]`` and their target tokens ``[N]``, in the row-major
     order of ``mask``, computing each group's prefix once.
 
     Prefixes are right-padded to a common width ``P``; every row's continuation follows at cache positions
-    ``P..``, with explicit position ids so each token keeps the position it has in its own sequence.
+    ``P..``, with explicit position ids so each token keeps the position it has in its own sequence. A
+    cartridge of ``C`` tokens comes before both: the prefix pass starts from its KV, and every position id
+    grows by ``C``.
     """
     device = input_ids.device
+    offset = 0 if cartridge is None else cartridge.num_tokens
+    seen = torch.ones(len(split.prefix_length), offset, dtype=torch.long, device=device)  # the cartridge
     row_group = split.row_group.to(device)
     prefix_length = split.prefix_length.to(device)
     width = int(prefix_length.max())
@@ -173,8 +221,9 @@ def _decode_with_shared_prefix(
     prefix_ids = input_ids[some_row, :width] * prefix_mask
     prefix = decoder(
         input_ids=prefix_ids,
-        attention_mask=prefix_mask,
-        position_ids=steps.expand(len(prefix_length), -1),
+        attention_mask=torch.cat([seen, prefix_mask], 1),
+        position_ids=offset + steps.expand(len(prefix_length), -1),
+        past_key_values=None if cartridge is None else _cartridge_cache(decoder, cartridge, len(prefix_length)),
         use_cache=True,
     )
     cache = prefix.past_key_values
@@ -190,8 +239,8 @@ def _decode_with_shared_prefix(
     suffix_ids = input_ids.gather(1, positions.clamp(max=last)) * in_row
     hidden = decoder(
         input_ids=suffix_ids,
-        attention_mask=torch.cat([prefix_mask[row_group], in_row.long()], 1),
-        position_ids=positions,
+        attention_mask=torch.cat([seen[row_group], prefix_mask[row_group], in_row.long()], 1),
+        position_ids=offset + positions,
         past_key_values=cache,
         use_cache=True,
     ).last_hidden_state

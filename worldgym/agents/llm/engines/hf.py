@@ -5,6 +5,7 @@ episodes after their first reply) share one prefill of that prefix: the engine r
 cache to every row and lets ``generate`` continue from there. With ``reuse_kv_cache=True`` the engine also keeps
 each row's KV after a batch (:class:`~worldgym.agents.llm.engines.prefix_cache.PrefixKVCache`), so the next turn
 of a multi-turn episode, whose prompt extends the previous prompt and reply, prefills only the new tokens.
+With a :class:`~worldgym.agents.llm.cartridge.Cartridge`, every layout starts behind the cartridge's KV.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import torch
 from peft import PeftModel
 from transformers import Cache, DynamicCache, LogitsProcessorList, PreTrainedModel
 
+from worldgym.agents.llm.cartridge import Cartridge
 from worldgym.agents.llm.constrained import CopyArgumentsProcessor, CopyConstraint, mask_logits
 from worldgym.agents.llm.engines.base import Generation, SamplingParams
 from worldgym.agents.llm.engines.prefix_cache import PrefixKVCache, batched_cache, row_kv, storable
@@ -108,6 +110,12 @@ class HFEngine:
     before a ``generate`` call. Results equal those without reuse up to float rounding (another batch layout
     rounds differently, which can flip a near-tie between two tokens).
 
+    With a ``cartridge``, every prompt is generated behind it, as if its ``num_tokens`` KV came from real tokens
+    before the prompt: ``generate`` gets ``num_tokens`` extra leading columns (pad ids, attention mask 1) whose
+    KV is the cartridge's, so the prompt's position ids start after it. The stored KV (``reuse_kv_cache``) is
+    computed behind the cartridge and dropped when the cartridge changes (:meth:`set_cartridge`, or an in-place
+    update of its tensors).
+
     Args:
         model: the causal LM.
         pad_token_id: id used for left padding.
@@ -120,6 +128,10 @@ class HFEngine:
         kv_cache_max_tokens: most tokens stored in total (least recently used entries are evicted); memory is
             this times the KV bytes of a token (see :mod:`~worldgym.agents.llm.engines.prefix_cache`). Set it
             to at least the episodes run at once times their length, or early rows get evicted.
+        cartridge: a trainable KV prefix made for ``model`` to generate behind (None: plain prompts).
+
+    Raises:
+        CartridgeError: the cartridge was made for another model.
     """
 
     def __init__(
@@ -131,6 +143,7 @@ class HFEngine:
         min_shared_prefix: int = 16,
         reuse_kv_cache: bool = False,
         kv_cache_max_tokens: int = 32768,
+        cartridge: Cartridge | None = None,
     ):
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
@@ -145,6 +158,8 @@ class HFEngine:
         self.min_shared_prefix = min_shared_prefix
         self.kv_cache = PrefixKVCache(kv_cache_max_tokens) if reuse_kv_cache else None
         self._kv_weight_versions: tuple[int, ...] = ()
+        self.cartridge: Cartridge | None = None
+        self.set_cartridge(cartridge)
 
     @property
     def device(self) -> torch.device:
@@ -153,6 +168,17 @@ class HFEngine:
     def sync_weights(self) -> None:
         """Nothing to copy (generation uses the trained model object itself); drops the stored KV, which the
         old weights computed."""
+        self.clear_kv_cache()
+
+    def set_cartridge(self, cartridge: Cartridge | None) -> None:
+        """Generate behind ``cartridge`` from now on (None: without one); drops the stored KV.
+
+        Raises:
+            CartridgeError: the cartridge was made for another model.
+        """
+        if cartridge is not None:
+            cartridge.check_model(self.model)
+        self.cartridge = cartridge
         self.clear_kv_cache()
 
     def clear_kv_cache(self) -> None:
@@ -204,7 +230,8 @@ class HFEngine:
         see optimizer steps and ``load_state_dict``): a safety net behind :meth:`sync_weights`."""
         if self.kv_cache is None:
             return
-        versions = tuple(parameter._version for parameter in self.model.parameters())
+        tensors = [*self.model.parameters(), *(self.cartridge._tensors() if self.cartridge is not None else ())]
+        versions = tuple(tensor._version for tensor in tensors)
         if versions != self._kv_weight_versions:
             self.kv_cache.clear()
             self._kv_weight_versions = versions
@@ -251,20 +278,46 @@ class HFEngine:
         ]
         if self.kv_cache is not None:
             steps = new_tokens.shape[1]
-            self._store(self.kv_cache, prompts, generations, attention_mask, output.past_key_values, steps)
+            self._store(self.kv_cache, prompts, generations, attention_mask, output.past_key_values, steps,
+                        skip=self._cartridge_tokens)
         return generations
 
     def _layout(
         self, prompts: list[list[int]], hits: list[_Hit]
     ) -> tuple[torch.Tensor, torch.Tensor, DynamicCache | None]:
         """Input ids, attention mask and cache ``generate`` starts from: stored KV if any prompt has some, else
-        shared prefixes if they save work, else plain left padding."""
+        shared prefixes if they save work, else plain left padding (each behind the cartridge, if any)."""
         if any(hit is not None for hit in hits):
             return self._prefill_cached(prompts, hits)
         groups = group_shared_prefixes(prompts, self.min_shared_prefix) if self.min_shared_prefix else None
         if groups is not None and groups.saves_work(prompts):
             return self._prefill_shared(prompts, groups)
+        if self.cartridge is not None:
+            return self._behind_cartridge(*self._left_padded(prompts), None)
         return *self._left_padded(prompts), None
+
+    @property
+    def _cartridge_tokens(self) -> int:
+        return 0 if self.cartridge is None else self.cartridge.num_tokens
+
+    def _cartridge_cache(self, batch_size: int, then: DynamicCache | None = None) -> DynamicCache | None:
+        """The cartridge's KV for ``batch_size`` rows, followed by ``then``'s (None without a cartridge)."""
+        if self.cartridge is None:
+            return then
+        return self.cartridge.past_key_values(batch_size, self._base_model().dtype, self.device, then=then)
+
+    def _behind_cartridge(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, cache: DynamicCache | None
+    ) -> tuple[torch.Tensor, torch.Tensor, DynamicCache | None]:
+        """Put the cartridge's columns in front of a layout: pad ids under attention mask 1, whose KV (the
+        cartridge's) is prepended to ``cache`` (the KV of the layout's leading columns, if any)."""
+        if self.cartridge is None:
+            return input_ids, attention_mask, cache
+        rows, tokens = len(input_ids), self.cartridge.num_tokens
+        ids = torch.full((rows, tokens), self.pad_token_id, dtype=input_ids.dtype, device=input_ids.device)
+        ones = attention_mask.new_ones(rows, tokens)
+        return (torch.cat([ids, input_ids], 1), torch.cat([ones, attention_mask], 1),
+                self._cartridge_cache(rows, then=cache))
 
     def _left_padded(self, rows: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
         return self._padded(rows, left=True)
@@ -299,16 +352,25 @@ class HFEngine:
         ]
         prefix_ids, prefix_mask = self._right_padded(prefixes)
         positions = (prefix_mask.cumsum(1) - 1).clamp(min=0)
-        # the decoder alone: the prefix's logits are never used (a [G, W, V] tensor for a real vocabulary)
+        # the decoder alone: the prefix's logits are never used (a [G, W, V] tensor for a real vocabulary);
+        # behind the cartridge, if any
+        seen = prefix_mask.new_ones(len(prefixes), self._cartridge_tokens)
         cache = self._base_model().get_decoder()(
-            input_ids=prefix_ids, attention_mask=prefix_mask, position_ids=positions, use_cache=True
+            input_ids=prefix_ids,
+            attention_mask=torch.cat([seen, prefix_mask], 1),
+            position_ids=self._cartridge_tokens + positions,
+            past_key_values=self._cartridge_cache(len(prefixes)),
+            use_cache=True,
         ).past_key_values
         row_group = torch.tensor(groups.row_group, device=self.device)
         cache.batch_select_indices(row_group)
         remainders = [prompt[groups.prefix_lengths[g] :] for prompt, g in zip(prompts, groups.row_group)]
         rest_ids, rest_mask = self._left_padded(remainders)
         input_ids = torch.cat([prefix_ids[row_group], rest_ids], 1)
-        return input_ids, torch.cat([prefix_mask[row_group], rest_mask], 1), cache
+        input_ids, attention_mask, _ = self._behind_cartridge(
+            input_ids, torch.cat([prefix_mask[row_group], rest_mask], 1), None
+        )
+        return input_ids, attention_mask, cache  # the cache already starts with the cartridge
 
     def _prefill_cached(
         self, prompts: list[list[int]], hits: list[_Hit]
@@ -329,7 +391,9 @@ class HFEngine:
             [None if hit is None else hit[1] for hit in hits], max(reused), self._base_model().config
         )
         rest_ids, rest_mask = self._left_padded([prompt[n:] for prompt, n in zip(prompts, reused)])
-        return torch.cat([prefix_ids, rest_ids], 1), torch.cat([prefix_mask, rest_mask], 1), cache
+        return self._behind_cartridge(
+            torch.cat([prefix_ids, rest_ids], 1), torch.cat([prefix_mask, rest_mask], 1), cache
+        )
 
     @staticmethod
     def _store(
@@ -339,17 +403,19 @@ class HFEngine:
         attention_mask: torch.Tensor,
         cache: Cache | None,
         steps: int,
+        skip: int = 0,
     ) -> None:
         """Store each row's KV of its prompt and fed reply tokens (all but the last sampled one), cut out of
-        ``generate``'s cache: the columns the attention mask marks real, then the row's first
-        ``len(reply) - 1`` generated columns (later ones hold pad tokens fed after its eos)."""
+        ``generate``'s cache: the columns the attention mask marks real after the first ``skip`` (a
+        cartridge's), then the row's first ``len(reply) - 1`` generated columns (later ones hold pad tokens fed
+        after its eos)."""
         width = attention_mask.shape[1]
         if not storable(cache, width + steps - 1):  # e.g. sliding-window layers: nothing to store
             return
         for row, (prompt, generation) in enumerate(zip(prompts, generations)):
             fed = generation.token_ids[:-1]
             generated_columns = torch.arange(width, width + len(fed), device=attention_mask.device)
-            columns = torch.cat([attention_mask[row].nonzero().squeeze(1), generated_columns])
+            columns = torch.cat([attention_mask[row, skip:].nonzero().squeeze(1) + skip, generated_columns])
             store.put([*prompt, *fed], row_kv(cache, row, columns))
 
     def _cut(
