@@ -11,6 +11,7 @@ import pytest
 
 import worldgym  # noqa: F401  (registers the env ids)
 from worldgym.agents.base import AgentTrainer
+from worldgym.agents.cartridge import CartridgeDistillConfig, CartridgeDistillTrainer
 from worldgym.agents.dreamer_v3 import DreamerConfig, DreamerTrainer, ReplayConfig, ScheduleConfig, model_size
 from worldgym.agents.dual_lora import DualLoRAConfig, DualLoRATrainer
 from worldgym.agents.grpo import GRPOConfig, GRPOTrainer
@@ -19,7 +20,7 @@ from worldgym.agents.ztoken_ppo import ZTokenPPOConfig, ZTokenPPOTrainer
 from worldgym.errors import CheckpointError
 
 AGENTS = [(GRPOConfig, GRPOTrainer), (DualLoRAConfig, DualLoRATrainer), (ZTokenPPOConfig, ZTokenPPOTrainer),
-          (DreamerConfig, DreamerTrainer)]
+          (DreamerConfig, DreamerTrainer), (CartridgeDistillConfig, CartridgeDistillTrainer)]
 
 
 @pytest.mark.parametrize("config_class, trainer_class", AGENTS, ids=lambda c: c.__name__)

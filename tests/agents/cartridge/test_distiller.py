@@ -1,0 +1,131 @@
+"""The cartridge distiller: losses, teacher/student alignment, the on-policy / offline / hybrid loop, exact resume."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+import worldgym  # noqa: F401  (registers the env ids)
+from worldgym.agents.base import AgentTrainer
+from worldgym.agents.cartridge import CartridgeDistillConfig, CartridgeDistillTrainer, distillation_loss
+from worldgym.agents.llm import build_tiny_model, train_chat_tokenizer
+from worldgym.envs.longhealth import generate_panel
+from worldgym.errors import CheckpointError
+
+PANEL = {"num_patients": 3, "task": 1}
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    panel = generate_panel(3, 0)
+    corpus = [text for patient in panel.values() for text in patient["texts"].values()]
+    corpus += [q["question"] for patient in panel.values() for q in patient["questions"]]
+    return train_chat_tokenizer(corpus, vocab_size=1000)
+
+
+def _sharp_model(tokenizer):
+    """The tiny model with its matrices scaled up, so its outputs depend on the context (at the default init scale
+    it says the same token whatever it sees, and a misaligned row would go unnoticed)."""
+    model = build_tiny_model(tokenizer, seed=0)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            if parameter.ndim == 2:
+                parameter.mul_(6.0)
+    return model
+
+
+def _trainer(tmp_path, tokenizer, **overrides) -> CartridgeDistillTrainer:
+    settings = dict(env_kwargs=PANEL, num_tokens=16, num_steps=3, questions_per_step=2, samples_per_question=2,
+                    max_new_tokens=8, eval_every=0, output_dir=str(tmp_path / "run"), progress=False)
+    model = _sharp_model(tokenizer)
+    return CartridgeDistillTrainer(CartridgeDistillConfig(**{**settings, **overrides}), model=model,
+                                   tokenizer=tokenizer)
+
+
+def test_full_kl_is_the_forward_kl_and_topk_and_sampled_reverse_estimate_it():
+    torch.manual_seed(0)
+    teacher, student = torch.randn(5, 11), torch.randn(5, 11, requires_grad=True)
+    loss, figures = distillation_loss(teacher, student)
+    p, log_q = teacher.softmax(-1), student.log_softmax(-1)
+    expected = (p * (p.log() - log_q)).sum(-1).mean()
+    assert torch.allclose(loss, expected, atol=1e-6) and figures["kl/full"] == pytest.approx(expected.item())
+    top, _ = distillation_loss(teacher, student, "topk", top_k=11)  # every token: the full sum
+    assert torch.allclose(top, expected, atol=1e-6)
+    tokens = torch.tensor([0, 3, 5, 1, 10])
+    reverse, figures = distillation_loss(teacher, student, "sampled_reverse", tokens=tokens)
+    reverse.backward()
+    assert student.grad is not None and figures["kl/full"] == pytest.approx(expected.item())
+    with pytest.raises(ValueError, match="same completion tokens"):
+        distillation_loss(teacher, student[:3])
+    with pytest.raises(ValueError, match="sampled tokens"):
+        distillation_loss(teacher, student, "sampled_reverse")
+
+
+def test_teacher_and_student_rows_score_each_answer_token_as_an_unpadded_forward(tmp_path, tokenizer):
+    """Prompts of very different lengths (documents vs none) in one right-padded batch: every answer token's
+    logprob equals the one from a single-sequence forward without padding."""
+    trainer = _trainer(tmp_path, tokenizer)
+    episodes = trainer._student_answers([0, 1])
+    rows = [(e.token_ids, e.action_mask) for e in episodes[:1]]
+    rows.append(trainer_rows := _teacher_row(trainer, episodes[1]))
+    assert len(trainer_rows[0]) > 3 * len(rows[0][0])  # the teacher's row holds the documents
+    batch = trainer._score(rows, None)
+    for row, (ids, mask) in enumerate(rows):
+        with torch.no_grad():
+            logits = trainer.model(torch.tensor([ids])).logits[0, :-1].float()
+        single = logits.log_softmax(-1).gather(-1, torch.tensor(ids[1:]).unsqueeze(-1)).squeeze(-1)
+        answer = torch.tensor(mask[1:], dtype=torch.bool)
+        assert answer.sum() > 0 and len(set(torch.tensor(ids[1:])[answer].tolist())) > 1
+        torch.testing.assert_close(batch.logprobs[row, :len(ids) - 1][answer], single[answer], atol=1e-4, rtol=0)
+
+
+def _teacher_row(trainer, episode):
+    from worldgym.agents.cartridge.trainer import _with_prompt
+
+    return _with_prompt(episode, trainer._teacher_prompt(episode.env_seed))
+
+
+@pytest.mark.parametrize("mode", ["on_policy", "offline", "hybrid"])
+def test_distillation_trains_only_the_cartridge_and_lowers_the_held_out_kl(tmp_path, tokenizer, mode):
+    trainer = _trainer(tmp_path, tokenizer, mode=mode, offline_steps=1, num_steps=3)
+    assert isinstance(trainer, AgentTrainer)
+    model_before = {k: v.clone() for k, v in trainer.model.state_dict().items()}
+    frozen = trainer.cartridge.keys[:, :, :1].detach().clone()
+    history = trainer.train()
+    assert [row["step"] for row in history] == [0, 1, 2, 3]
+    assert [row["train/offline"] for row in history[1:]] == {
+        "on_policy": [0.0] * 3, "offline": [1.0] * 3, "hybrid": [1.0, 0.0, 0.0]}[mode]
+    first, last = history[0], history[-1]
+    assert last["eval/kl_cartridge"] < first["eval/kl_cartridge"]  # held-out questions, teacher's answers
+    assert first["eval/memory_ratio"] > 10 and first["eval/questions"] >= 1
+    assert all(torch.equal(v, trainer.model.state_dict()[k]) for k, v in model_before.items())
+    assert torch.equal(trainer.cartridge.keys[:, :, :1], frozen)  # the attention sink stays
+    assert (tmp_path / "run" / "cartridge" / "cartridge.json").is_file()
+
+
+def test_a_resumed_run_continues_exactly(tmp_path, tokenizer):
+    straight = _trainer(tmp_path / "a", tokenizer, num_steps=3)
+    straight.train()
+    first = _trainer(tmp_path / "b", tokenizer, num_steps=2, checkpoint_every=1)
+    first.train()
+    resumed = _trainer(tmp_path / "b", tokenizer, num_steps=3)
+    assert resumed.resume_latest() is not None and resumed.step == 2
+    resumed.train()
+    for name, tensor in straight.cartridge.state_dict().items():
+        torch.testing.assert_close(resumed.cartridge.state_dict()[name], tensor, atol=0, rtol=0)
+    assert [row["step"] for row in resumed.history] == [0, 1, 2, 3]
+    other = _trainer(tmp_path / "c", tokenizer, num_tokens=8)
+    with pytest.raises(CheckpointError, match="16 tokens"):
+        other.load(tmp_path / "b" / "run" / "checkpoint-last")
+
+
+def test_config_rejects_bad_settings():
+    with pytest.raises(ValueError, match=r"mode='both' is invalid"):
+        CartridgeDistillConfig(mode="both")
+    with pytest.raises(ValueError, match=r"num_frozen_tokens=9 is invalid"):
+        CartridgeDistillConfig(num_tokens=8, num_frozen_tokens=9)
+    with pytest.raises(ValueError, match="the distiller sets them"):
+        CartridgeDistillConfig(env_kwargs={"documents": "full"})
+    assert dataclasses.asdict(CartridgeDistillConfig())["kl"] == "full"

@@ -1,0 +1,106 @@
+"""``CartridgeDistillConfig``: every setting of the on-policy cartridge distiller, validated on construction."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+from worldgym.agents.cartridge.losses import KLKind
+from worldgym.config import check_choice, check_field, check_positive_int, check_range
+
+__all__ = ["CartridgeDistillConfig", "DistillMode"]
+
+DistillMode = Literal["on_policy", "offline", "hybrid"]
+
+
+@dataclass
+class CartridgeDistillConfig:
+    """The distiller's settings: one cartridge for one patient's documents, trained so that the frozen model with
+    the cartridge and without the documents (the student) predicts what it predicts with the documents in context
+    (the teacher).
+
+    Attributes:
+        model: "tiny" (a Qwen3 built from config with a tokenizer trained on the panel, then the documented
+            teacher warm-up) or a pretrained model for load_chat_model ("smollm2-135m", a local path, a hub name).
+        env_id: the question env (a LongHealth-style env with documents="none" / "full" views).
+        env_kwargs: its keyword arguments (the panel or data_path, task); split, split_by, documents and
+            patient_ids are set by the distiller.
+        patient_id: the patient whose documents the cartridge stands in for (None: the panel's first).
+        num_tokens: cartridge length p (virtual tokens per layer).
+        num_frozen_tokens: leading cartridge tokens kept frozen (the attention sink).
+        init: "text": the real KV of the first num_tokens tokens of the patient's documents (the cartridges
+            paper's best init); "random".
+        learning_rate: Adam learning rate of the cartridge.
+        mode: "on_policy": the student samples, the teacher scores its tokens; "offline": the teacher samples
+            once per question (documents in context) and the student learns the teacher's text; "hybrid":
+            offline for offline_steps steps, then on-policy.
+        offline_steps: the offline warm start of "hybrid".
+        kl: "full" forward KL(teacher ‖ student) over the vocabulary, "topk" over the teacher's top_k tokens,
+            "sampled_reverse" reverse KL on the sampled tokens.
+        top_k: tokens of the "topk" estimator.
+        num_steps: optimizer steps.
+        questions_per_step: training questions per step.
+        samples_per_question: sampled answers per question.
+        max_new_tokens: tokens per answer.
+        temperature: sampling temperature of the answers that are distilled on.
+        eval_every: steps between evaluations (0 = only at the start and the end).
+        warmup_episodes: a tiny model's teacher warm-up: SFT questions (with documents) of the training patients.
+        warmup_epochs: the warm-up's passes over them.
+        warm_start_dir: where warm-ups are cached.
+        output_dir: run folder (metrics.jsonl, checkpoints, cartridge).
+        checkpoint_every: steps between checkpoints (0 = only at the end).
+        seed: seeds the cartridge init, sampling and question order.
+        device: "cpu", "cuda" or "cuda:N".
+        progress: show a progress bar.
+    """
+
+    model: str = "tiny"
+    env_id: str = "LongHealthQA-v0"
+    env_kwargs: dict[str, Any] = field(default_factory=lambda: {"num_patients": 10, "task": 1})
+    patient_id: str | None = None
+    num_tokens: int = 64
+    num_frozen_tokens: int = 1
+    init: Literal["text", "random"] = "text"
+    learning_rate: float = 2e-2
+    mode: DistillMode = "on_policy"
+    offline_steps: int = 10
+    kl: KLKind = "full"
+    top_k: int = 32
+    num_steps: int = 40
+    questions_per_step: int = 4
+    samples_per_question: int = 2
+    max_new_tokens: int = 16
+    temperature: float = 1.0
+    eval_every: int = 10
+    warmup_episodes: int = 480
+    warmup_epochs: int = 3
+    warm_start_dir: str = "runs/warm_starts"
+    output_dir: str = "runs/cartridge"
+    checkpoint_every: int = 0
+    seed: int = 0
+    device: str = "cpu"
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        for name in ("num_tokens", "num_steps", "questions_per_step", "samples_per_question", "max_new_tokens",
+                     "top_k", "warmup_episodes", "warmup_epochs"):
+            check_positive_int(name, getattr(self, name))
+        check_range("num_frozen_tokens", self.num_frozen_tokens, 0, self.num_tokens)
+        check_choice("init", self.init, ("text", "random"))
+        check_choice("mode", self.mode, ("on_policy", "offline", "hybrid"))
+        check_choice("kl", self.kl, ("full", "topk", "sampled_reverse"))
+        check_range("learning_rate", self.learning_rate, 0, None, low_open=True)
+        check_range("temperature", self.temperature, 0, None, low_open=True)
+        for name in ("eval_every", "checkpoint_every", "offline_steps"):
+            check_range(name, getattr(self, name), 0, None)
+        check_field(self.mode != "hybrid" or 0 < self.offline_steps < self.num_steps, "offline_steps",
+                    self.offline_steps, f"use 1..{self.num_steps - 1} for mode='hybrid' (then on-policy steps)")
+        reserved = sorted({"split", "split_by", "documents", "patient_ids"} & set(self.env_kwargs))
+        check_field(not reserved, "env_kwargs", self.env_kwargs,
+                    f"drop {reserved}: the distiller sets them (student and teacher views, question split)")
+        check_field(self.device in ("cpu", "cuda") or self.device.startswith("cuda:"), "device", self.device,
+                    "use 'cpu', 'cuda' or 'cuda:N'")
+
+    def to_dict(self) -> dict[str, Any]:
+        """The config as JSON-compatible data (stored in checkpoints)."""
+        return asdict(self)

@@ -1,0 +1,341 @@
+"""``CartridgeDistillTrainer``: on-policy distillation of a patient's documents into a cartridge.
+
+Each step: (1) the student (the frozen model + the current cartridge, no documents) samples answers to training
+questions; (2) the student scores its own tokens, with gradient into the cartridge; (3) the teacher (the same
+model, the patient's documents in context) scores the same tokens; (4) the per-token KL(teacher ‖ student),
+masked to the answer; (5) an Adam step on the cartridge; (6) the next samples come from the updated cartridge.
+``mode="offline"`` distils on answers the teacher sampled once per question instead, ``"hybrid"`` does that for
+``offline_steps`` steps and then goes on-policy.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from worldgym.agents.cartridge.config import CartridgeDistillConfig
+from worldgym.agents.cartridge.losses import distillation_loss
+from worldgym.agents.cartridge.views import make_view, num_questions, patient_documents, split_patients
+from worldgym.agents.llm.cartridge import Cartridge, kv_bytes_per_token
+from worldgym.agents.llm.engines import HFEngine
+from worldgym.agents.llm.engines.base import SamplingParams
+from worldgym.agents.llm.models import TINY_SIZES
+from worldgym.agents.llm.pretrained import load_chat_model
+from worldgym.agents.llm.rollout import Episode, RolloutCollector, encode_chat
+from worldgym.agents.llm.scoring import score_tokens
+from worldgym.agents.llm.warm_start import WarmStartConfig, load_or_train_warm_start
+from worldgym.checkpointing import load_checkpoint, save_checkpoint
+from worldgym.errors import CheckpointError
+from worldgym.jsonl import append_jsonl, read_jsonl, truncate_jsonl
+
+__all__ = ["CartridgeDistillTrainer", "teacher_warm_start_config"]
+
+_MAX_PROMPT_TOKENS = 8192
+
+
+def teacher_warm_start_config(config: CartridgeDistillConfig) -> WarmStartConfig:
+    """The documented warm-up of a tiny model (it cannot read documents until taught): SFT on the panel's
+    training patients' questions with their documents in context, answering ``<answer>X</answer>`` (cached by
+    these settings). The cartridge's patient is then one of the held-out patients, whose answers it never saw."""
+    return WarmStartConfig(
+        model=config.model, env_id=config.env_id, env_kwargs={**config.env_kwargs, "split_by": "patient"},
+        difficulties=(), episodes_per_difficulty=config.warmup_episodes, epochs=config.warmup_epochs,
+        batch_size=8, learning_rate=3e-3, max_length=_MAX_PROMPT_TOKENS, seed=config.seed)
+
+
+class CartridgeDistillTrainer:
+    """Distils one patient's documents into a cartridge (the agent shape of :mod:`worldgym.agents.base`).
+
+    Args:
+        config: the settings.
+        model, tokenizer: the frozen model (default: the teacher warm-up of a tiny ``config.model``, or the
+            pretrained ``config.model``); it is never changed.
+
+    The run folder gets ``metrics.jsonl``, ``checkpoint-last`` (cartridge, Adam state, RNG, step) and, at the
+    end of :meth:`train`, ``cartridge/`` (:meth:`Cartridge.save`).
+    """
+
+    def __init__(
+        self,
+        config: CartridgeDistillConfig,
+        model: PreTrainedModel | None = None,
+        tokenizer: PreTrainedTokenizerBase | None = None,
+    ) -> None:
+        self.config = config
+        warmed_up = model is None and config.model in TINY_SIZES
+        self.model, self.tokenizer = self._model_and_tokenizer(model, tokenizer)
+        self.model.requires_grad_(False).eval().to(config.device)
+        self.patient_id = config.patient_id or self._default_patient(warmed_up)
+        self.documents = patient_documents(config.env_id, config.env_kwargs, self.patient_id)
+        self.cartridge = self._new_cartridge().to(config.device)
+        self.optimizer = torch.optim.Adam(self.cartridge.parameters(), lr=config.learning_rate)
+        pad, eos = self.tokenizer.pad_token_id, [self.tokenizer.eos_token_id]
+        self.student_engine = HFEngine(self.model, pad, eos, cartridge=self.cartridge)
+        self.plain_engine = HFEngine(self.model, pad, eos)  # the teacher (documents in the prompt), and "none"
+        self.train_questions = num_questions(config.env_id, config.env_kwargs, self.patient_id, "train")
+        self._student = self._collector(self.student_engine, "train", "none")
+        self._teacher = self._collector(self.plain_engine, "train", "full")
+        self._teacher_prompts: dict[int, list[int]] = {}
+        self._offline: dict[int, list[Episode]] = {}
+        self.rng = np.random.default_rng(config.seed)
+        self.step = 0
+        self.output_dir = Path(config.output_dir)
+        self.history: list[dict[str, Any]] = []
+
+    # ---------------------------------------------------------------- setup
+    def _model_and_tokenizer(self, model, tokenizer):
+        if model is not None:
+            if tokenizer is None:
+                raise ValueError("CartridgeDistillTrainer got a model but no tokenizer; pass the tokenizer the model "
+                                 "was trained with")
+            return model, tokenizer
+        if self.config.model in TINY_SIZES:
+            warm = load_or_train_warm_start(teacher_warm_start_config(self.config),
+                                            cache_dir=self.config.warm_start_dir, progress=self.config.progress)
+            return warm.model, warm.tokenizer
+        loaded = load_chat_model(self.config.model)
+        return loaded.model, loaded.tokenizer
+
+    def _default_patient(self, warmed_up: bool) -> str:
+        """A patient the model never trained on: the first held-out patient of the warm-up, else the first."""
+        split = "test" if warmed_up else "all"
+        return split_patients(self.config.env_id, self.config.env_kwargs, split)[0]
+
+    def _new_cartridge(self) -> Cartridge:
+        c = self.config
+        if c.init == "text":
+            return Cartridge.from_text(self.model, self.tokenizer, self.documents, c.num_tokens, c.num_frozen_tokens)
+        return Cartridge.random(self.model, c.num_tokens, c.num_frozen_tokens, seed=c.seed)
+
+    def _collector(self, engine: HFEngine, split: str, documents: str) -> RolloutCollector:
+        c = self.config
+        return RolloutCollector(engine, self.tokenizer,
+                                lambda: make_view(c.env_id, c.env_kwargs, self.patient_id, split, documents),
+                                max_turns=1, max_episode_tokens=_MAX_PROMPT_TOKENS)
+
+    # ---------------------------------------------------------------- loop
+    def train(self) -> list[dict[str, Any]]:
+        """Run until ``config.num_steps`` (continuing a loaded run); returns every logged row (also in
+        ``metrics.jsonl``), evaluation rows (``eval/*``) at the start, every ``eval_every`` steps and the end."""
+        c = self.config
+        self.output_dir.mkdir(parents=True, exist_ok=True)
+        if self.step == 0:
+            (self.output_dir / "metrics.jsonl").unlink(missing_ok=True)
+            self.history = []
+            self._log({"step": 0, **self.evaluate()})
+        bar = tqdm(total=c.num_steps, initial=self.step, disable=not c.progress, desc="cartridge")
+        while self.step < c.num_steps:
+            metrics = self.train_step()
+            last = self.step == c.num_steps
+            if last or (c.eval_every and self.step % c.eval_every == 0):
+                metrics.update(self.evaluate())
+            self._log(metrics)
+            if last or (c.checkpoint_every and self.step % c.checkpoint_every == 0):
+                self.save(self.output_dir / "checkpoint-last")
+            bar.update(1)
+            bar.set_postfix(kl=f"{metrics['kl/full']:.3f}")
+        bar.close()
+        self.cartridge.save(self.output_dir / "cartridge")
+        return self.history
+
+    def train_step(self) -> dict[str, Any]:
+        """One Adam step on the cartridge from fresh (or, offline, the teacher's cached) answers."""
+        c = self.config
+        start = time.perf_counter()
+        seeds = [int(s) for s in self.rng.integers(0, self.train_questions, c.questions_per_step)]
+        offline = c.mode == "offline" or (c.mode == "hybrid" and self.step < c.offline_steps)
+        episodes = self._teacher_answers(seeds) if offline else self._student_answers(seeds)
+        sampled_s = time.perf_counter() - start
+        loss, figures = self._distillation_loss(episodes)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        self.optimizer.step()
+        self.step += 1
+        return {"step": self.step, **figures, "train/offline": float(offline),
+                "train/answer_tokens": float(sum(e.num_model_tokens for e in episodes)),
+                "time/sample_s": sampled_s, "time/step_s": time.perf_counter() - start}
+
+    def _sampling(self, step_seed: int) -> SamplingParams:
+        return SamplingParams(temperature=self.config.temperature, max_new_tokens=self.config.max_new_tokens,
+                              seed=step_seed)
+
+    def _student_answers(self, seeds: list[int]) -> list[Episode]:
+        params = self._sampling(self.config.seed * 100_003 + self.step)
+        return self._student.collect(seeds, self.config.samples_per_question, params)
+
+    def _teacher_answers(self, seeds: list[int]) -> list[Episode]:
+        """The teacher's answers, sampled once per question (documents in context) and then reused."""
+        missing = sorted(set(seeds) - set(self._offline))
+        if missing:
+            params = self._sampling(self.config.seed * 100_003 + 50_000)
+            for seed, group in zip(missing, _groups(self._teacher.collect(missing, self.config.samples_per_question,
+                                                                           params), self.config.samples_per_question)):
+                self._offline[seed] = group
+        answers = [episode for seed in seeds for episode in self._offline[seed]]
+        return [_as_student(e, self._student_prompt(e.env_seed)) for e in answers]
+
+    # ---------------------------------------------------------------- loss
+    def _distillation_loss(self, episodes: list[Episode]) -> tuple[torch.Tensor, dict[str, float]]:
+        c = self.config
+        student_rows = [(e.token_ids, e.action_mask) for e in episodes]
+        teacher_rows = [_with_prompt(e, self._teacher_prompt(e.env_seed)) for e in episodes]
+        student = self._score(student_rows, self.cartridge)
+        with torch.no_grad():
+            teacher = self._score(teacher_rows, None)
+        tokens = torch.tensor([t for ids, mask in student_rows for t, m in zip(ids[1:], mask[1:]) if m],
+                              device=student.logits.device)
+        return distillation_loss(teacher.logits, student.logits, c.kl, c.top_k, tokens)
+
+    def _score(self, rows: list[tuple[list[int], list[int]]], cartridge: Cartridge | None):
+        """Right-padded batch of ``(token_ids, action_mask)`` rows scored at their answer tokens."""
+        width = max(len(ids) for ids, _ in rows)
+        pad = self.tokenizer.pad_token_id
+        ids = torch.tensor([r + [pad] * (width - len(r)) for r, _ in rows])
+        attention = torch.tensor([[1] * len(r) + [0] * (width - len(r)) for r, _ in rows])
+        mask = torch.tensor([m[1:] + [0] * (width - len(m)) for _, m in rows])
+        device = self.config.device
+        return score_tokens(self.model, ids.to(device), attention.to(device), mask.to(device),
+                            cartridge=cartridge)
+
+    def _prompt(self, seed: int, documents: str) -> list[int]:
+        env = make_view(self.config.env_id, self.config.env_kwargs, self.patient_id, "train", documents)
+        observation, info = env.reset(seed=seed)
+        env.close()
+        messages = [{"role": "system", "content": info["system_prompt"]}] if info.get("system_prompt") else []
+        return encode_chat(self.tokenizer, [*messages, {"role": "user", "content": observation}])
+
+    def _teacher_prompt(self, seed: int) -> list[int]:
+        if seed not in self._teacher_prompts:
+            self._teacher_prompts[seed] = self._prompt(seed, "full")
+        return self._teacher_prompts[seed]
+
+    def _student_prompt(self, seed: int) -> list[int]:
+        return self._prompt(seed, "none")
+
+    # ---------------------------------------------------------------- evaluation
+    @torch.no_grad()
+    def evaluate(self, env: gym.Env | None = None, split: str = "test") -> dict[str, float]:
+        """Greedy answers to the patient's held-out questions (every question of ``split`` once): accuracy
+        with no documents, with the cartridge, and with the documents in context (the teacher); the KL between
+        teacher and student (with and without the cartridge) on the teacher's greedy answers; the cartridge's
+        bytes against the KV of the documents; generation tokens/s with the cartridge and with the documents.
+
+        ``env``: a student-view env (``documents="none"``) to measure the cartridge's accuracy on instead; the
+        other figures stay on the patient's ``split``.
+        """
+        c = self.config
+        count = num_questions(c.env_id, c.env_kwargs, self.patient_id, split)
+        params = SamplingParams(temperature=0.0, max_new_tokens=c.max_new_tokens)
+
+        def run(engine: HFEngine, documents: str, source: gym.Env | None = None) -> tuple[list[Episode], float]:
+            make = (lambda: source) if source is not None else (
+                lambda: make_view(c.env_id, c.env_kwargs, self.patient_id, split, documents))
+            collector = RolloutCollector(engine, self.tokenizer, make, max_turns=1,
+                                         max_episode_tokens=_MAX_PROMPT_TOKENS)
+            start = time.perf_counter()
+            episodes = collector.collect(range(count), 1, params)
+            seconds = time.perf_counter() - start
+            return episodes, sum(e.num_model_tokens for e in episodes) / max(seconds, 1e-9)
+
+        none, _ = run(self.plain_engine, "none")
+        with_cartridge, cartridge_tps = run(self.student_engine, "none", env)
+        teacher, teacher_tps = run(self.plain_engine, "full")
+        student_rows = [_with_prompt(e, _prompt_of(s)) for e, s in zip(teacher, none)]
+        teacher_rows = [(e.token_ids, e.action_mask) for e in teacher]
+        teacher_logits = self._score(teacher_rows, None).logits
+        kl_cartridge = distillation_loss(teacher_logits, self._score(student_rows, self.cartridge).logits)[1]
+        kl_none = distillation_loss(teacher_logits, self._score(student_rows, None).logits)[1]
+        document_tokens = len(self._teacher_prompt(0)) - len(self._student_prompt(0))
+        full_bytes = document_tokens * kv_bytes_per_token(self.model)
+        return {
+            "eval/accuracy_none": _accuracy(none),
+            "eval/accuracy_cartridge": _accuracy(with_cartridge),
+            "eval/accuracy_teacher": _accuracy(teacher),
+            "eval/kl_cartridge": kl_cartridge["kl/full"],
+            "eval/kl_none": kl_none["kl/full"],
+            "eval/questions": float(count),
+            "eval/cartridge_bytes": float(self.cartridge.nbytes),
+            "eval/documents_kv_bytes": float(full_bytes),
+            "eval/memory_ratio": full_bytes / self.cartridge.nbytes,
+            "eval/tokens_per_s_cartridge": cartridge_tps,
+            "eval/tokens_per_s_documents": teacher_tps,
+        }
+
+    # ---------------------------------------------------------------- logging and checkpoints
+    def _log(self, metrics: dict[str, Any]) -> None:
+        self.history.append(metrics)
+        append_jsonl(self.output_dir / "metrics.jsonl", metrics)
+        if self.config.progress and "eval/accuracy_cartridge" in metrics:
+            tqdm.write(f"step {metrics['step']:4d}  held-out accuracy: none {metrics['eval/accuracy_none']:.3f}, "
+                       f"cartridge {metrics['eval/accuracy_cartridge']:.3f}, teacher "
+                       f"{metrics['eval/accuracy_teacher']:.3f}; KL {metrics['eval/kl_cartridge']:.4f} "
+                       f"(none {metrics['eval/kl_none']:.4f})")
+
+    def save(self, path: str | Path) -> Path:
+        """Cartridge + Adam state (safetensors) and step, RNG, patient and config (JSON)."""
+        state = {"step": self.step, "rng": self.rng.bit_generator.state, "config": self.config.to_dict(),
+                 "patient_id": self.patient_id, "cartridge": self.cartridge.metadata()}
+        return save_checkpoint(path, self.cartridge.tensors(), state, self.optimizer)
+
+    def load(self, path: str | Path) -> None:
+        """Restore a :meth:`save` checkpoint so the run continues exactly (the same model is required)."""
+        weights, state, optimizer_state = load_checkpoint(path)
+        if state.get("patient_id") != self.patient_id:
+            raise CheckpointError(f"checkpoint {path} holds a cartridge of patient {state.get('patient_id')!r}, "
+                                  f"this trainer distils {self.patient_id!r}")
+        loaded = Cartridge.from_tensors(weights, state["cartridge"], self.model)
+        if loaded.num_tokens != self.cartridge.num_tokens or loaded.num_frozen != self.cartridge.num_frozen:
+            raise CheckpointError(f"checkpoint {path} holds a cartridge of {loaded.num_tokens} tokens "
+                                  f"({loaded.num_frozen} frozen); the config asks for {self.cartridge.num_tokens} "
+                                  f"({self.cartridge.num_frozen} frozen)")
+        self.cartridge.load_state_dict(loaded.state_dict())
+        if optimizer_state is not None:
+            self.optimizer.load_state_dict(optimizer_state)
+        self.rng.bit_generator.state = state["rng"]
+        self.step = int(state["step"])
+        truncate_jsonl(self.output_dir / "metrics.jsonl", "step", self.step)
+        self.history = read_jsonl(self.output_dir / "metrics.jsonl")
+
+    def resume_latest(self) -> Path | None:
+        """Load ``checkpoint-last`` of ``config.output_dir`` if there is one."""
+        path = self.output_dir / "checkpoint-last"
+        if not (path / "manifest.json").is_file() and not path.with_name(path.name + ".old").is_dir():
+            return None
+        self.load(path)
+        return path
+
+    def close(self) -> None:
+        """Nothing to release: the envs live for one collection."""
+
+
+def _accuracy(episodes: list[Episode]) -> float:
+    return float(np.mean([e.success for e in episodes])) if episodes else 0.0
+
+
+def _groups(episodes: list[Episode], size: int) -> list[list[Episode]]:
+    return [episodes[i:i + size] for i in range(0, len(episodes), size)]
+
+
+def _prompt_of(episode: Episode) -> list[int]:
+    return episode.token_ids[:episode.prompt_length]
+
+
+def _with_prompt(episode: Episode, prompt: list[int]) -> tuple[list[int], list[int]]:
+    """``episode``'s answer (and what follows it) behind another prompt: the row and its answer mask."""
+    rest = episode.token_ids[episode.prompt_length:]
+    return prompt + rest, [0] * len(prompt) + episode.action_mask[episode.prompt_length:]
+
+
+def _as_student(episode: Episode, prompt: list[int]) -> Episode:
+    """A teacher's episode with the student's prompt in front of its answer (offline distillation)."""
+    ids, mask = _with_prompt(episode, prompt)
+    return Episode(ids, mask, [0.0] * len(ids), len(prompt), episode.group_id, episode.env_seed,
+                   reward=episode.reward, success=episode.success, reset_info=episode.reset_info)
+
