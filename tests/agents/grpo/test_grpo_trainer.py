@@ -273,3 +273,9 @@ def test_sharing_the_prompt_prefix_changes_speed_not_results(tmp_path, tokenizer
     assert shared["loss/total"] == pytest.approx(plain["loss/total"], abs=1e-5)
     for name, value in shared_params.items():
         assert torch.allclose(value, plain_params[name], atol=1e-5), name
+
+
+def test_a_model_with_no_trainable_tensor_is_refused_with_the_reason(tmp_path, tokenizer):
+    model = build_tiny_model(tokenizer, seed=0).requires_grad_(False)  # as peft's merge_and_unload leaves it
+    with pytest.raises(ValueError, match="no trainable tensor .*requires_grad_"):
+        GRPOTrainer(_config(tmp_path, finetune="full"), model=model, tokenizer=tokenizer)

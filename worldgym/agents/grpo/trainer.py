@@ -101,6 +101,11 @@ class GRPOTrainer:
         self.tokenizer, model = self._model_and_tokenizer(model, tokenizer)
         self.policy = self._prepare_policy(model).to(config.device)
         self.trainable = {name: p for name, p in self.policy.named_parameters() if p.requires_grad}
+        if not self.trainable:
+            raise ValueError(
+                f"GRPOTrainer: the model has no trainable tensor (finetune={config.finetune!r}); its weights are "
+                "frozen, e.g. by peft's merge_and_unload(): call model.requires_grad_(True), or use finetune='lora'"
+            )
         self.optimizer = self._make_optimizer()
         self.reference = self._frozen_reference(model)
         eos = self.tokenizer.eos_token_id
