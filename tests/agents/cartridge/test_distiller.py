@@ -11,6 +11,7 @@ import worldgym  # noqa: F401  (registers the env ids)
 from worldgym.agents.base import AgentTrainer
 from worldgym.agents.cartridge import CartridgeDistillConfig, CartridgeDistillTrainer, distillation_loss
 from worldgym.agents.llm import build_tiny_model, train_chat_tokenizer
+from worldgym.agents.llm.models import sharpen
 from worldgym.envs.longhealth import generate_panel
 from worldgym.errors import CheckpointError
 
@@ -25,21 +26,10 @@ def tokenizer():
     return train_chat_tokenizer(corpus, vocab_size=1000)
 
 
-def _sharp_model(tokenizer):
-    """The tiny model with its matrices scaled up, so its outputs depend on the context (at the default init scale
-    it says the same token whatever it sees, and a misaligned row would go unnoticed)."""
-    model = build_tiny_model(tokenizer, seed=0)
-    with torch.no_grad():
-        for parameter in model.parameters():
-            if parameter.ndim == 2:
-                parameter.mul_(6.0)
-    return model
-
-
 def _trainer(tmp_path, tokenizer, **overrides) -> CartridgeDistillTrainer:
     settings = dict(env_kwargs=PANEL, num_tokens=16, num_steps=3, questions_per_step=2, samples_per_question=2,
                     max_new_tokens=8, eval_every=0, output_dir=str(tmp_path / "run"), progress=False)
-    model = _sharp_model(tokenizer)
+    model = sharpen(build_tiny_model(tokenizer, seed=0))  # outputs that depend on the context
     return CartridgeDistillTrainer(CartridgeDistillConfig(**{**settings, **overrides}), model=model,
                                    tokenizer=tokenizer)
 

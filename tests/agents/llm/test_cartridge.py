@@ -13,7 +13,7 @@ from peft import LoraConfig, get_peft_model
 
 from worldgym.agents.llm.cartridge import Cartridge, ModelFingerprint, kv_bytes_per_token
 from worldgym.agents.llm.engines import HFEngine, SamplingParams
-from worldgym.agents.llm.models import build_tiny_model
+from worldgym.agents.llm.models import build_tiny_model, sharpen
 from worldgym.agents.llm.scoring import score_tokens, shared_prefix
 from worldgym.errors import CartridgeError, CheckpointError
 
@@ -26,12 +26,7 @@ GREEDY = SamplingParams(temperature=0.0, max_new_tokens=10)
 def sharp_model(tokenizer):
     """The tiny model with its matrices scaled up, so that its outputs depend on the context (at the default
     init scale it repeats one token whatever it sees: a misplaced KV would not change its tokens)."""
-    model = build_tiny_model(tokenizer, seed=0)
-    with torch.no_grad():
-        for parameter in model.parameters():
-            if parameter.ndim == 2:
-                parameter.mul_(6.0)
-    return model.requires_grad_(False)
+    return sharpen(build_tiny_model(tokenizer, seed=0)).requires_grad_(False)
 
 
 def _ids(tokenizer, text: str) -> list[int]:

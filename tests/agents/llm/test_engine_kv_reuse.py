@@ -11,7 +11,7 @@ from worldgym.agents.grpo.trainer import make_text_env
 from worldgym.agents.llm.engines import HFEngine, SamplingParams
 from worldgym.agents.llm.engines.prefix_cache import PrefixKVCache
 from worldgym.agents.llm.losses import token_logprobs
-from worldgym.agents.llm.models import build_tiny_model
+from worldgym.agents.llm.models import build_tiny_model, sharpen
 from worldgym.agents.llm.rollout import Episode, RolloutCollector
 from worldgym.agents.llm.tokenizer import env_text_corpus, train_chat_tokenizer
 
@@ -32,12 +32,7 @@ def csr_tokenizer():
 def csr_model(csr_tokenizer):
     """A tiny model whose weights are scaled up so that its replies vary and depend on the context (at the
     default init scale it repeats one token whatever it sees: a misplaced KV would not change its tokens)."""
-    model = build_tiny_model(csr_tokenizer, seed=0)
-    with torch.no_grad():
-        for parameter in model.parameters():
-            if parameter.ndim == 2:
-                parameter.mul_(6.0)
-    return model
+    return sharpen(build_tiny_model(csr_tokenizer, seed=0))
 
 
 def _engine(model, tokenizer, reuse: bool, **kwargs) -> HFEngine:

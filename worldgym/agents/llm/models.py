@@ -23,6 +23,7 @@ __all__ = [
     "load_model",
     "load_tokenizer",
     "model_from_config",
+    "sharpen",
     "save_model_and_tokenizer",
     "tiny_model_config",
 ]
@@ -115,6 +116,19 @@ def build_tiny_model(
     model = model_from_config(config, seed)
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.generation_config.eos_token_id = tokenizer.eos_token_id
+    return model
+
+
+def sharpen(model: PreTrainedModel, factor: float = 6.0) -> PreTrainedModel:
+    """Scale every weight matrix of ``model`` by ``factor`` in place (returned for chaining).
+
+    A tiny model at its default init scale says the same token whatever it sees, so a test of context handling
+    (a misplaced KV, a misaligned row) could not fail on it; sharpened, its outputs depend on the context.
+    """
+    with torch.no_grad():
+        for parameter in model.parameters():
+            if parameter.ndim == 2:
+                parameter.mul_(factor)
     return model
 
 
