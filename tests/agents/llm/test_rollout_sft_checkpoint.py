@@ -210,3 +210,12 @@ def test_length_bucketed_batches_cover_every_chat_once():
     assert sorted(i for batch in batches for i in batch) == list(range(100))
     spread = sum(max(lengths[i] for i in b) - min(lengths[i] for i in b) for b in batches) / len(batches)
     assert spread < 0.5 * (max(lengths) - min(lengths)) / 2
+
+
+def test_sft_loss_runs_the_lm_head_on_assistant_tokens_only_and_equals_the_full_cross_entropy(model, tokenizer):
+    from worldgym.agents.llm.sft import _pad, assistant_token_loss
+
+    examples = [([5, 6, 7, 8, 9, 10], [0, 0, 1, 1, 0, 1]), ([5, 6, 7], [0, 1, 1])]
+    input_ids, attention, labels = _pad(examples, tokenizer.pad_token_id)
+    full = model(input_ids=input_ids, attention_mask=attention, labels=labels).loss
+    torch.testing.assert_close(assistant_token_loss(model, input_ids, attention, labels), full)

@@ -8,9 +8,11 @@ from typing import Any
 
 import gymnasium as gym
 import torch
-from worldgym.config import check_positive_int, check_range
 from tqdm.auto import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from worldgym.agents.llm.scoring import score_tokens
+from worldgym.config import check_positive_int, check_range
 
 __all__ = ["Chat", "ExpertPolicy", "SFTConfig", "collect_expert_chats", "sft_train"]
 
@@ -111,11 +113,7 @@ def sft_train(
         for _ in range(config.epochs):
             for batch in _batches([len(ids) for ids, _ in examples], config, generator):
                 input_ids, attention, labels = _pad([examples[i] for i in batch], tokenizer.pad_token_id)
-                loss = model(
-                    input_ids=input_ids.to(device),
-                    attention_mask=attention.to(device),
-                    labels=labels.to(device),
-                ).loss
+                loss = assistant_token_loss(model, input_ids.to(device), attention.to(device), labels.to(device))
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 torch.nn.utils.clip_grad_norm_(params, config.grad_clip)
@@ -124,6 +122,17 @@ def sft_train(
                 bar.update(1)
                 bar.set_postfix(loss=f"{losses[-1]:.3f}")
     return losses
+
+
+def assistant_token_loss(
+    model: PreTrainedModel, input_ids: torch.Tensor, attention: torch.Tensor, labels: torch.Tensor
+) -> torch.Tensor:
+    """Mean cross-entropy of the labelled (assistant) tokens, the LM head run only where a label follows: the
+    ``[B, T, V]`` logits of a whole batch of long chats (4 x 4096 x 49k floats for SmolLM2, plus their gradient)
+    took SFT to ~20 GB and an OOM kill."""
+    targets = labels[:, 1:] != -100
+    scored = score_tokens(model, input_ids, attention, targets.long())
+    return -scored.logprobs.sum() / targets.sum()
 
 
 def _batches(lengths: list[int], config: SFTConfig, generator: torch.Generator) -> list[list[int]]:
