@@ -49,6 +49,10 @@ def _dual_lora(mode: str, seed: int) -> tuple[str, ...]:
     return ("run", "--model", "tiny", "--mode", mode, "--seed", str(seed))
 
 
+def _cartridge(mode: str, init: str, seed: int) -> tuple[str, ...]:
+    return ("run", "--model", "tiny", "--mode", mode, "--init", init, "--seed", str(seed))
+
+
 # The full commands are the ones behind the committed results (see each results file's "command" fields).
 SUITE: tuple[Benchmark, ...] = (
     Benchmark("csr_env_throughput.py", ((),), ((),)),
@@ -72,6 +76,11 @@ SUITE: tuple[Benchmark, ...] = (
               (("run", "--mode", "dapo"), ("run", "--mode", "separate"), ("report",))),
     Benchmark("csr_rollout_speed.py", ((),), ((),)),
     Benchmark("grpo_vs_trl.py", ((),), ((),)),
+    Benchmark("cartridge_on_vs_offline.py",
+              (*(_cartridge(m, i, s) for s in (0, 1, 2) for m, i in (("on_policy", "text"), ("offline", "text"),
+                                                                     ("hybrid", "text"), ("on_policy", "random"))),
+               ("report",)),
+              (("run", "--mode", "on_policy"), ("run", "--mode", "offline"), ("report",))),
 )
 
 

@@ -208,6 +208,25 @@ def _csr_rollout_speed(tiny: Results, smollm2: Results | None) -> str:
     return "KV cache kept across turns vs re-read: " + text
 
 
+def _cartridge(data: Results) -> str:
+    parts = []
+    for model, entry in data["models"].items():
+        runs, budget = entry["runs"], entry["budget"]
+        seeds = max(len(row["seeds"]) for row in runs.values())
+        drops = ", ".join(f"{key.replace('_', '-')} {_pct_span(row['kl_drop'])}" for key, row in runs.items())
+        memory = next(iter(runs.values()))["memory_ratio"]
+        text = (f"{model} ({_plural(seeds, 'seed')}, {budget['num_steps']} steps, {memory:.0f}x less KV than the "
+                f"documents), held-out KL drop: {drops}")
+        if entry["accuracy_meaningful"]:
+            text += "; recovery " + ", ".join(
+                f"{key} {'n/a' if row['recovery_of_means'] is None else _pct(row['recovery_of_means'])}"
+                for key, row in runs.items())
+        else:
+            text += "; accuracy not meaningful (the tiny teacher does not read)"
+        parts.append(text)
+    return "; ".join(parts)
+
+
 def _fuzz_envs(data: Results) -> str:
     slowest = min(data["targets"], key=lambda name: data["targets"][name]["steps_per_s"])
     return (f"{data['total_steps']:,} fuzzed steps: {data['unhandled_exceptions']} unhandled exceptions, "
@@ -237,6 +256,9 @@ ROWS: tuple[Row, ...] = (
         "re-read", ("csr_rollout_speed.json",), _csr_rollout_speed, optional=("csr_rollout_speed_smollm2.json",)),
     Row("`benchmarks/grpo_vs_trl.py`", "tokens/s and reward, our GRPO vs TRL `GRPOTrainer(loss_type=\"dapo\")`, "
         "same model and budget (`pip install -e \".[bench]\"`)", ("grpo_vs_trl.json",), _grpo_vs_trl),
+    Row("`benchmarks/cartridge_on_vs_offline.py`", "cartridge distillation on LongHealthQA-v0, same budget: "
+        "held-out KL drop and accuracy recovery, on-policy vs offline vs hybrid, text vs random init",
+        ("cartridge_on_vs_offline.json",), _cartridge),
 )
 
 

@@ -1,0 +1,314 @@
+"""Cartridge distillation on LongHealthQA-v0: on-policy vs offline vs hybrid, real-KV (text) vs random init.
+
+Every run distils the documents of one patient (the first held-out patient of a 20-patient synthetic panel:
+the tiny teacher's warm-up never saw them) into a 64-token cartridge with the same budget: ``--steps`` Adam steps
+of ``--questions-per-step`` training questions x ``--samples-per-question`` answers. ``on_policy``: the student
+(cartridge, no documents) samples the answers; ``offline``: the teacher (documents in context) samples them once
+per question; ``hybrid``: offline for ``--offline-steps``, then on-policy. Every ``--eval-every`` steps the
+patient's held-out questions (never trained on) give the KL(teacher ‖ student) on the teacher's greedy answers,
+with the cartridge and with neither documents nor cartridge, and greedy accuracy with no documents, with the
+cartridge and with the documents.
+
+    python benchmarks/cartridge_on_vs_offline.py run --mode on_policy --init text --seed 0      # resumable
+    python benchmarks/cartridge_on_vs_offline.py run --mode offline --init text --seed 0
+    python benchmarks/cartridge_on_vs_offline.py run --model smollm2-135m --mode on_policy --seed 0 --steps 40
+    python benchmarks/cartridge_on_vs_offline.py report
+
+The tiny model is a 0.8M Qwen3 taught the answer format by SFT on the training patients' questions with their
+documents (:func:`teacher_warm_start_config` at seed 0, shared by every seed's run; cached in
+``runs/warm_starts``, ~20 min to train once). It does not read: greedy accuracy with the documents is at chance
+(20% / 11% on training / held-out patients, 64 questions each, chance 20%), so its accuracy and recovery figures
+mean nothing; its held-out KL is a real measurement. SmolLM2-135M-Instruct (``--model smollm2-135m``, ``make
+smollm2``) needs no warm-up; its teacher forward over ~2k tokens of documents takes ~3 s on CPU.
+
+Each run writes ``benchmarks/results/cartridge/<model>-<mode>-<init>-s<seed>.json`` (its run folder, with a
+checkpoint every ``--eval-every`` steps, is ``runs/cartridge_on_vs_offline/<same name>``: an interrupted run
+continues where it stopped); ``report`` merges the parts into ``benchmarks/results/cartridge_on_vs_offline.json``
+and ``.png``: per model and mode/init, the held-out KL drop (first vs last evaluation, and vs no documents),
+accuracy none / cartridge / teacher, recovery = (cartridge - none) / (teacher - none) (None when the teacher is no
+better than no documents), memory ratio (the documents' KV over the cartridge's) and tokens/s ratio, and the
+issue's goals with their status.
+
+``--quick`` (every stage): a 5-patient panel, an 8-chat one-epoch warm-up, 2 steps of 1 x 1 answers of 4 tokens,
+an 8-token cartridge, run folders and warm-up under ``<results-dir>/runs/``; the figures mean nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+import worldgym  # noqa: F401  (registers the ids)
+from worldgym.agents.cartridge import (
+    CartridgeDistillConfig,
+    CartridgeDistillTrainer,
+    teacher_warm_start_config,
+)
+from worldgym.agents.cartridge.views import split_patients
+from worldgym.agents.llm.models import TINY_SIZES
+from worldgym.agents.llm.warm_start import load_or_train_warm_start
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a file: find the benchmarks package
+from benchmarks.common import portable, results_dir, results_parser, write_json
+
+MODES = ("on_policy", "offline", "hybrid")
+INITS = ("text", "random")
+GOALS = {"kl_drop": 0.5, "recovery": 0.7, "memory_ratio": 10.0}
+# what the tiny teacher's probe measured (runs/cartridge_probe): it does not read the documents
+TINY_NOTE = ("the tiny teacher does not read: greedy accuracy with the documents 20% / 11% on training / held-out "
+             "patients (64 questions each, chance 20%), so accuracy and recovery mean nothing here; the KL is real")
+
+# --quick: the panel and warm-up (the budget's flags are set in main)
+QUICK: dict[str, Any] = {"env_kwargs": {"num_patients": 5}, "warmup_episodes": 8, "warmup_epochs": 1}
+
+
+def runs_dir(args: argparse.Namespace) -> Path:
+    """Run folders and warm-up cache: ``runs/`` (relative to the working directory), or inside the results
+    folder with ``--quick``."""
+    return results_dir(args) / "runs" if args.quick else Path("runs")
+
+
+def run_name(args: argparse.Namespace) -> str:
+    patient = f"-{args.patient}" if args.patient else ""
+    return f"{args.model}-{args.mode}-{args.init}{patient}-s{args.seed}"
+
+
+def distill_config(args: argparse.Namespace) -> CartridgeDistillConfig:
+    """The run's settings: the same budget for every mode and init."""
+    settings: dict[str, Any] = {
+        "model": args.model, "env_kwargs": {"num_patients": 20}, "num_tokens": args.num_tokens, "init": args.init,
+        "learning_rate": args.learning_rate, "mode": args.mode, "offline_steps": args.offline_steps,
+        "num_steps": args.steps, "questions_per_step": args.questions_per_step,
+        "samples_per_question": args.samples_per_question, "max_new_tokens": args.max_new_tokens,
+        "eval_every": args.eval_every, "checkpoint_every": args.eval_every, "seed": args.seed,
+        "warm_start_dir": str(runs_dir(args) / "warm_starts"), "device": args.device, "progress": not args.quick,
+        "output_dir": str(runs_dir(args) / "cartridge_on_vs_offline" / run_name(args))}
+    return CartridgeDistillConfig(**{**settings, **(QUICK if args.quick else {})})
+
+
+def make_trainer(config: CartridgeDistillConfig, patient: str | None) -> CartridgeDistillTrainer:
+    """A trainer on the first held-out patient (or ``patient``); a tiny model gets seed 0's teacher warm-up,
+    so every seed distils from the same teacher."""
+    patient = patient or split_patients(config.env_id, config.env_kwargs, "test")[0]
+    config = replace(config, patient_id=patient)
+    if config.model not in TINY_SIZES:
+        return CartridgeDistillTrainer(config)
+    warm = load_or_train_warm_start(teacher_warm_start_config(replace(config, seed=0)),
+                                    cache_dir=config.warm_start_dir, progress=config.progress)
+    return CartridgeDistillTrainer(config, model=warm.model, tokenizer=warm.tokenizer)
+
+
+def run(args: argparse.Namespace) -> None:
+    config = distill_config(args)
+    trainer = make_trainer(config, args.patient)
+    resumed = trainer.resume_latest()
+    if resumed is not None:
+        print(f"resumed from {portable(resumed)} at step {trainer.step}")
+    history = trainer.train()
+    evals = [row for row in history if "eval/kl_cartridge" in row]
+    steps = [row for row in history if "time/step_s" in row]
+    name = run_name(args)
+    part = {
+        "model": args.model, "mode": args.mode, "init": args.init, "seed": args.seed,
+        "patient_id": trainer.patient_id, "quick": args.quick,
+        "config": trainer.config.to_dict() | {"output_dir": portable(trainer.config.output_dir),
+                                              "warm_start_dir": portable(trainer.config.warm_start_dir)},
+        "evals": [{"step": row["step"], **{k.removeprefix("eval/"): v for k, v in row.items() if k.startswith("eval/")}}
+                  for row in evals],
+        "train_kl": [[row["step"], row["kl/full"]] for row in steps],
+        "step_seconds": [row["time/step_s"] for row in steps],
+        "command": f"python benchmarks/cartridge_on_vs_offline.py run --model {args.model} --mode {args.mode} "
+                   f"--init {args.init} --seed {args.seed} --steps {args.steps} --questions-per-step "
+                   f"{args.questions_per_step} --samples-per-question {args.samples_per_question} --eval-every "
+                   f"{args.eval_every} --offline-steps {args.offline_steps} --max-new-tokens {args.max_new_tokens} "
+                   f"--num-tokens {args.num_tokens} --learning-rate {args.learning_rate:g}"
+                   + (f" --patient {args.patient}" if args.patient else "") + (" --quick" if args.quick else ""),
+    }
+    write_json(parts_dir(args) / f"{name}.json", part)
+    first, last = evals[0], evals[-1]
+    print(f"{name}: held-out KL {first['eval/kl_cartridge']:.4f} -> {last['eval/kl_cartridge']:.4f} (no documents "
+          f"{last['eval/kl_none']:.4f}); accuracy none / cartridge / teacher {last['eval/accuracy_none']:.2f} / "
+          f"{last['eval/accuracy_cartridge']:.2f} / {last['eval/accuracy_teacher']:.2f}")
+
+
+def parts_dir(args: argparse.Namespace) -> Path:
+    return results_dir(args) / "cartridge"
+
+
+# ---------------------------------------------------------------- report
+def recovery(none: float, cartridge: float, teacher: float) -> float | None:
+    """(cartridge - none) / (teacher - none); None when the teacher is no better than no documents."""
+    return (cartridge - none) / (teacher - none) if teacher > none else None
+
+
+def _mean(values: list[float]) -> float:
+    return float(np.mean(values))
+
+
+def summarize(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    """One mode/init's runs (one per seed): first-vs-last held-out figures per seed and their means."""
+    parts = sorted(parts, key=lambda p: p["seed"])
+    first = [p["evals"][0] for p in parts]
+    last = [p["evals"][-1] for p in parts]
+    accuracy = {name: [row[f"accuracy_{name}"] for row in last] for name in ("none", "cartridge", "teacher")}
+    means = {name: _mean(values) for name, values in accuracy.items()}
+    return {
+        "seeds": [p["seed"] for p in parts],
+        "steps": parts[0]["config"]["num_steps"],
+        "kl_first": [row["kl_cartridge"] for row in first],
+        "kl_last": [row["kl_cartridge"] for row in last],
+        "kl_none": [row["kl_none"] for row in last],
+        "kl_drop": [1 - b["kl_cartridge"] / a["kl_cartridge"] for a, b in zip(first, last, strict=True)],
+        "kl_drop_mean": _mean([1 - b["kl_cartridge"] / a["kl_cartridge"] for a, b in zip(first, last, strict=True)]),
+        "kl_vs_none": [1 - row["kl_cartridge"] / row["kl_none"] for row in last],
+        "kl_vs_none_mean": _mean([1 - row["kl_cartridge"] / row["kl_none"] for row in last]),
+        "accuracy": accuracy,
+        "accuracy_mean": means,
+        "recovery": [recovery(*(accuracy[n][i] for n in ("none", "cartridge", "teacher"))) for i in range(len(parts))],
+        "recovery_of_means": recovery(means["none"], means["cartridge"], means["teacher"]),
+        "held_out_questions": int(last[0]["questions"]),
+        "memory_ratio": _mean([row["memory_ratio"] for row in last]),
+        "cartridge_bytes": last[0]["cartridge_bytes"],
+        "documents_kv_bytes": last[0]["documents_kv_bytes"],
+        "tokens_per_s_ratio": _mean([row["tokens_per_s_cartridge"] / row["tokens_per_s_documents"] for row in last]),
+        "seconds_per_step": _mean([s for p in parts for s in p["step_seconds"]]),
+        "kl_curves": [[[row["step"], row["kl_cartridge"]] for row in p["evals"]] for p in parts],
+        "kl_none_curves": [[[row["step"], row["kl_none"]] for row in p["evals"]] for p in parts],
+        "commands": [p["command"] for p in parts],
+    }
+
+
+def goals(rows: dict[str, dict[str, Any]], accuracy_meaningful: bool) -> dict[str, Any]:
+    """The issue's goals, read from the on-policy text-init runs (and offline's for the last)."""
+    main = rows.get("on_policy/text")
+    if main is None:
+        return {"status": "no on_policy/text runs"}
+    offline = rows.get("offline/text")
+    unmeasurable = None if accuracy_meaningful else "not measurable: " + TINY_NOTE.split(":")[0]
+
+    def verdict(met: bool) -> str:
+        return "met" if met else "NOT met"
+
+    accuracy_gap = (main["accuracy_mean"]["cartridge"] - offline["accuracy_mean"]["cartridge"]
+                    if offline is not None else None)
+    result = {
+        "kl_drop>=50%": {"value": main["kl_drop_mean"], "status": verdict(main["kl_drop_mean"] >= GOALS["kl_drop"])},
+        "memory_ratio>=10": {"value": main["memory_ratio"],
+                             "status": verdict(main["memory_ratio"] >= GOALS["memory_ratio"])},
+        "recovery>=70%": {"value": main["recovery_of_means"], "status": unmeasurable or (
+            "not measurable: the teacher is no better than no documents" if main["recovery_of_means"] is None
+            else verdict(main["recovery_of_means"] >= GOALS["recovery"]))},
+        "on_policy_ahead_of_offline_on_accuracy": {
+            "value": accuracy_gap, "status": unmeasurable or ("no offline/text runs" if accuracy_gap is None
+                                                              else verdict(accuracy_gap > 0))},
+    }
+    if offline is not None:
+        result["on_policy_vs_offline_kl_last"] = {"on_policy": _mean(main["kl_last"]),
+                                                  "offline": _mean(offline["kl_last"])}
+    return result
+
+
+def report(args: argparse.Namespace) -> None:
+    parts = [json.loads(p.read_text()) for p in sorted(parts_dir(args).glob("*.json"))]
+    summary: dict[str, Any] = {"quick": args.quick, "goals": GOALS, "models": {}}
+    for model in sorted({p["model"] for p in parts}):
+        chosen = [p for p in parts if p["model"] == model]
+        rows = {f"{mode}/{init}": summarize([p for p in chosen if (p["mode"], p["init"]) == (mode, init)])
+                for mode in MODES for init in INITS if any((p["mode"], p["init"]) == (mode, init) for p in chosen)}
+        meaningful = model not in TINY_SIZES
+        summary["models"][model] = {
+            "patients": sorted({p["patient_id"] for p in chosen}),
+            "budget": {key: chosen[0]["config"][key] for key in ("num_steps", "questions_per_step",
+                                                                 "samples_per_question", "max_new_tokens",
+                                                                 "num_tokens", "learning_rate", "offline_steps")},
+            "same_budget": len({(p["config"]["num_steps"], p["config"]["questions_per_step"],
+                                 p["config"]["samples_per_question"]) for p in chosen}) == 1,
+            "accuracy_meaningful": meaningful,
+            "note": None if meaningful else TINY_NOTE,
+            "runs": rows,
+            "goal_status": goals(rows, meaningful),
+        }
+    write_json(results_dir(args) / "cartridge_on_vs_offline.json", summary)
+    _plot(summary, results_dir(args) / "cartridge_on_vs_offline.png")
+    for model, entry in summary["models"].items():
+        for key, row in entry["runs"].items():
+            print(f"{model} {key:17s} KL drop {100 * row['kl_drop_mean']:.1f}% (vs no documents "
+                  f"{100 * row['kl_vs_none_mean']:.1f}%), accuracy none/cartridge/teacher "
+                  f"{' / '.join(f'{v:.2f}' for v in row['accuracy_mean'].values())}, recovery "
+                  f"{row['recovery_of_means']}, memory x{row['memory_ratio']:.1f}, seeds {row['seeds']}")
+        print(model, "goals:", {k: v["status"] for k, v in entry["goal_status"].items() if "status" in v})
+
+
+def _plot(summary: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    models = list(summary["models"])
+    fig, axes = plt.subplots(max(1, len(models)), 2, figsize=(12, 4 * max(1, len(models))), squeeze=False)
+    for (kl_ax, acc_ax), model in zip(axes, models):
+        entry = summary["models"][model]
+        for key, row in entry["runs"].items():
+            length = min(len(c) for c in row["kl_curves"])
+            steps = [step for step, _ in row["kl_curves"][0][:length]]
+            values = np.array([[v for _, v in c[:length]] for c in row["kl_curves"]])
+            (line,) = kl_ax.plot(steps, values.mean(0), marker="o", label=f"{key} ({len(row['seeds'])} seeds)")
+            kl_ax.fill_between(steps, values.min(0), values.max(0), color=line.get_color(), alpha=0.15)
+        none = [v for row in entry["runs"].values() for c in row["kl_none_curves"] for _, v in c]
+        kl_ax.axhline(float(np.mean(none)), color="grey", linestyle="--", label="no documents, no cartridge")
+        kl_ax.set(xlabel="step", ylabel="held-out KL(teacher ‖ student) per token", ylim=(0, None),
+                  title=f"{model}: held-out KL (mean, min-max over seeds)")
+        kl_ax.legend(fontsize=7)
+        keys = list(entry["runs"])
+        width = 0.27
+        for i, name in enumerate(("none", "cartridge", "teacher")):
+            acc_ax.bar(np.arange(len(keys)) + (i - 1) * width, [entry["runs"][k]["accuracy_mean"][name] for k in keys],
+                       width, label=name)
+        acc_ax.set_xticks(np.arange(len(keys)), keys, fontsize=7)
+        acc_ax.set(ylabel="final held-out greedy accuracy (mean)", ylim=(0, 1),
+                   title=f"{model}: accuracy" + ("" if entry["accuracy_meaningful"] else " (meaningless: see note)"))
+        acc_ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="stage", required=True)
+    common = [results_parser()]
+    one = sub.add_parser("run", help="distil one cartridge (resumable); writes its part JSON", parents=common)
+    one.add_argument("--model", default="tiny", help="tiny, smollm2-135m, or another load_chat_model name")
+    one.add_argument("--mode", choices=MODES, required=True)
+    one.add_argument("--init", choices=INITS, default="text")
+    one.add_argument("--seed", type=int, default=0)
+    one.add_argument("--patient", default=None, help="patient id (default: the panel's first held-out patient)")
+    one.add_argument("--steps", type=int, default=80)
+    one.add_argument("--questions-per-step", type=int, default=4)
+    one.add_argument("--samples-per-question", type=int, default=2)
+    one.add_argument("--max-new-tokens", type=int, default=16)
+    one.add_argument("--eval-every", type=int, default=10)
+    one.add_argument("--offline-steps", type=int, default=20, help="hybrid: offline steps before going on-policy")
+    one.add_argument("--num-tokens", type=int, default=64, help="cartridge length")
+    one.add_argument("--learning-rate", type=float, default=2e-2)
+    one.add_argument("--device", default="cpu")
+    sub.add_parser("report", help="merge the part JSONs into the results JSON and PNG", parents=common)
+    args = parser.parse_args(argv)
+    if args.stage == "run" and args.quick:
+        args.steps, args.eval_every, args.offline_steps, args.num_tokens = 2, 1, 1, 8
+        args.questions_per_step, args.samples_per_question, args.max_new_tokens = 1, 1, 4
+    torch.set_num_threads(int(os.environ.get("WORLDGYM_THREADS", "1")))
+    {"run": run, "report": report}[args.stage](args)
+
+
+if __name__ == "__main__":
+    main()
