@@ -31,9 +31,8 @@ def test_demo_rejects_bad_flags():
 
 
 def test_benchmark_script_runs_and_writes_json(tmp_path, monkeypatch):
-    output = tmp_path / "throughput.json"
-    monkeypatch.setattr(sys, "argv", [str(BENCHMARK), "--steps", "300", "--output", str(output)])
+    monkeypatch.setattr(sys, "argv", [str(BENCHMARK), "--steps", "300", "--results-dir", str(tmp_path)])
     runpy.run_path(str(BENCHMARK), run_name="__main__")
-    results = json.loads(output.read_text())
+    results = json.loads((tmp_path / "csr_env_throughput.json").read_text())
     assert set(results["policies"]) == {"expert", "random", "sampled_calls"}
     assert results["policies"]["expert"]["env_steps_per_s"] > 0
