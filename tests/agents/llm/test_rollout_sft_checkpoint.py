@@ -219,3 +219,17 @@ def test_sft_loss_runs_the_lm_head_on_assistant_tokens_only_and_equals_the_full_
     input_ids, attention, labels = _pad(examples, tokenizer.pad_token_id)
     full = model(input_ids=input_ids, attention_mask=attention, labels=labels).loss
     torch.testing.assert_close(assistant_token_loss(model, input_ids, attention, labels), full)
+
+
+def test_sft_with_activation_checkpointing_takes_the_same_steps_and_switches_it_off(tokenizer):
+    from worldgym.agents.llm import build_tiny_model
+
+    chats = collect_expert_chats(lambda: MathQAEnv(num_problems=4), _math_expert, range(4))
+    runs = []
+    for checkpointing in (False, True):
+        model = build_tiny_model(tokenizer, seed=1)
+        config = SFTConfig(epochs=2, batch_size=2, learning_rate=3e-3, progress=False,
+                           activation_checkpointing=checkpointing)
+        runs.append(sft_train(model, tokenizer, chats, config))
+        assert not model.is_gradient_checkpointing
+    assert runs[0] == pytest.approx(runs[1], rel=1e-5)

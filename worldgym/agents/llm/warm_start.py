@@ -183,7 +183,8 @@ def load_or_train_warm_start(
     log(f"warm start {config.key()}: {len(chats)} expert chats, {tokens} tokens")
     losses = sft_train(model, tokenizer, chats, SFTConfig(
         epochs=config.epochs, batch_size=config.batch_size, learning_rate=config.learning_rate,
-        max_length=config.max_length, seed=config.seed, bucket_by_length=True, progress=progress))
+        max_length=config.max_length, seed=config.seed, bucket_by_length=True, progress=progress,
+        activation_checkpointing=config.finetune == "lora"))  # a real model's long chats: keep memory bounded
     summary = {"chats": len(chats), "tokens": tokens, "seconds": time.perf_counter() - start,
                "loss_first": losses[0], "loss_last": losses[-1], "losses": losses}
     _save(path, config, model, tokenizer, summary)
