@@ -7,6 +7,7 @@ import json
 import time
 from collections.abc import Callable
 from contextlib import nullcontext
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from worldgym.agents.llm.checkpoint import CheckpointError, load_checkpoint, sav
 from worldgym.agents.llm.engines import GenerationEngine, HFEngine, SamplingParams
 from worldgym.agents.llm.evaluation import VALIDATION_SEEDS_START, episode_metrics
 from worldgym.agents.llm.losses import (
+    PolicyLossOutput,
     dynamic_sampling_mask,
     entropy_from_logits,
     group_advantages,
@@ -36,10 +38,61 @@ from worldgym.agents.llm.tokenizer import env_text_corpus, train_chat_tokenizer
 from worldgym.checkpointing import resolve_checkpoint
 from worldgym.jsonl import append_jsonl, truncate_jsonl
 
-__all__ = ["GRPOTrainer", "make_text_env"]
+__all__ = ["GRPOTrainer", "MinibatchLoss", "TrainBatch", "make_text_env"]
 
 _AUXILIARY = "auxiliary/"  # checkpoint key prefix of the auxiliary loss's tensors
 _PRINTED_EVAL_KEYS = ("eval/success_rate", "eval/reward_mean", "eval/copy_probe", "eval/wm_token_accuracy")
+
+
+@dataclass
+class TrainBatch:
+    """A step's training data, ready for the update: ``batch`` as :func:`collate_episodes` pads it (row ``i``
+    is episode ``i``), ``advantages`` ``[B]`` and the shaped ``rewards`` ``[B]`` they came from."""
+
+    batch: dict[str, Any]
+    advantages: torch.Tensor
+    rewards: torch.Tensor
+
+
+@dataclass
+class MinibatchLoss:
+    """One minibatch's loss terms: ``policy_weight * (policy.loss - entropy_coef * entropy) + auxiliary``.
+
+    The terms stay apart so a data-parallel learner can weight each by its shard's share of the term's
+    normaliser (:meth:`total`'s scales).
+    """
+
+    policy: PolicyLossOutput
+    entropy: torch.Tensor  # mean over the minibatch's trained tokens
+    entropy_coef: float
+    auxiliary: torch.Tensor | None = None
+    policy_weight: float = 1.0
+    auxiliary_metrics: dict[str, float] = field(default_factory=dict)
+
+    def total(self, policy_scale: float | None = None, token_scale: float | None = None) -> torch.Tensor:
+        """The scalar to backpropagate; ``policy_scale`` multiplies the policy loss (KL included) and
+        ``token_scale`` the entropy term (a token mean) where given."""
+        policy = self.policy.loss if policy_scale is None else policy_scale * self.policy.loss
+        entropy = self.entropy if token_scale is None else token_scale * self.entropy
+        loss = policy - self.entropy_coef * entropy
+        if self.auxiliary is not None:
+            loss = self.policy_weight * loss + self.auxiliary
+        return loss
+
+    @property
+    def metrics(self) -> dict[str, float]:
+        """The policy loss's diagnostics (token means over the minibatch)."""
+        out = self.policy
+        return {
+            "loss/policy": out.policy_loss.item(),
+            "loss/kl": out.kl.item(),
+            "loss/entropy": self.entropy.item(),
+            "loss/clip_fraction": out.clip_fraction.item(),
+            "loss/ratio_mean": out.ratio_mean.item(),
+        }
+
+
+MinibatchStep = Callable[[dict[str, Any], torch.Tensor, torch.Tensor], dict[str, float]]
 
 
 def make_text_env(env_id: str, env_kwargs: dict[str, Any], wrap_tool_calls: bool) -> gym.Env:
@@ -199,35 +252,23 @@ class GRPOTrainer:
         return [m for m in self.history if "rollout/reward_mean" in m]
 
     def train_step(self) -> dict[str, Any]:
-        """One GRPO iteration: sample groups, score them, update the policy, sync the engine."""
+        """One GRPO iteration: :meth:`collect_batch`, :meth:`prepare`, :meth:`update`, then sync the engine's
+        weights. A distributed runtime calls the same pieces on different processes."""
         start = time.perf_counter()
-        auxiliary = self.auxiliary_loss
-        # training the auxiliary objective alone (policy weight 0), every group is informative
-        episodes, rollout_metrics = self._collect_batch(
-            self.config.dynamic_sampling and (auxiliary is None or auxiliary.policy_weight > 0)
-        )
+        episodes, rollout_metrics = self.collect_batch()
         rollout_time = time.perf_counter() - start
-        if auxiliary is not None:
-            auxiliary.begin_step(episodes, self.step)
-        max_response = self.config.max_new_tokens * self.config.max_turns
-        _, rewards = episode_rewards(
-            episodes, max_response, self.config.overlong_buffer, self.config.overlong_penalty, self.reward_fn
-        )
-        batch = collate_episodes(episodes, self.tokenizer.pad_token_id)
-        advantages = group_advantages(rewards, batch["group_ids"], self.config.advantage_norm)
+        prepared = self.prepare(episodes)
         update_start = time.perf_counter()
-        update_metrics = self._update(batch, advantages)
-        if auxiliary is not None:
-            update_metrics.update(auxiliary.end_step())
+        update_metrics = self.update(prepared)
         self.engine.sync_weights()
         self.step += 1
         end = time.perf_counter()
-        tokens = int(batch["attention_mask"].sum())
+        tokens = int(prepared.batch["attention_mask"].sum())
         return {
             "step": self.step,
             **rollout_metrics,
             **update_metrics,
-            "rollout/shaped_reward_mean": rewards.mean().item(),
+            "rollout/shaped_reward_mean": prepared.rewards.mean().item(),
             "perf/gen_tokens_per_s": rollout_metrics["rollout/model_tokens"] / max(rollout_time, 1e-9),
             "perf/train_tokens_per_s": tokens * self.config.ppo_epochs / max(end - update_start, 1e-9),
             "perf/step_tokens_per_s": tokens / max(end - start, 1e-9),
@@ -235,6 +276,42 @@ class GRPOTrainer:
             "time/update_s": end - update_start,
             "time/step_s": end - start,
         }
+
+    def collect_batch(self) -> tuple[list[Episode], dict[str, float]]:
+        """The step's training episodes and rollout metrics: ``prompts_per_step`` groups, filtered by dynamic
+        sampling where it is on (not when the auxiliary objective trains alone: then every group informs)."""
+        auxiliary = self.auxiliary_loss
+        return self._collect_batch(
+            self.config.dynamic_sampling and (auxiliary is None or auxiliary.policy_weight > 0)
+        )
+
+    def prepare(self, episodes: list[Episode]) -> TrainBatch:
+        """Shaped rewards, the padded batch and group advantages of a step's episodes (and the auxiliary
+        objective's targets, :meth:`AuxiliaryLoss.begin_step`)."""
+        config = self.config
+        if self.auxiliary_loss is not None:
+            self.auxiliary_loss.begin_step(episodes, self.step)
+        max_response = config.max_new_tokens * config.max_turns
+        _, rewards = episode_rewards(
+            episodes, max_response, config.overlong_buffer, config.overlong_penalty, self.reward_fn
+        )
+        batch = collate_episodes(episodes, self.tokenizer.pad_token_id)
+        advantages = group_advantages(rewards, batch["group_ids"], config.advantage_norm)
+        return TrainBatch(batch, advantages, rewards)
+
+    def update(self, prepared: TrainBatch, minibatch_step: MinibatchStep | None = None) -> dict[str, float]:
+        """``ppo_epochs`` passes of shuffled minibatch steps over a batch from :meth:`prepare`; returns the mean
+        of each minibatch metric (and the auxiliary objective's step metrics).
+
+        Args:
+            prepared: the step's batch.
+            minibatch_step: runs one minibatch ``(batch, advantages, rows) -> metrics`` (default: this
+                trainer's loss, backward, clip and optimizer step; a data-parallel learner passes its own).
+        """
+        metrics = self._update(prepared.batch, prepared.advantages, minibatch_step)
+        if self.auxiliary_loss is not None:
+            metrics.update(self.auxiliary_loss.end_step())
+        return metrics
 
     def _collect_batch(self, dynamic_sampling: bool) -> tuple[list[Episode], dict[str, float]]:
         """Sample ``prompts_per_step`` groups; with dynamic sampling keep only groups whose rewards differ and
@@ -270,8 +347,14 @@ class GRPOTrainer:
         kept = kept[: config.prompts_per_step * config.group_size]
         return (kept or episodes), metrics  # no informative group: train on the last round (zero advantages)
 
-    def _update(self, batch: dict[str, torch.Tensor], advantages: torch.Tensor) -> dict[str, float]:
+    def _update(
+        self,
+        batch: dict[str, torch.Tensor],
+        advantages: torch.Tensor,
+        minibatch_step: MinibatchStep | None = None,
+    ) -> dict[str, float]:
         config = self.config
+        minibatch_step = minibatch_step or self._minibatch_step
         size = batch["input_ids"].shape[0]
         seed = int(self.rng.integers(0, 2**31 - 1))
         generator = torch.Generator().manual_seed(seed)
@@ -284,13 +367,24 @@ class GRPOTrainer:
                 order = torch.randperm(size, generator=generator)
                 for start in range(0, size, config.minibatch_size):
                     rows = order[start : start + config.minibatch_size]
-                    for key, value in self._minibatch_step(batch, advantages, rows).items():
+                    for key, value in minibatch_step(batch, advantages, rows).items():
                         totals.setdefault(key, []).append(value)
         return {key: float(np.mean(values)) for key, values in totals.items()}
 
     def _minibatch_step(
         self, batch: dict[str, torch.Tensor], advantages: torch.Tensor, rows: torch.Tensor
     ) -> dict[str, float]:
+        """Loss, backward, clip and optimizer step on one minibatch; returns its metrics."""
+        terms = self.minibatch_loss(batch, advantages, rows)
+        loss = terms.total()
+        grad_norm = self.apply_gradients(loss)
+        return {"loss/total": loss.item(), **terms.metrics, "loss/grad_norm": grad_norm.item(),
+                **terms.auxiliary_metrics}
+
+    def minibatch_loss(
+        self, batch: dict[str, torch.Tensor], advantages: torch.Tensor, rows: torch.Tensor
+    ) -> MinibatchLoss:
+        """The differentiable loss terms of the minibatch ``rows`` of ``batch`` (no backward)."""
         config, device = self.config, self.config.device
         width = int(batch["attention_mask"][rows].sum(1).max())
         input_ids = batch["input_ids"][rows, :width].to(device)
@@ -326,25 +420,20 @@ class GRPOTrainer:
         )
         with torch.set_grad_enabled(config.entropy_coef > 0):  # a metric only, unless it is in the loss
             entropy = entropy_from_logits(scored.logits).mean() if len(scored.logits) else torch.zeros(())
-        loss = out.loss - config.entropy_coef * entropy
-        auxiliary_metrics: dict[str, float] = {}
+        auxiliary, auxiliary_metrics, policy_weight = None, {}, 1.0
         if self.auxiliary_loss is not None:
             auxiliary, auxiliary_metrics = self.auxiliary_loss.loss(rows.tolist())
-            loss = self.auxiliary_loss.policy_weight * loss + auxiliary
+            policy_weight = self.auxiliary_loss.policy_weight
+        return MinibatchLoss(out, entropy, config.entropy_coef, auxiliary, policy_weight, auxiliary_metrics)
+
+    def apply_gradients(self, loss: torch.Tensor) -> torch.Tensor:
+        """Zero the gradients, backpropagate ``loss``, clip the trainable tensors' gradient norm to
+        ``grad_clip`` and step the optimizer; returns the norm before clipping."""
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        grad_norm = torch.nn.utils.clip_grad_norm_(list(self.trainable.values()), config.grad_clip)
+        grad_norm = torch.nn.utils.clip_grad_norm_(list(self.trainable.values()), self.config.grad_clip)
         self.optimizer.step()
-        return {
-            "loss/total": loss.item(),
-            "loss/policy": out.policy_loss.item(),
-            "loss/kl": out.kl.item(),
-            "loss/entropy": entropy.item(),
-            "loss/clip_fraction": out.clip_fraction.item(),
-            "loss/ratio_mean": out.ratio_mean.item(),
-            "loss/grad_norm": grad_norm.item(),
-            **auxiliary_metrics,
-        }
+        return grad_norm
 
     @torch.no_grad()
     def _reference_logprobs(
