@@ -1,0 +1,95 @@
+"""DDPLearner on 2 gloo processes gives the update of one process on the concatenated batch, with shards of
+unequal token counts (token_mean and seq_mean, LoRA and full fine-tuning)."""
+
+from __future__ import annotations
+
+import socket
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import torch.multiprocessing as mp
+from transformers import AutoTokenizer
+
+from worldgym.agents.llm.tokenizer import train_chat_tokenizer
+from worldgym.distributed import DDPLearner, shard_rows
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # spawned ranks import the worker by name
+import ddp_worker as worker
+
+TIMEOUT_S = 180
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _spawn(tokenizer_dir: Path, out_dir: Path) -> None:
+    """Run both ranks; on a failure or a hang, no process is left behind."""
+    context = mp.start_processes(worker.run_rank, args=(_free_port(), str(tokenizer_dir), str(out_dir)),
+                                 nprocs=worker.WORLD_SIZE, join=False, start_method="spawn")
+    deadline = time.monotonic() + TIMEOUT_S
+    try:
+        while not context.join(timeout=1):  # raises when a rank failed (and ends the others)
+            if time.monotonic() > deadline:
+                pytest.fail(f"the {worker.WORLD_SIZE} ranks did not finish in {TIMEOUT_S} s")
+    finally:
+        for process in context.processes:
+            if process.is_alive():
+                process.kill()
+            process.join()
+
+
+@pytest.fixture(scope="module")
+def tokenizer_dir(tmp_path_factory) -> Path:
+    corpus = [f"What is {a} + {b}? The answer is {a + b}." for a in range(30) for b in range(10)]
+    path = tmp_path_factory.mktemp("tokenizer")
+    train_chat_tokenizer(corpus, vocab_size=300).save_pretrained(path)
+    return path
+
+
+def test_two_gloo_ranks_update_like_one_process_on_the_whole_batch(tokenizer_dir, tmp_path):
+    _spawn(tokenizer_dir, tmp_path)
+    ddp = torch.load(tmp_path / "ddp.pt")
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    torch.set_num_threads(1)
+    for finetune, aggregation, kl_coef in worker.CASES:
+        trainer = worker.make_trainer(tokenizer, finetune, aggregation, kl_coef, str(tmp_path / "single"))
+        batch = worker.make_batch(trainer)
+        expected = worker.result(trainer, trainer.update(batch))
+        got = ddp[finetune, aggregation]
+        assert (finetune == "lora") == all("lora_" in name for name in got["weights"])
+        # float rounding differs with the shard shapes (a mis-weighted shard moves gradients by percents)
+        for kind, atol in (("grads", 1e-7), ("weights", 1e-7)):
+            for name, tensor in expected[kind].items():
+                where = f"{finetune}/{aggregation} {kind} {name}"
+                torch.testing.assert_close(got[kind][name], tensor, rtol=1e-5, atol=atol,
+                                           msg=lambda m, where=where: f"{where}: {m}")
+        assert got["metrics"].keys() == expected["metrics"].keys()
+        for key, value in expected["metrics"].items():
+            assert got["metrics"][key] == pytest.approx(value, rel=1e-5, abs=1e-7), (finetune, aggregation, key)
+
+
+def test_shards_train_unequal_token_counts():
+    """The premise of the test above: each minibatch's two shards hold different numbers of trained tokens."""
+    counts = torch.tensor(worker.TRAINED)
+    for order in (torch.randperm(worker.ROWS) for _ in range(20)):
+        for rows in order.split(worker.MINIBATCH):
+            shards = [int(counts[shard_rows(rows, rank, worker.WORLD_SIZE)].sum()) for rank in range(2)]
+            assert shards[0] != shards[1]
+
+
+def test_learner_refuses_to_run_without_a_process_group(tokenizer_dir, tmp_path):
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    trainer = worker.make_trainer(tokenizer, "lora", "token_mean", 0.0, str(tmp_path))
+    with pytest.raises(RuntimeError, match="init_process_group"):
+        DDPLearner(trainer)
+
+
+def test_a_minibatch_smaller_than_the_world_cannot_be_split():
+    with pytest.raises(ValueError, match="every rank needs one row"):
+        shard_rows(torch.arange(1), 0, 2)
