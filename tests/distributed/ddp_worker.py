@@ -25,9 +25,9 @@ WORLD_SIZE = 2
 
 
 def make_trainer(tokenizer: PreTrainedTokenizerBase, finetune: str, aggregation: str, kl_coef: float,
-                 output_dir: str) -> GRPOTrainer:
+                 output_dir: str, device: str = "cpu") -> GRPOTrainer:
     config = GRPOConfig(
-        finetune=finetune, loss_aggregation=aggregation, kl_coef=kl_coef, entropy_coef=0.01,
+        device=device, finetune=finetune, loss_aggregation=aggregation, kl_coef=kl_coef, entropy_coef=0.01,
         minibatch_size=MINIBATCH, ppo_epochs=1, prompts_per_step=ROWS // 2, group_size=2, learning_rate=1e-2,
         eval_every=0, progress=False, output_dir=output_dir,
     )
@@ -59,7 +59,7 @@ def make_batch(trainer: GRPOTrainer) -> TrainBatch:
         "input_ids": input_ids,
         "attention_mask": attention_mask,
         "action_mask": action_mask,
-        "old_logprobs": (scored.logprobs + noise) * action_mask,
+        "old_logprobs": (scored.logprobs.cpu() + noise) * action_mask,
         "rewards": torch.zeros(ROWS),
         "group_ids": torch.arange(ROWS) // 2,
         "allowed": [{} for _ in range(ROWS)],
@@ -70,22 +70,26 @@ def make_batch(trainer: GRPOTrainer) -> TrainBatch:
 def result(trainer: GRPOTrainer, metrics: dict[str, float]) -> dict:
     """The trainable tensors and their last gradients after the update, and its metrics."""
     return {
-        "weights": {name: p.detach().clone() for name, p in trainer.trainable.items()},
-        "grads": {name: p.grad.detach().clone() for name, p in trainer.trainable.items()},
+        "weights": {name: p.detach().cpu().clone() for name, p in trainer.trainable.items()},
+        "grads": {name: p.grad.detach().cpu().clone() for name, p in trainer.trainable.items()},
         "metrics": metrics,
     }
 
 
-def run_rank(rank: int, port: int, tokenizer_dir: str, out_dir: str) -> None:
-    """One rank: every case's update through a :class:`DDPLearner`; rank 0 saves the results."""
+def run_rank(rank: int, port: int, tokenizer_dir: str, out_dir: str, backend: str = "gloo") -> None:
+    """One rank: every case's update through a :class:`DDPLearner`; rank 0 saves the results. With
+    ``backend="nccl"``, rank ``r`` trains on ``cuda:r``."""
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=WORLD_SIZE,
+    device = f"cuda:{rank}" if backend == "nccl" else "cpu"
+    if backend == "nccl":
+        torch.cuda.set_device(rank)
+    dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=WORLD_SIZE,
                             timeout=timedelta(seconds=60))
     try:
         tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
         results = {}
         for finetune, aggregation, kl_coef in CASES:
-            trainer = make_trainer(tokenizer, finetune, aggregation, kl_coef, f"{out_dir}/rank{rank}")
+            trainer = make_trainer(tokenizer, finetune, aggregation, kl_coef, f"{out_dir}/rank{rank}", device)
             metrics = DDPLearner(trainer).update(make_batch(trainer))
             results[finetune, aggregation] = result(trainer, metrics)
         if rank == 0:

@@ -22,15 +22,24 @@ import ddp_worker as worker
 TIMEOUT_S = 180
 
 
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """One thread, as the ranks use: the same float reductions, and no oversubscription of the cores."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
 
 
-def _spawn(tokenizer_dir: Path, out_dir: Path) -> None:
+def _spawn(tokenizer_dir: Path, out_dir: Path, backend: str = "gloo") -> None:
     """Run both ranks; on a failure or a hang, no process is left behind."""
-    context = mp.start_processes(worker.run_rank, args=(_free_port(), str(tokenizer_dir), str(out_dir)),
+    context = mp.start_processes(worker.run_rank, args=(_free_port(), str(tokenizer_dir), str(out_dir), backend),
                                  nprocs=worker.WORLD_SIZE, join=False, start_method="spawn")
     deadline = time.monotonic() + TIMEOUT_S
     try:
@@ -52,26 +61,37 @@ def tokenizer_dir(tmp_path_factory) -> Path:
     return path
 
 
-def test_two_gloo_ranks_update_like_one_process_on_the_whole_batch(tokenizer_dir, tmp_path):
-    _spawn(tokenizer_dir, tmp_path)
-    ddp = torch.load(tmp_path / "ddp.pt")
+def _assert_same_as_one_process(tokenizer_dir: Path, out_dir: Path, device: str) -> None:
+    ddp = torch.load(out_dir / "ddp.pt")
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
-    torch.set_num_threads(1)
     for finetune, aggregation, kl_coef in worker.CASES:
-        trainer = worker.make_trainer(tokenizer, finetune, aggregation, kl_coef, str(tmp_path / "single"))
+        trainer = worker.make_trainer(tokenizer, finetune, aggregation, kl_coef, str(out_dir / "single"), device)
         batch = worker.make_batch(trainer)
         expected = worker.result(trainer, trainer.update(batch))
         got = ddp[finetune, aggregation]
         assert (finetune == "lora") == all("lora_" in name for name in got["weights"])
         # float rounding differs with the shard shapes (a mis-weighted shard moves gradients by percents)
-        for kind, atol in (("grads", 1e-7), ("weights", 1e-7)):
+        for kind in ("grads", "weights"):
             for name, tensor in expected[kind].items():
                 where = f"{finetune}/{aggregation} {kind} {name}"
-                torch.testing.assert_close(got[kind][name], tensor, rtol=1e-5, atol=atol,
+                torch.testing.assert_close(got[kind][name], tensor, rtol=1e-5, atol=1e-7,
                                            msg=lambda m, where=where: f"{where}: {m}")
         assert got["metrics"].keys() == expected["metrics"].keys()
         for key, value in expected["metrics"].items():
             assert got["metrics"][key] == pytest.approx(value, rel=1e-5, abs=1e-7), (finetune, aggregation, key)
+
+
+def test_two_gloo_ranks_update_like_one_process_on_the_whole_batch(tokenizer_dir, tmp_path):
+    _spawn(tokenizer_dir, tmp_path)
+    _assert_same_as_one_process(tokenizer_dir, tmp_path, "cpu")
+
+
+@pytest.mark.gpu
+def test_two_nccl_ranks_update_like_one_process_on_the_whole_batch(tokenizer_dir, tmp_path):
+    if torch.cuda.device_count() < worker.WORLD_SIZE:
+        pytest.skip(f"needs {worker.WORLD_SIZE} CUDA devices")
+    _spawn(tokenizer_dir, tmp_path, backend="nccl")
+    _assert_same_as_one_process(tokenizer_dir, tmp_path, "cuda:0")
 
 
 def test_shards_train_unequal_token_counts():
