@@ -17,8 +17,9 @@ from worldgym.agents.llm.scoring import score_tokens
 from worldgym.distributed import DDPLearner
 from worldgym.envs.math_qa import MathQAEnv
 
-# (finetune, loss_aggregation, kl_coef): LoRA with DAPO's token mean, full fine-tuning with GRPO's sequence mean
-CASES = [("lora", "token_mean", 0.0), ("full", "seq_mean", 0.05)]
+# (finetune, loss_aggregation, kl_coef): LoRA with DAPO's token mean and Dr.GRPO's constant normaliser, full
+# fine-tuning with GRPO's sequence mean and a KL term
+CASES = [("lora", "token_mean", 0.0), ("lora", "dr_grpo", 0.0), ("full", "seq_mean", 0.05)]
 ROWS, MINIBATCH, PROMPT = 8, 4, 5
 TRAINED = [2**k for k in range(ROWS)]  # 1..128 tokens: no two disjoint sets of rows train as many tokens
 WORLD_SIZE = 2

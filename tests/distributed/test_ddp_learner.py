@@ -1,5 +1,5 @@
 """DDPLearner on 2 gloo processes gives the update of one process on the concatenated batch, with shards of
-unequal token counts (token_mean and seq_mean, LoRA and full fine-tuning)."""
+unequal token counts (token_mean, dr_grpo and seq_mean; LoRA and full fine-tuning)."""
 
 from __future__ import annotations
 
