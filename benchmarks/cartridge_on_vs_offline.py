@@ -180,10 +180,19 @@ def summarize(parts: list[dict[str, Any]]) -> dict[str, Any]:
         "documents_kv_bytes": last[0]["documents_kv_bytes"],
         "tokens_per_s_ratio": _mean([row["tokens_per_s_cartridge"] / row["tokens_per_s_documents"] for row in last]),
         "seconds_per_step": _mean([s for p in parts for s in p["step_seconds"]]),
+        "kl_drop_mean_by_step": _drop_by_step(parts),
         "kl_curves": [[[row["step"], row["kl_cartridge"]] for row in p["evals"]] for p in parts],
         "kl_none_curves": [[[row["step"], row["kl_none"]] for row in p["evals"]] for p in parts],
         "commands": [p["command"] for p in parts],
     }
+
+
+def _drop_by_step(parts: list[dict[str, Any]]) -> list[list[float]]:
+    """[step, mean over seeds of 1 - KL(step) / KL(0)] at every evaluation step all runs share."""
+    steps = sorted(set.intersection(*({row["step"] for row in p["evals"]} for p in parts)))
+    drops = [[1 - row["kl_cartridge"] / p["evals"][0]["kl_cartridge"] for row in p["evals"] if row["step"] in steps]
+             for p in parts]
+    return [[step, _mean([d[i] for d in drops])] for i, step in enumerate(steps)]
 
 
 def goals(rows: dict[str, dict[str, Any]], accuracy_meaningful: bool) -> dict[str, Any]:
@@ -265,7 +274,8 @@ def _plot(summary: dict[str, Any], path: Path) -> None:
             kl_ax.fill_between(steps, values.min(0), values.max(0), color=line.get_color(), alpha=0.15)
         none = [v for row in entry["runs"].values() for c in row["kl_none_curves"] for _, v in c]
         kl_ax.axhline(float(np.mean(none)), color="grey", linestyle="--", label="no documents, no cartridge")
-        kl_ax.set(xlabel="step", ylabel="held-out KL(teacher ‖ student) per token", ylim=(0, None),
+        top = max([*none, *(v for row in entry["runs"].values() for c in row["kl_curves"] for _, v in c)])
+        kl_ax.set(xlabel="step", ylabel="held-out KL(teacher ‖ student) per token", ylim=(0, 1.08 * top),
                   title=f"{model}: held-out KL (mean, min-max over seeds)")
         kl_ax.legend(fontsize=7)
         keys = list(entry["runs"])
