@@ -25,7 +25,8 @@ class CartridgeDistillConfig:
         env_id: the question env (a LongHealth-style env with documents="none" / "full" views).
         env_kwargs: its keyword arguments (the panel or data_path, task); split, split_by, documents and
             patient_ids are set by the distiller.
-        patient_id: the patient whose documents the cartridge stands in for (None: the panel's first).
+        patient_id: the patient whose documents the cartridge stands in for (None: the first patient of the
+            panel's patient-level test split, never seen by the teacher warm-up).
         num_tokens: cartridge length p (virtual tokens per layer).
         num_frozen_tokens: leading cartridge tokens kept frozen (the attention sink).
         init: "text": the real KV of the first num_tokens tokens of the patient's documents (the cartridges
@@ -46,10 +47,11 @@ class CartridgeDistillConfig:
         eval_every: steps between evaluations (0 = only at the start and the end).
         warmup_episodes: a tiny model's teacher warm-up: SFT questions (with documents) of the training patients.
         warmup_epochs: the warm-up's passes over them.
+        warmup_seed: the warm-up's seed (its own, so runs of several seeds distil with one teacher).
         warm_start_dir: where warm-ups are cached.
         output_dir: run folder (metrics.jsonl, checkpoints, cartridge).
         checkpoint_every: steps between checkpoints (0 = only at the end).
-        seed: seeds the cartridge init, sampling and question order.
+        seed: seeds the cartridge's random init, sampling and question order (not the warm-up: warmup_seed).
         device: "cpu", "cuda" or "cuda:N".
         progress: show a progress bar.
     """
@@ -74,6 +76,7 @@ class CartridgeDistillConfig:
     eval_every: int = 10
     warmup_episodes: int = 480
     warmup_epochs: int = 3
+    warmup_seed: int = 0
     warm_start_dir: str = "runs/warm_starts"
     output_dir: str = "runs/cartridge"
     checkpoint_every: int = 0

@@ -47,7 +47,7 @@ def teacher_warm_start_config(config: CartridgeDistillConfig) -> WarmStartConfig
     return WarmStartConfig(
         model=config.model, env_id=config.env_id, env_kwargs={**config.env_kwargs, "split_by": "patient"},
         difficulties=(), episodes_per_difficulty=config.warmup_episodes, epochs=config.warmup_epochs,
-        batch_size=8, learning_rate=3e-3, max_length=_MAX_PROMPT_TOKENS, seed=config.seed)
+        batch_size=8, learning_rate=3e-3, max_length=_MAX_PROMPT_TOKENS, seed=config.warmup_seed)
 
 
 class CartridgeDistillTrainer:
@@ -69,10 +69,9 @@ class CartridgeDistillTrainer:
         tokenizer: PreTrainedTokenizerBase | None = None,
     ) -> None:
         self.config = config
-        warmed_up = model is None and config.model in TINY_SIZES
         self.model, self.tokenizer = self._model_and_tokenizer(model, tokenizer)
         self.model.requires_grad_(False).eval().to(config.device)
-        self.patient_id = config.patient_id or self._default_patient(warmed_up)
+        self.patient_id = config.patient_id or self._default_patient()
         self.documents = patient_documents(config.env_id, config.env_kwargs, self.patient_id)
         self.cartridge = self._new_cartridge().to(config.device)
         self.optimizer = torch.optim.Adam(self.cartridge.parameters(), lr=config.learning_rate)
@@ -103,10 +102,10 @@ class CartridgeDistillTrainer:
         loaded = load_chat_model(self.config.model)
         return loaded.model, loaded.tokenizer
 
-    def _default_patient(self, warmed_up: bool) -> str:
-        """A patient the model never trained on: the first held-out patient of the warm-up, else the first."""
-        split = "test" if warmed_up else "all"
-        return split_patients(self.config.env_id, self.config.env_kwargs, split)[0]
+    def _default_patient(self) -> str:
+        """The first patient of the panel's patient-level test split: one the teacher warm-up (which trains on the
+        train split) never saw, whichever model is used, so runs with and without a warm-up distil the same one."""
+        return split_patients(self.config.env_id, self.config.env_kwargs, "test")[0]
 
     def _new_cartridge(self) -> Cartridge:
         c = self.config
