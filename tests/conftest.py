@@ -1,5 +1,5 @@
-"""Shared by every test folder: the ``gpu`` marker's skip, and damaging a saved checkpoint the way a crash or a
-bad disk would."""
+"""Shared by every test folder: the ``gpu`` marker's skip, one torch thread, loading an example script as a module,
+and damaging a saved checkpoint the way a crash or a bad disk would."""
 
 from __future__ import annotations
 
@@ -7,14 +7,43 @@ import functools
 import importlib.util
 import json
 import re
+import sys
 from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
 from worldgym.checkpointing import MANIFEST
 
 DAMAGES = ("truncated", "flipped_byte", "missing", "wrong_version")
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+
+@pytest.fixture
+def one_torch_thread():
+    """One torch thread for the test (tiny models run fastest so on a shared CPU, and float reductions match
+    single-threaded worker processes); the setting is restored afterwards."""
+    import torch
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
+
+
+def _load_example(name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, EXAMPLES / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture
+def load_example() -> Callable[[str], ModuleType]:
+    """``load_example("train_grpo")``: ``examples/train_grpo.py`` as a module, to call its ``main(argv)``."""
+    return _load_example
 
 
 @functools.cache

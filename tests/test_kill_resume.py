@@ -32,11 +32,8 @@ RUN_TIMEOUT_S = 240
 
 
 @pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+def _one_thread(one_torch_thread):
+    """One torch thread (the shared fixture) for every test here."""
 
 
 @pytest.fixture(scope="module")

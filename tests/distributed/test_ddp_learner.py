@@ -23,12 +23,8 @@ TIMEOUT_S = 180
 
 
 @pytest.fixture(autouse=True)
-def _one_thread():
-    """One thread, as the ranks use: the same float reductions, and no oversubscription of the cores."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+def _one_thread(one_torch_thread):
+    """One torch thread (the shared fixture) for every test here."""
 
 
 def _free_port() -> int:

@@ -1,22 +1,12 @@
 """Smoke-run examples/train_cartridge.py (tiny teacher warm-up + distillation + files), then resume it."""
 
 import json
-import sys
-from importlib import util
-from pathlib import Path
 
 import pytest
 
-EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "train_cartridge.py"
-
-
-@pytest.fixture(scope="module")
-def example():
-    spec = util.spec_from_file_location("train_cartridge", EXAMPLE)
-    module = util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+@pytest.fixture
+def example(load_example):
+    return load_example("train_cartridge")
 
 
 def test_example_runs_end_to_end_and_resumes(example, tmp_path, capsys):

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
-import sys
 from pathlib import Path
 
 import gymnasium as gym
@@ -31,7 +29,6 @@ from worldgym.agents.dreamer_v3.pixels import PackedFrames, unpack_2bit
 # Same shared Warp kernel cache as the Game Boy env tests (a cold kernel build takes seconds).
 os.environ.setdefault("WORLDGYM_WARP_CACHE", str(Path.home() / ".cache" / "worldgym" / "warp"))
 POKEMON_ROM = os.environ.get("WORLDGYM_POKEMON_RED_ROM")
-EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "train_dreamer.py"
 
 
 def tiny_gameboy_config(root: Path, **overrides) -> DreamerConfig:
@@ -161,18 +158,14 @@ def test_fixed_action_wrapper_and_rom_checks() -> None:
         PackedFrames()(np.zeros((1, 72, 80), np.float32))
 
 
-def load_example():
-    spec = importlib.util.spec_from_file_location("train_dreamer", EXAMPLE)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+@pytest.fixture
+def example(load_example):
+    return load_example("train_dreamer")
 
 
-def test_example_config_uses_the_benchmarked_setting_by_default_and_the_paper_for_xs() -> None:
+def test_example_config_uses_the_benchmarked_setting_by_default_and_the_paper_for_xs(example) -> None:
     from worldgym.cli import parse_run
 
-    example = load_example()
     small = parse_run(example.PRESETS, ["cartpole"]).run.resolved_config()
     xs = parse_run(example.PRESETS, ["cartpole", "--size", "XS"]).run.resolved_config()
     assert (small.model, small.optim) == (SMALL_CONTROL_MODEL, SMALL_CONTROL_OPTIM)
@@ -189,10 +182,10 @@ STANDING_STILL_ARGS = [
 ]  # fmt: skip
 
 
-def test_standing_still_homebrew_reconstruction_loss_falls(tmp_path: Path) -> None:
+def test_standing_still_homebrew_reconstruction_loss_falls(example, tmp_path: Path) -> None:
     """Constant no-op on the homebrew ROM: only the world model learns, and its observation loss falls."""
     run_dir = tmp_path / "still"
-    result = load_example().main([*STANDING_STILL_ARGS, "--dreamer.run-dir", str(run_dir)])
+    result = example.main([*STANDING_STILL_ARGS, "--dreamer.run-dir", str(run_dir)])
     assert json.loads((run_dir / "config.json").read_text())["gameboy"]["fixed_action"] == 0
     losses = observation_losses(str(run_dir))
     assert result["train"]["gradient_steps"] >= 50 and len(losses) >= 5
@@ -201,11 +194,11 @@ def test_standing_still_homebrew_reconstruction_loss_falls(tmp_path: Path) -> No
 
 
 @pytest.mark.skipif(POKEMON_ROM is None, reason="set WORLDGYM_POKEMON_RED_ROM to a Pokémon Red ROM you own")
-def test_pokemon_standing_still_reconstruction_loss_falls(tmp_path: Path) -> None:
+def test_pokemon_standing_still_reconstruction_loss_falls(example, tmp_path: Path) -> None:
     run_dir = tmp_path / "pokemon"
     args = [*STANDING_STILL_ARGS, "--gameboy.task", "standing_still", "--gameboy.rom", POKEMON_ROM,
             "--dreamer.run-dir", str(run_dir)]
-    load_example().main(args)
+    example.main(args)
     losses = observation_losses(str(run_dir))
     assert all(np.isfinite(losses)) and losses[-1] < 0.5 * losses[0]
 

@@ -1,18 +1,10 @@
 """Smoke-run examples/train_dual_lora.py (warm start + two adapters + DAPO with the world model + files)."""
 
 import json
-import sys
-from importlib import util
-from pathlib import Path
-
-EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "train_dual_lora.py"
 
 
-def test_example_runs_end_to_end(tmp_path):
-    spec = util.spec_from_file_location("train_dual_lora", EXAMPLE)
-    example = util.module_from_spec(spec)
-    sys.modules[spec.name] = example  # its dataclasses look their module up
-    spec.loader.exec_module(example)
+def test_example_runs_end_to_end(tmp_path, load_example):
+    example = load_example("train_dual_lora")
     out = tmp_path / "run"
     results = example.main([
         "tiny", "--agent.num-steps", "2", "--agent.eval-every", "1", "--agent.eval-episodes", "2",

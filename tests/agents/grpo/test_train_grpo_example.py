@@ -1,29 +1,21 @@
 """Smoke-run examples/train_grpo.py (SFT warm start + GRPO + curve files) with tiny settings on both envs."""
 
 import json
-import sys
-from importlib import util
-from pathlib import Path
 
 import pytest
 
-EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "train_grpo.py"
 SMALL_RUN = ["--grpo.num-steps", "2", "--grpo.prompts-per-step", "2", "--grpo.group-size", "2",
              "--grpo.minibatch-size", "4", "--grpo.eval-every", "2", "--grpo.eval-episodes", "2",
              "--grpo.max-turns", "2", "--grpo.max-new-tokens", "16", "--grpo.no-progress"]
 
 
-def _example():
-    spec = util.spec_from_file_location("train_grpo", EXAMPLE)
-    example = util.module_from_spec(spec)
-    sys.modules[spec.name] = example  # its dataclasses look their module up
-    spec.loader.exec_module(example)
-    return example
+@pytest.fixture
+def example(load_example):
+    return load_example("train_grpo")
 
 
 @pytest.mark.parametrize("preset", ["math-qa", "csr-tiny"])
-def test_example_runs_end_to_end_and_resumes(tmp_path, preset):
-    example = _example()
+def test_example_runs_end_to_end_and_resumes(example, tmp_path, preset):
     out = tmp_path / "run"
     warm = ["--expert.episodes", "16", "--expert.epochs", "1"] if preset == "math-qa" else [
         "--warm-start.episodes-per-difficulty", "4", "--warm-start.epochs", "1", "--warm-start-dir",
@@ -39,10 +31,9 @@ def test_example_runs_end_to_end_and_resumes(tmp_path, preset):
     assert json.loads((out / "config.json").read_text())["grpo"]["num_steps"] == 3
 
 
-def test_a_config_file_and_flags_override_the_preset(tmp_path):
+def test_a_config_file_and_flags_override_the_preset(example, tmp_path):
     from worldgym.cli import parse_run
 
-    example = _example()
     file = tmp_path / "run.yaml"
     file.write_text("preset: csr-smollm2\ngrpo:\n  num_steps: 7\n  lora_target_modules: [q_proj]\nshaping: progress\n")
     parsed = parse_run(example.PRESETS, ["--config", str(file), "--grpo.seed", "3"])

@@ -18,12 +18,8 @@ ENV_KWARGS = {"num_z_tokens": 4, "max_new_tokens": 4, "operand_digits": 1}
 
 
 @pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny models run fastest on one thread on a shared CPU; restore the setting afterwards."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+def _one_thread(one_torch_thread):
+    """One torch thread (the shared fixture) for every test here."""
 
 
 @pytest.fixture
