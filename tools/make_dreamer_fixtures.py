@@ -1,8 +1,8 @@
 """Generate the Dreamer v3 golden fixtures from a pip-installed sheeprl 0.8.4 (run by hand, in its own venv).
 
-    python3 -m venv /work/sheeprl-venv
-    /work/sheeprl-venv/bin/pip install torch==2.13.0 sheeprl==0.8.4
-    /work/sheeprl-venv/bin/python tools/make_dreamer_fixtures.py [--out tests/fixtures/dreamer_v3]
+    python3 -m venv runs/sheeprl-venv
+    runs/sheeprl-venv/bin/pip install torch==2.13.0 sheeprl==0.8.4
+    runs/sheeprl-venv/bin/python tools/make_dreamer_fixtures.py [--out tests/fixtures/dreamer_v3]
 
 Writes tiny files checked by ``tests/agents/dreamer_v3``: symlog / two-hot log_prob and mean, an RSSM scan
 with ``is_first`` resets (weights as safetensors, recorded posterior samples), world-model loss parts with
