@@ -56,25 +56,22 @@ def test_full_kl_is_the_forward_kl_and_topk_and_sampled_reverse_estimate_it():
 def test_teacher_and_student_rows_score_each_answer_token_as_an_unpadded_forward(tmp_path, tokenizer):
     """Prompts of very different lengths (documents vs none) in one right-padded batch: every answer token's
     logprob equals the one from a single-sequence forward without padding."""
+    from worldgym.agents.cartridge.trainer import _behind
+
     trainer = _trainer(tmp_path, tokenizer)
     episodes = trainer._student_answers([0, 1])
-    rows = [(e.token_ids, e.action_mask) for e in episodes[:1]]
-    rows.append(trainer_rows := _teacher_row(trainer, episodes[1]))
-    assert len(trainer_rows[0]) > 3 * len(rows[0][0])  # the teacher's row holds the documents
-    batch = trainer._score(rows, None)
-    for row, (ids, mask) in enumerate(rows):
+    rows = [episodes[0], _behind(episodes[1], trainer._prompt(episodes[1].env_seed, "full"))]
+    assert len(rows[1].token_ids) > 3 * len(rows[0].token_ids)  # the teacher's row holds the documents
+    batch, answers = trainer._score(rows, None)
+    assert answers.tolist() == [t for e in rows for t, m in zip(e.token_ids[1:], e.action_mask[1:]) if m]
+    for row, episode in enumerate(rows):
+        ids, mask = episode.token_ids, episode.action_mask
         with torch.no_grad():
             logits = trainer.model(torch.tensor([ids])).logits[0, :-1].float()
         single = logits.log_softmax(-1).gather(-1, torch.tensor(ids[1:]).unsqueeze(-1)).squeeze(-1)
         answer = torch.tensor(mask[1:], dtype=torch.bool)
         assert answer.sum() > 0 and len(set(torch.tensor(ids[1:])[answer].tolist())) > 1
         torch.testing.assert_close(batch.logprobs[row, :len(ids) - 1][answer], single[answer], atol=1e-4, rtol=0)
-
-
-def _teacher_row(trainer, episode):
-    from worldgym.agents.cartridge.trainer import _with_prompt
-
-    return _with_prompt(episode, trainer._teacher_prompt(episode.env_seed))
 
 
 @pytest.mark.parametrize("mode", ["on_policy", "offline", "hybrid"])

@@ -28,7 +28,7 @@ from worldgym.agents.llm.engines import HFEngine
 from worldgym.agents.llm.engines.base import SamplingParams
 from worldgym.agents.llm.models import TINY_SIZES
 from worldgym.agents.llm.pretrained import load_chat_model
-from worldgym.agents.llm.rollout import Episode, RolloutCollector, encode_chat
+from worldgym.agents.llm.rollout import Episode, RolloutCollector, collate_episodes, encode_chat, reset_messages
 from worldgym.agents.llm.scoring import score_tokens
 from worldgym.agents.llm.warm_start import WarmStartConfig, load_or_train_warm_start
 from worldgym.checkpointing import load_checkpoint, save_checkpoint
@@ -81,7 +81,7 @@ class CartridgeDistillTrainer:
         self.train_questions = num_questions(config.env_id, config.env_kwargs, self.patient_id, "train")
         self._student = self._collector(self.student_engine, "train", "none")
         self._teacher = self._collector(self.plain_engine, "train", "full")
-        self._teacher_prompts: dict[int, list[int]] = {}
+        self._prompts: dict[tuple[int, str], list[int]] = {}  # (training question seed, view) -> prompt ids
         self._offline: dict[int, list[Episode]] = {}
         self.rng = np.random.default_rng(config.seed)
         self.step = 0
@@ -178,45 +178,33 @@ class CartridgeDistillTrainer:
                                                                            params), self.config.samples_per_question)):
                 self._offline[seed] = group
         answers = [episode for seed in seeds for episode in self._offline[seed]]
-        return [_as_student(e, self._student_prompt(e.env_seed)) for e in answers]
+        return [_behind(e, self._prompt(e.env_seed, "none")) for e in answers]
 
     # ---------------------------------------------------------------- loss
     def _distillation_loss(self, episodes: list[Episode]) -> tuple[torch.Tensor, dict[str, float]]:
         c = self.config
-        student_rows = [(e.token_ids, e.action_mask) for e in episodes]
-        teacher_rows = [_with_prompt(e, self._teacher_prompt(e.env_seed)) for e in episodes]
-        student = self._score(student_rows, self.cartridge)
+        student, answers = self._score(episodes, self.cartridge)
         with torch.no_grad():
-            teacher = self._score(teacher_rows, None)
-        tokens = torch.tensor([t for ids, mask in student_rows for t, m in zip(ids[1:], mask[1:]) if m],
-                              device=student.logits.device)
-        return distillation_loss(teacher.logits, student.logits, c.kl, c.top_k, tokens)
+            teacher, _ = self._score([_behind(e, self._prompt(e.env_seed, "full")) for e in episodes], None)
+        return distillation_loss(teacher.logits, student.logits, c.kl, c.top_k, answers)
 
-    def _score(self, rows: list[tuple[list[int], list[int]]], cartridge: Cartridge | None):
-        """Right-padded batch of ``(token_ids, action_mask)`` rows scored at their answer tokens."""
-        width = max(len(ids) for ids, _ in rows)
-        pad = self.tokenizer.pad_token_id
-        ids = torch.tensor([r + [pad] * (width - len(r)) for r, _ in rows])
-        attention = torch.tensor([[1] * len(r) + [0] * (width - len(r)) for r, _ in rows])
-        mask = torch.tensor([m[1:] + [0] * (width - len(m)) for _, m in rows])
+    def _score(self, episodes: list[Episode], cartridge: Cartridge | None):
+        """The episodes' answer tokens scored (right-padded batch), and those tokens in the same row-major order."""
+        batch = collate_episodes(episodes, self.tokenizer.pad_token_id)
         device = self.config.device
-        return score_tokens(self.model, ids.to(device), attention.to(device), mask.to(device),
-                            cartridge=cartridge)
+        ids, mask = batch["input_ids"].to(device), batch["action_mask"].to(device)
+        scored = score_tokens(self.model, ids, batch["attention_mask"].to(device), mask, cartridge=cartridge)
+        return scored, ids[:, 1:][mask.bool()]
 
     def _prompt(self, seed: int, documents: str) -> list[int]:
-        env = make_view(self.config.env_id, self.config.env_kwargs, self.patient_id, "train", documents)
-        observation, info = env.reset(seed=seed)
-        env.close()
-        messages = [{"role": "system", "content": info["system_prompt"]}] if info.get("system_prompt") else []
-        return encode_chat(self.tokenizer, [*messages, {"role": "user", "content": observation}])
-
-    def _teacher_prompt(self, seed: int) -> list[int]:
-        if seed not in self._teacher_prompts:
-            self._teacher_prompts[seed] = self._prompt(seed, "full")
-        return self._teacher_prompts[seed]
-
-    def _student_prompt(self, seed: int) -> list[int]:
-        return self._prompt(seed, "none")
+        """The prompt ids of training question ``seed`` in a view (``"full"`` or ``"none"``), built once."""
+        key = (seed, documents)
+        if key not in self._prompts:
+            env = make_view(self.config.env_id, self.config.env_kwargs, self.patient_id, "train", documents)
+            observation, info = env.reset(seed=seed)
+            env.close()
+            self._prompts[key] = encode_chat(self.tokenizer, reset_messages(observation, info))
+        return self._prompts[key]
 
     # ---------------------------------------------------------------- evaluation
     @torch.no_grad()
@@ -246,12 +234,11 @@ class CartridgeDistillTrainer:
         none, _ = run(self.plain_engine, "none")
         with_cartridge, cartridge_tps = run(self.student_engine, "none", env)
         teacher, teacher_tps = run(self.plain_engine, "full")
-        student_rows = [_with_prompt(e, _prompt_of(s)) for e, s in zip(teacher, none)]
-        teacher_rows = [(e.token_ids, e.action_mask) for e in teacher]
-        teacher_logits = self._score(teacher_rows, None).logits
-        kl_cartridge = distillation_loss(teacher_logits, self._score(student_rows, self.cartridge).logits)[1]
-        kl_none = distillation_loss(teacher_logits, self._score(student_rows, None).logits)[1]
-        document_tokens = len(self._teacher_prompt(0)) - len(self._student_prompt(0))
+        students = [_behind(e, s.token_ids[:s.prompt_length]) for e, s in zip(teacher, none)]
+        teacher_logits = self._score(teacher, None)[0].logits
+        kl_cartridge = distillation_loss(teacher_logits, self._score(students, self.cartridge)[0].logits)[1]
+        kl_none = distillation_loss(teacher_logits, self._score(students, None)[0].logits)[1]
+        document_tokens = len(self._prompt(0, "full")) - len(self._prompt(0, "none"))
         full_bytes = document_tokens * kv_bytes_per_token(self.model)
         return {
             "eval/accuracy_none": _accuracy(none),
@@ -322,19 +309,10 @@ def _groups(episodes: list[Episode], size: int) -> list[list[Episode]]:
     return [episodes[i:i + size] for i in range(0, len(episodes), size)]
 
 
-def _prompt_of(episode: Episode) -> list[int]:
-    return episode.token_ids[:episode.prompt_length]
-
-
-def _with_prompt(episode: Episode, prompt: list[int]) -> tuple[list[int], list[int]]:
-    """``episode``'s answer (and what follows it) behind another prompt: the row and its answer mask."""
-    rest = episode.token_ids[episode.prompt_length:]
-    return prompt + rest, [0] * len(prompt) + episode.action_mask[episode.prompt_length:]
-
-
-def _as_student(episode: Episode, prompt: list[int]) -> Episode:
-    """A teacher's episode with the student's prompt in front of its answer (offline distillation)."""
-    ids, mask = _with_prompt(episode, prompt)
-    return Episode(ids, mask, [0.0] * len(ids), len(prompt), episode.group_id, episode.env_seed,
-                   reward=episode.reward, success=episode.success, reset_info=episode.reset_info)
-
+def _behind(episode: Episode, prompt: list[int]) -> Episode:
+    """``episode``'s answer (and what follows it) behind another prompt: the teacher's view of a student's answer,
+    or the student's of a teacher's."""
+    answer = slice(episode.prompt_length, None)
+    return Episode(prompt + episode.token_ids[answer], [0] * len(prompt) + episode.action_mask[answer],
+                   [0.0] * len(prompt) + episode.old_logprobs[answer], len(prompt), episode.group_id,
+                   episode.env_seed, reward=episode.reward, success=episode.success, reset_info=episode.reset_info)

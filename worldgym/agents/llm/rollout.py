@@ -92,6 +92,14 @@ class Episode:
         self.old_logprobs.extend(logprobs if from_model and logprobs is not None else [0.0] * len(token_ids))
 
 
+def reset_messages(observation: Any, info: dict[str, Any], system_prompt: str | None = None) -> list[dict[str, str]]:
+    """An episode's opening chat: the env's ``info["system_prompt"]`` (else ``system_prompt``), if any, then the
+    reset observation as the user's turn."""
+    system = info.get("system_prompt", system_prompt)
+    messages = [{"role": "system", "content": system}] if system else []
+    return [*messages, {"role": "user", "content": str(observation)}]
+
+
 def encode_chat(
     tokenizer: PreTrainedTokenizerBase,
     messages: list[dict[str, str]],
@@ -370,9 +378,7 @@ class RolloutCollector:
 
     def _start(self, observation: Any, info: dict[str, Any], seed: int, group_id: int) -> _Running:
         tools = info.get("tools") or None
-        system = info.get("system_prompt", self.system_prompt)
-        messages = [{"role": "system", "content": system}] if system else []
-        messages.append({"role": "user", "content": str(observation)})
+        messages = reset_messages(observation, info, self.system_prompt)
         key = json.dumps([messages, tools], sort_keys=True)  # a group shares one prompt: render it once
         prompt = self._prompt_cache.get(key)
         if prompt is None:
