@@ -77,15 +77,20 @@ def parse_run(
             raise ValueError(f"unknown preset {rest[0]!r}: use one of {list(presets)}")
         flags = rest[1:] if rest and rest[0] == name else rest
         return ParsedRun(name, _cli_for(presets, name, flags, help_text))
+    name, base = _from_file(file, presets)
+    if rest and rest[0] in presets:
+        raise ValueError(f"{file} chooses the preset ({name!r}); drop {rest[0]!r} from the command line")
+    parsed = tyro.cli(type(base), default=base, args=rest, description=_file_options_help(description))
+    return ParsedRun(name, parsed, resume=known.resume is not None)
+
+
+def _from_file(file: Path, presets: Mapping[str, tuple[str, T]]) -> tuple[str, T]:
+    """The preset a settings file names (the first when it names none) with the file's fields applied."""
     data = read_config_file(file)
     name = data.pop("preset", next(iter(presets)))
     if name not in presets:
         raise ValueError(f"{file}: preset {name!r} is unknown: use one of {list(presets)}")
-    if rest and rest[0] in presets:
-        raise ValueError(f"{file} chooses the preset ({name!r}); drop {rest[0]!r} from the command line")
-    base = config_from_dict(presets[name][1], data, source=str(file))
-    parsed = tyro.cli(type(base), default=base, args=rest, description=_file_options_help(description))
-    return ParsedRun(name, parsed, resume=known.resume is not None)
+    return name, config_from_dict(presets[name][1], data, source=str(file))
 
 
 def _cli_for(presets: Mapping[str, tuple[str, T]], name: str, rest: Sequence[str], description: str) -> T:
@@ -174,8 +179,5 @@ def save_run_config(run_dir: str | Path, preset: str, run: Any) -> Path:
 
 def load_run_config(run_dir: str | Path, presets: Mapping[str, tuple[str, T]]) -> ParsedRun[T]:
     """The settings a run directory recorded with :func:`save_run_config` (rebuilt on its preset)."""
-    data = read_config_file(Path(run_dir) / CONFIG_FILE)
-    name = data.pop("preset", next(iter(presets)))
-    if name not in presets:
-        raise ValueError(f"{run_dir}/{CONFIG_FILE}: preset {name!r} is unknown: use one of {list(presets)}")
-    return ParsedRun(name, config_from_dict(presets[name][1], data, f"{run_dir}/{CONFIG_FILE}"), resume=True)
+    name, run = _from_file(Path(run_dir) / CONFIG_FILE, presets)
+    return ParsedRun(name, run, resume=True)

@@ -1,5 +1,6 @@
 """Smoke-run examples/train_grpo.py (SFT warm start + GRPO + curve files) with tiny settings on both envs."""
 
+import dataclasses
 import json
 
 import pytest
@@ -25,6 +26,10 @@ def test_example_runs_end_to_end_and_resumes(example, tmp_path, preset):
     assert (out / "curve.png").stat().st_size > 0 and (out / "checkpoint-last" / "manifest.json").is_file()
     recorded = json.loads((out / "config.json").read_text())
     assert recorded["preset"] == preset and recorded["grpo"]["num_steps"] == 2
+    from worldgym.cli import load_run_config, parse_run
+
+    ran = parse_run(example.PRESETS, [preset, *SMALL_RUN, *warm, "--grpo.output-dir", str(out)])
+    assert load_run_config(out, example.PRESETS) == dataclasses.replace(ran, resume=True)  # every field round-trips
     # --resume reads the recorded settings back; a flag still overrides them (two more steps)
     resumed = example.main(["--resume", str(out), "--grpo.num-steps", "3"])
     assert [step for step, _ in resumed["rollout_reward"]] == [1, 2, 3]  # step 3 continued the run, none repeated
