@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-__all__ = ["check_choice", "check_field", "check_positive_int", "check_range"]
+__all__ = ["check_choice", "check_device", "check_field", "check_positive_int", "check_range"]
 
 
 def check_field(condition: bool, name: str, value: Any, fix: str) -> None:
@@ -62,3 +62,15 @@ def check_range(
     else:
         fix = f"use a number in {'(' if low_open else '['}{low}, {high}{')' if high_open else ']'}"
     check_field(ok, name, value, fix)
+
+
+def check_device(name: str, value: Any) -> None:
+    """Raise ``ValueError`` unless ``value`` names a torch device the trainers run on: cpu, cuda or cuda:N.
+
+    >>> check_device("device", "cuda:1")
+    >>> check_device("device", "tpu")
+    Traceback (most recent call last):
+    ValueError: device='tpu' is invalid: use 'cpu', 'cuda' or 'cuda:N'
+    """
+    ok = isinstance(value, str) and (value in ("cpu", "cuda") or value.startswith("cuda:"))
+    check_field(ok, name, value, "use 'cpu', 'cuda' or 'cuda:N'")

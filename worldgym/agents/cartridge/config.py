@@ -6,7 +6,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from worldgym.agents.cartridge.losses import KLKind
-from worldgym.config import check_choice, check_field, check_positive_int, check_range
+from worldgym.config import check_choice, check_device, check_field, check_positive_int, check_range
 
 __all__ = ["CartridgeDistillConfig", "DistillMode"]
 
@@ -101,8 +101,7 @@ class CartridgeDistillConfig:
         reserved = sorted({"split", "split_by", "documents", "patient_ids"} & set(self.env_kwargs))
         check_field(not reserved, "env_kwargs", self.env_kwargs,
                     f"drop {reserved}: the distiller sets them (student and teacher views, question split)")
-        check_field(self.device in ("cpu", "cuda") or self.device.startswith("cuda:"), "device", self.device,
-                    "use 'cpu', 'cuda' or 'cuda:N'")
+        check_device("device", self.device)
 
     def to_dict(self) -> dict[str, Any]:
         """The config as JSON-compatible data (stored in checkpoints)."""

@@ -6,7 +6,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from worldgym.agents.llm.losses import AdvantageNorm, Aggregation
-from worldgym.config import check_choice, check_field, check_positive_int, check_range
+from worldgym.config import check_choice, check_device, check_field, check_positive_int, check_range
 
 __all__ = ["GRPOConfig"]
 
@@ -146,8 +146,7 @@ class GRPOConfig:
         longest = self.max_new_tokens * self.max_turns
         check_field(self.overlong_buffer <= longest, "overlong_buffer", self.overlong_buffer,
                     f"use at most the longest response, max_new_tokens * max_turns = {longest}")
-        check_field(self.device in ("cpu", "cuda") or self.device.startswith("cuda:"), "device", self.device,
-                    "use 'cpu', 'cuda' or 'cuda:N'")
+        check_device("device", self.device)
 
     def to_dict(self) -> dict[str, Any]:
         """The config as JSON-compatible data (stored in checkpoints)."""
