@@ -31,7 +31,7 @@ from worldgym.agents.llm.pretrained import load_chat_model
 from worldgym.agents.llm.rollout import Episode, RolloutCollector, collate_episodes, encode_chat, reset_messages
 from worldgym.agents.llm.scoring import score_tokens
 from worldgym.agents.llm.warm_start import WarmStartConfig, load_or_train_warm_start
-from worldgym.checkpointing import load_checkpoint, save_checkpoint
+from worldgym.checkpointing import load_checkpoint, resolve_checkpoint, save_checkpoint
 from worldgym.errors import CheckpointError
 from worldgym.jsonl import append_jsonl, read_jsonl, truncate_jsonl
 
@@ -292,7 +292,7 @@ class CartridgeDistillTrainer:
     def resume_latest(self) -> Path | None:
         """Load ``checkpoint-last`` of ``config.output_dir`` if there is one."""
         path = self.output_dir / "checkpoint-last"
-        if not (path / "manifest.json").is_file() and not path.with_name(path.name + ".old").is_dir():
+        if not resolve_checkpoint(path).is_dir():  # a save killed mid-way leaves checkpoint-last.old
             return None
         self.load(path)
         return path
