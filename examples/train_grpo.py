@@ -27,7 +27,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -37,7 +37,7 @@ import torch
 
 import worldgym  # noqa: F401  (registers the env ids)
 from worldgym.agents.grpo import CSR_PRESETS, GRPOConfig, GRPOTrainer, make_text_env
-from worldgym.agents.grpo.presets import at_difficulty
+from worldgym.agents.grpo.presets import at_difficulty, csr_engine
 from worldgym.agents.llm import (
     Episode,
     SFTConfig,
@@ -48,7 +48,6 @@ from worldgym.agents.llm import (
     sft_train,
     train_chat_tokenizer,
 )
-from worldgym.agents.llm.engines import HFEngine
 from worldgym.agents.llm.warm_start import WarmStartConfig, load_or_train_warm_start
 from worldgym.cli import parse_run, save_run_config
 
@@ -190,9 +189,7 @@ def train_csr(run: CSRRun, resume: bool) -> GRPOTrainer:
     trainer = GRPOTrainer(
         config, model=warm.model.to(config.device), tokenizer=tokenizer,
         reward_fn=csr_progress_reward if run.shaping == "progress" else None,
-        make_engine=lambda policy: HFEngine(  # batched, each episode's KV cache kept across turns
-            policy, tokenizer.pad_token_id, [tokenizer.eos_token_id], batch_size=run.engine_batch_size,
-            reuse_kv_cache=True, kv_cache_max_tokens=run.kv_cache_max_tokens))
+        make_engine=lambda policy: csr_engine(policy, tokenizer, run.engine_batch_size, run.kv_cache_max_tokens))
     return _train(trainer, resume)
 
 

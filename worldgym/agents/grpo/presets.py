@@ -13,7 +13,7 @@ from worldgym.agents.grpo.config import GRPOConfig
 from worldgym.agents.llm.engines import HFEngine
 from worldgym.agents.llm.warm_start import WarmStartConfig
 
-__all__ = ["CSR_PRESETS", "CSRPreset", "at_difficulty"]
+__all__ = ["CSR_PRESETS", "CSRPreset", "at_difficulty", "csr_engine"]
 
 
 ConfigT = TypeVar("ConfigT", bound=GRPOConfig)
@@ -29,6 +29,13 @@ def at_difficulty(config: ConfigT, difficulty: int | None) -> ConfigT:
         return config
     return replace(config, env_kwargs={**config.env_kwargs, "difficulty": difficulty},
                    eval_env_kwargs={**config.eval_env_kwargs, "difficulty": difficulty})
+
+
+def csr_engine(model: Any, tokenizer: Any, batch_size: int, kv_cache_max_tokens: int) -> HFEngine:
+    """A CSR rollout engine: ``batch_size`` episodes generated together, each episode's KV cache kept across
+    turns in a store of ``kv_cache_max_tokens`` tokens."""
+    return HFEngine(model, tokenizer.pad_token_id, [tokenizer.eos_token_id], batch_size=batch_size,
+                    reuse_kv_cache=True, kv_cache_max_tokens=kv_cache_max_tokens)
 
 
 @dataclass(frozen=True)
@@ -56,8 +63,7 @@ class CSRPreset:
 
     def engine(self, model: Any, tokenizer: Any) -> HFEngine:
         """The rollout engine: batched, each episode's KV cache kept across turns."""
-        return HFEngine(model, tokenizer.pad_token_id, [tokenizer.eos_token_id], batch_size=self.engine_batch_size,
-                        reuse_kv_cache=True, kv_cache_max_tokens=self.kv_cache_max_tokens)
+        return csr_engine(model, tokenizer, self.engine_batch_size, self.kv_cache_max_tokens)
 
     def grpo_config(self, difficulty: int, config_class: type[GRPOConfig] = GRPOConfig, **overrides: Any) -> Any:
         """DAPO (clip 0.2/0.28, token-mean, dynamic sampling) on the 0/1 reward at ``difficulty``: train on the
