@@ -1,6 +1,7 @@
-"""Scale-out runtimes for the GRPO trainers: a data-parallel learner on ``torch.distributed`` (DDP, gloo on
-CPU); rollout workers on Ray come next."""
+"""Scale-out runtimes for the GRPO trainers: rollout workers on Ray (``GRPOConfig(runtime="ray")``) and a
+data-parallel learner on ``torch.distributed`` (DDP, gloo on CPU). Ray is imported only when used."""
 
 from worldgym.distributed.ddp import DDPLearner, default_backend, shard_rows
+from worldgym.distributed.ray_rollouts import RayRollouts, RolloutWorker, WorkerShard
 
-__all__ = ["DDPLearner", "default_backend", "shard_rows"]
+__all__ = ["DDPLearner", "RayRollouts", "RolloutWorker", "WorkerShard", "default_backend", "shard_rows"]

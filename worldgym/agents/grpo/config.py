@@ -69,6 +69,16 @@ class GRPOConfig:
         eval_episodes: validation episodes (0 = none).
         checkpoint_every: steps between checkpoints (0 = only at the end).
         progress: show a progress bar.
+        runtime: where training rollouts run: "local" (the trainer's process) or "ray" (rollout workers,
+            worldgym.distributed.RayRollouts; validation stays in the trainer's process).
+        num_rollout_workers: Ray rollout workers (each a copy of the policy with its own engine and envs).
+        rollout_worker_resources: Ray resources per worker, e.g. {"num_cpus": 1} or {"num_gpus": 1}.
+        async_rollouts: with runtime="ray", generate the next step's first round while the learner updates
+            (the episodes are one update old: lag 1); off: every batch comes from the current weights.
+        max_policy_lag: the oldest weights a trained batch may come from, in updates; older rollouts are
+            refused and generated again (the lag of every batch is logged).
+        max_worker_restarts: restarts of a rollout worker that dies (its share of the request is re-run).
+        ray_address: an existing Ray cluster to attach to (None: the running one, or a new local one).
     """
 
     model: str = "tiny"
@@ -120,6 +130,14 @@ class GRPOConfig:
     checkpoint_every: int = 0
     progress: bool = True
 
+    runtime: Literal["local", "ray"] = "local"
+    num_rollout_workers: int = 1
+    rollout_worker_resources: dict[str, float] = field(default_factory=lambda: {"num_cpus": 1})
+    async_rollouts: bool = False
+    max_policy_lag: int = 1
+    max_worker_restarts: int = 3
+    ray_address: str | None = None
+
     def __post_init__(self) -> None:
         self.lora_target_modules = tuple(self.lora_target_modules)
         check_choice("finetune", self.finetune, ("lora", "full"))
@@ -127,8 +145,9 @@ class GRPOConfig:
         check_choice("advantage_norm", self.advantage_norm, ("group_std", "none"))
         check_choice("vectorization_mode", self.vectorization_mode, ("none", "sync", "async"))
         check_choice("decoding", self.decoding, ("free", "constrained"))
+        check_choice("runtime", self.runtime, ("local", "ray"))
         for name in ("lora_rank", "lora_alpha", "prompts_per_step", "max_new_tokens", "max_turns", "ppo_epochs",
-                     "minibatch_size", "num_steps", "max_episode_tokens", "min_shared_prefix"):
+                     "minibatch_size", "num_steps", "max_episode_tokens", "min_shared_prefix", "num_rollout_workers"):
             check_positive_int(name, getattr(self, name))
         check_field(self.group_size >= 2, "group_size", self.group_size,
                     "use >= 2 (group-relative advantages need a group)")
@@ -147,6 +166,12 @@ class GRPOConfig:
         check_field(self.overlong_buffer <= longest, "overlong_buffer", self.overlong_buffer,
                     f"use at most the longest response, max_new_tokens * max_turns = {longest}")
         check_device("device", self.device)
+        check_range("max_policy_lag", self.max_policy_lag, 0, None)
+        check_range("max_worker_restarts", self.max_worker_restarts, 0, None)
+        check_field(not self.async_rollouts or self.runtime == "ray", "async_rollouts", self.async_rollouts,
+                    "use runtime='ray' (in process, rollouts and updates take turns)")
+        check_field(not self.async_rollouts or self.max_policy_lag >= 1, "max_policy_lag", self.max_policy_lag,
+                    "use >= 1 with async_rollouts (their episodes are one update old)")
 
     def to_dict(self) -> dict[str, Any]:
         """The config as JSON-compatible data (stored in checkpoints)."""

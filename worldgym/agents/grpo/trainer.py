@@ -7,7 +7,8 @@ import json
 import time
 from collections.abc import Callable
 from contextlib import nullcontext
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,7 @@ from worldgym.agents.llm.losses import (
 )
 from worldgym.agents.llm.models import TINY_SIZES, build_tiny_model, load_model, load_tokenizer
 from worldgym.agents.llm.rollout import Episode, RolloutCollector, collate_episodes, make_vector_env
+from worldgym.agents.llm.runtime import LocalRollouts, RolloutBatch, RolloutRuntime
 from worldgym.agents.llm.scoring import score_tokens
 from worldgym.agents.llm.tokenizer import env_text_corpus, train_chat_tokenizer
 from worldgym.checkpointing import resolve_checkpoint
@@ -93,6 +95,23 @@ class MinibatchLoss:
 
 
 MinibatchStep = Callable[[dict[str, Any], torch.Tensor, torch.Tensor], dict[str, float]]
+
+
+@dataclass
+class _Round:
+    """A submitted round of rollouts: its tasks and sampling (kept to generate them again) and the request."""
+
+    seeds: list[int]
+    params: SamplingParams
+    first_group_id: int
+    request: Any = None
+
+
+def default_engine(pad_token_id: int, eos_token_id: int, min_shared_prefix: int, policy: PreTrainedModel
+                   ) -> HFEngine:
+    """The trainer's default engine: :class:`HFEngine` on ``policy`` (a module-level function, so rollout
+    workers can build the same engine on their copy)."""
+    return HFEngine(policy, pad_token_id, [eos_token_id], min_shared_prefix=min_shared_prefix)
 
 
 def make_text_env(env_id: str, env_kwargs: dict[str, Any], wrap_tool_calls: bool) -> gym.Env:
@@ -161,20 +180,14 @@ class GRPOTrainer:
             )
         self.optimizer = self._make_optimizer()
         self.reference = self._frozen_reference(model)
-        eos = self.tokenizer.eos_token_id
-        self.engine = (
-            make_engine(self.policy)
-            if make_engine
-            else HFEngine(
-                self.policy,
-                self.tokenizer.pad_token_id,
-                [eos],
-                min_shared_prefix=config.min_shared_prefix if config.share_prompt_prefix else 0,
-            )
+        make_engine = make_engine or partial(
+            default_engine, self.tokenizer.pad_token_id, self.tokenizer.eos_token_id,
+            config.min_shared_prefix if config.share_prompt_prefix else 0,
         )
+        self.engine = make_engine(self.policy)
         self.rollout_limits = {"max_turns": config.max_turns, "max_episode_tokens": config.max_episode_tokens,
                                "decoding": config.decoding}
-        if config.vectorization_mode == "none":
+        if config.vectorization_mode == "none" or config.runtime == "ray":
             train_envs: dict[str, Any] = {"make_env": self.make_env}
         else:  # one sub-env per episode of a step
             num_envs = config.prompts_per_step * config.group_size
@@ -182,6 +195,8 @@ class GRPOTrainer:
         self.collector = RolloutCollector(self.engine, self.tokenizer, **train_envs, **self.rollout_limits)
         self.eval_collector = RolloutCollector(self.engine, self.tokenizer, self.make_eval_env,
                                               **self.rollout_limits)
+        self.rollouts = self._make_rollouts(make_engine)
+        self._pending: _Round | None = None  # async rollouts: the next step's first round, already running
         self.step = 0
         self.output_dir = Path(config.output_dir)
         self.history: list[dict[str, Any]] = []
@@ -199,6 +214,20 @@ class GRPOTrainer:
             tokenizer = tokenizer or train_chat_tokenizer(env_text_corpus(self.make_env), vocab_size=2000)
             return tokenizer, build_tiny_model(tokenizer, name, seed=self.config.seed)
         return tokenizer or load_tokenizer(name), load_model(name)
+
+    def _make_rollouts(self, make_engine: Callable[[PreTrainedModel], GenerationEngine]) -> RolloutRuntime:
+        """Where training rollouts run (``config.runtime``): this process, or Ray workers built from copies of
+        the policy, the env factory and the engine factory."""
+        config = self.config
+        if config.runtime == "local":
+            return LocalRollouts(self.collector)
+        from worldgym.distributed.ray_rollouts import RayRollouts
+
+        return RayRollouts(
+            self.policy, self.tokenizer, self.make_env, make_engine, self.rollout_limits,
+            num_workers=config.num_rollout_workers, worker_resources=config.rollout_worker_resources,
+            max_restarts=config.max_worker_restarts, address=config.ray_address,
+        )
 
     def _prepare_policy(self, model: PreTrainedModel) -> PreTrainedModel:
         if self.config.finetune == "full" or isinstance(model, PeftModel):
@@ -252,30 +281,45 @@ class GRPOTrainer:
         return [m for m in self.history if "rollout/reward_mean" in m]
 
     def train_step(self) -> dict[str, Any]:
-        """One GRPO iteration: :meth:`collect_batch`, :meth:`prepare`, :meth:`update`, then sync the engine's
-        weights. A distributed runtime calls the same pieces on different processes."""
+        """One GRPO iteration: :meth:`collect_batch`, :meth:`prepare`, :meth:`update`, then sync the rollout
+        weights. With ``async_rollouts`` the next step's first round is submitted before the update, so the
+        rollout workers generate while the learner trains."""
         start = time.perf_counter()
         episodes, rollout_metrics = self.collect_batch()
-        rollout_time = time.perf_counter() - start
+        rollout_end = time.perf_counter()
+        rollout_time = rollout_end - start
         prepared = self.prepare(episodes)
         update_start = time.perf_counter()
+        if self.config.async_rollouts and self.step + 1 < self.config.num_steps:
+            self._pending = self._submit_round(0)
         update_metrics = self.update(prepared)
-        self.engine.sync_weights()
         self.step += 1
+        sync_start = time.perf_counter()
+        self._sync_weights()
         end = time.perf_counter()
         tokens = int(prepared.batch["attention_mask"].sum())
+        workers = self.rollouts.num_workers
         return {
             "step": self.step,
             **rollout_metrics,
             **update_metrics,
             "rollout/shaped_reward_mean": prepared.rewards.mean().item(),
             "perf/gen_tokens_per_s": rollout_metrics["rollout/model_tokens"] / max(rollout_time, 1e-9),
-            "perf/train_tokens_per_s": tokens * self.config.ppo_epochs / max(end - update_start, 1e-9),
+            "perf/train_tokens_per_s": tokens * self.config.ppo_epochs / max(sync_start - update_start, 1e-9),
             "perf/step_tokens_per_s": tokens / max(end - start, 1e-9),
+            "perf/worker_utilisation": rollout_metrics["time/worker_busy_s"] / max((end - start) * workers, 1e-9),
             "time/rollout_s": rollout_time,
-            "time/update_s": end - update_start,
+            "time/prepare_s": update_start - rollout_end,
+            "time/update_s": sync_start - update_start,
+            "time/sync_s": end - sync_start,
             "time/step_s": end - start,
         }
+
+    def _sync_weights(self) -> None:
+        """The trainer's own engine (validation, in-process rollouts) and the rollout runtime get the current
+        weights, as version ``self.step``."""
+        self.engine.sync_weights()
+        self.rollouts.sync_weights(self.step, self.trainable)
 
     def collect_batch(self) -> tuple[list[Episode], dict[str, float]]:
         """The step's training episodes and rollout metrics: ``prompts_per_step`` groups, filtered by dynamic
@@ -313,28 +357,52 @@ class GRPOTrainer:
             metrics.update(self.auxiliary_loss.end_step())
         return metrics
 
+    def _submit_round(self, first_group_id: int) -> _Round:
+        """Draw ``prompts_per_step`` tasks and a sampling seed, and submit their groups to the runtime."""
+        config = self.config
+        seeds = self.rng.integers(0, 2**31 - 1, size=config.prompts_per_step).tolist()
+        params = SamplingParams(
+            config.temperature, config.top_p, config.max_new_tokens, seed=int(self.rng.integers(0, 2**31 - 1))
+        )
+        round_ = _Round(seeds, params, first_group_id)
+        round_.request = self.rollouts.submit(seeds, config.group_size, params, first_group_id)
+        return round_
+
+    def _gather_round(self, round_: _Round, costs: dict[str, float]) -> list[Episode]:
+        """A round's episodes; a round sampled by weights more than ``max_policy_lag`` updates old is refused
+        and generated again from the current ones (``costs`` adds up the runtime's costs and refusals)."""
+        batch = self.rollouts.gather(round_.request)
+        _add_costs(costs, batch)
+        if self.step - min(e.policy_version for e in batch.episodes) > self.config.max_policy_lag:
+            costs["rollout/stale_rounds_refused"] += 1
+            round_.request = self.rollouts.submit(round_.seeds, self.config.group_size, round_.params,
+                                                  round_.first_group_id)
+            batch = self.rollouts.gather(round_.request)
+            _add_costs(costs, batch)
+        return batch.episodes
+
     def _collect_batch(self, dynamic_sampling: bool) -> tuple[list[Episode], dict[str, float]]:
         """Sample ``prompts_per_step`` groups; with dynamic sampling keep only groups whose rewards differ and
         resample (up to ``max_resample_rounds``) to refill. Rollout metrics describe the first, unfiltered
-        round."""
+        round; the policy lag, the trained episodes."""
         config = self.config
         kept: list[Episode] = []
         metrics: dict[str, float] = {}
+        costs = {"time/worker_busy_s": 0.0, "time/weight_load_s": 0.0, "rollout/worker_restarts": 0,
+                 "rollout/stale_rounds_refused": 0}
         group_offset = 0
         for round_index in range(1 + (config.max_resample_rounds if dynamic_sampling else 0)):
-            seeds = self.rng.integers(0, 2**31 - 1, size=config.prompts_per_step).tolist()
-            params = SamplingParams(
-                config.temperature,
-                config.top_p,
-                config.max_new_tokens,
-                seed=int(self.rng.integers(0, 2**31 - 1)),
-            )
-            episodes = self.collector.collect(seeds, config.group_size, params, first_group_id=group_offset)
+            if round_index == 0 and self._pending is not None:
+                round_, self._pending = self._pending, None
+            else:
+                round_ = self._submit_round(group_offset)
+            episodes = self._gather_round(round_, costs)
             group_offset += config.prompts_per_step
             if round_index == 0:
                 metrics = _rollout_metrics(episodes)
             if not dynamic_sampling:
-                return episodes, metrics | {"rollout/episodes_sampled": len(episodes)}
+                return episodes, metrics | costs | _lag_metrics(episodes, self.step) | {
+                    "rollout/episodes_sampled": len(episodes)}
             rewards = [self.reward_fn(e) if self.reward_fn else e.reward for e in episodes]
             informative = dynamic_sampling_mask(
                 torch.tensor(rewards), torch.tensor([e.group_id for e in episodes])
@@ -345,7 +413,8 @@ class GRPOTrainer:
         metrics["rollout/kept_groups"] = len(kept) / config.group_size
         metrics["rollout/episodes_sampled"] = group_offset * config.group_size
         kept = kept[: config.prompts_per_step * config.group_size]
-        return (kept or episodes), metrics  # no informative group: train on the last round (zero advantages)
+        trained = kept or episodes  # no informative group: train on the last round (zero advantages)
+        return trained, metrics | costs | _lag_metrics(trained, self.step)
 
     def _update(
         self,
@@ -503,13 +572,16 @@ class GRPOTrainer:
             tqdm.write(f"step {metrics['step']:4d}  validation: " + ", ".join(shown) + training)
 
     def close(self) -> None:
-        """Close the training vector env (its subprocesses, with ``vectorization_mode="async"``)."""
-        if self.collector.vector_env is not None:
-            self.collector.vector_env.close()
+        """Close the training vector env (its subprocesses, with ``vectorization_mode="async"``) or the Ray
+        rollout workers."""
+        self.rollouts.close()
 
     def save(self, path: str | Path) -> Path:
         """Trainable weights + optimizer (safetensors) and step, RNG and config (JSON)."""
         state = {"step": self.step, "rng": self.rng.bit_generator.state, "config": self.config.to_dict()}
+        if self._pending is not None:  # async: the next step's tasks, already drawn from the RNG
+            state["pending_round"] = {"seeds": self._pending.seeds, "params": asdict(self._pending.params),
+                                      "first_group_id": self._pending.first_group_id}
         weights = dict(self.trainable)
         if self.auxiliary_loss is not None:
             tensors, state["auxiliary"] = self.auxiliary_loss.state()
@@ -565,7 +637,13 @@ class GRPOTrainer:
             self.auxiliary_loss.load_state(auxiliary, state["auxiliary"])
         # a crash after this checkpoint left later lines in the log: drop them so no step is logged twice
         truncate_jsonl(self.output_dir / "metrics.jsonl", "step", self.step)
-        self.engine.sync_weights()
+        self._sync_weights()
+        self._pending = None
+        if "pending_round" in state:  # the same tasks, generated again by the loaded weights (lag 0)
+            pending = state["pending_round"]
+            self._pending = _Round(pending["seeds"], SamplingParams(**pending["params"]), pending["first_group_id"])
+            self._pending.request = self.rollouts.submit(self._pending.seeds, self.config.group_size,
+                                                         self._pending.params, self._pending.first_group_id)
 
 
 def _rollout_success_since_last_validation(history: list[dict[str, Any]]) -> list[float]:
@@ -577,6 +655,18 @@ def _rollout_success_since_last_validation(history: list[dict[str, Any]]) -> lis
         if "eval/success_rate" in row and row is not history[-1]:
             break
     return success
+
+
+def _add_costs(costs: dict[str, float], batch: RolloutBatch) -> None:
+    costs["time/worker_busy_s"] += batch.busy_seconds
+    costs["time/weight_load_s"] += batch.weight_load_seconds
+    costs["rollout/worker_restarts"] += batch.worker_restarts
+
+
+def _lag_metrics(episodes: list[Episode], version: int) -> dict[str, float]:
+    """How many updates behind the learner (at ``version``) the trained episodes' weights are."""
+    lags = np.array([version - e.policy_version for e in episodes])
+    return {"rollout/policy_lag_mean": float(lags.mean()), "rollout/policy_lag_max": int(lags.max())}
 
 
 def _rollout_metrics(episodes: list[Episode]) -> dict[str, float]:

@@ -57,7 +57,9 @@ class Episode:
     elsewhere); ``allowed_token_ids[i]`` lists the tokens a constrained sampler could choose from at model
     token ``i`` (only where a constraint narrowed it). ``reset_info`` is the env's reset info (tools, task
     details); ``observed_values`` the copyable strings the env's observations showed
-    (``info["observed_values"]``), in order.
+    (``info["observed_values"]``), in order. ``policy_version`` counts the optimizer updates of the weights
+    that sampled it (set by the rollout runtime; a learner at version ``v`` trains on it with lag
+    ``v - policy_version``).
     """
 
     token_ids: list[int]
@@ -74,6 +76,7 @@ class Episode:
     allowed_token_ids: dict[int, list[int]] = field(default_factory=dict)
     reset_info: dict[str, Any] = field(default_factory=dict)
     observed_values: list[str] = field(default_factory=list)
+    policy_version: int = 0
 
     @property
     def num_model_tokens(self) -> int:
