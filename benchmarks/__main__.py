@@ -81,6 +81,7 @@ SUITE: tuple[Benchmark, ...] = (
                                                                      ("hybrid", "text"), ("on_policy", "random"))),
                ("report",)),
               (("run", "--mode", "on_policy"), ("run", "--mode", "offline"), ("report",))),
+    Benchmark("ray_scaleout.py", ((),), ((),)),
 )
 
 

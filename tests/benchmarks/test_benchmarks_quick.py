@@ -102,6 +102,21 @@ def test_csr_rollout_speed(tmp_path: Path) -> None:
     assert runs[True]["positions_per_episode"] < runs[False]["positions_per_episode"]  # what KV reuse saves
 
 
+def test_ray_scaleout(tmp_path: Path) -> None:
+    pytest.importorskip("ray")
+    run("ray_scaleout.py", results=tmp_path)
+    data = load(tmp_path / "ray_scaleout.json")
+    results = data["results"]
+    assert set(results) == {"in-process", "ray-1-sync", "ray-1-async"} and data["steps"] == 2
+    assert results["in-process"]["speed_vs_in_process"] == 1.0
+    assert results["ray-1-sync"]["policy_lag_mean"] == 0 and results["ray-1-async"]["policy_lag_mean"] == 1
+    assert all(r["steps_per_s"] > 0 and r["phases_s"]["update"] > 0 for r in results.values())
+    assert results["ray-1-sync"]["phases_s"]["worker_busy"] > 0
+    for prediction in data["scaling_model"].values():
+        assert prediction["async_steps_per_s"] >= prediction["sync_steps_per_s"] > 0
+    assert (tmp_path / "ray_scaleout.png").stat().st_size > 0
+
+
 def test_csr_policy_every_stage(tmp_path: Path) -> None:
     out = run_stages("csr_policy.py", ("random",), ("warm-start", "--model", "tiny", "--decodings", "constrained"),
                      ("dapo", "--model", "tiny", "--decoding", "constrained", "--difficulty", "1"), ("report",),

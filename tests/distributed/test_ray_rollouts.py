@@ -169,3 +169,20 @@ def _alive(pid: int) -> bool:
             return stat.read().split()[2] != "Z"
     except FileNotFoundError:
         return False
+
+
+def test_dual_lora_agent_runs_its_rollouts_on_ray_too(tmp_path):
+    from worldgym.agents.dual_lora import DualLoRAConfig, DualLoRATrainer
+
+    settings = dict(num_steps=2, prompts_per_step=2, group_size=2, max_new_tokens=16, max_turns=2, eval_every=0,
+                    progress=False, minibatch_size=4)
+    local = DualLoRATrainer(DualLoRAConfig(output_dir=str(tmp_path / "local"), **settings))
+    remote = DualLoRATrainer(DualLoRAConfig(output_dir=str(tmp_path / "ray"), runtime="ray", **settings))
+    try:
+        params = SamplingParams(1.0, 1.0, 16, seed=9)
+        expected = local.rollouts.gather(local.rollouts.submit([31, 32], 2, params)).episodes
+        got = remote.rollouts.gather(remote.rollouts.submit([31, 32], 2, params)).episodes
+        assert _tokens(got) == _tokens(expected)
+        assert remote.train_step()["rollout/episodes_sampled"] == 4
+    finally:
+        remote.close()

@@ -64,7 +64,7 @@ class RolloutWorker:
     """A rollout worker's state (run as a Ray actor by :class:`RayRollouts`; usable in process for tests).
 
     Args:
-        policy: a copy of the learner's model (moved to CUDA when the worker was given a GPU).
+        policy: a copy of the learner's model (moved to CUDA when Ray gave the worker a GPU).
         tokenizer: the chat tokenizer.
         make_env: builds one env (the worker keeps a pool of them).
         make_engine: builds the generation engine on ``policy``.
@@ -80,7 +80,7 @@ class RolloutWorker:
         make_engine: Callable[[torch.nn.Module], GenerationEngine],
         rollout_limits: Mapping[str, Any],
     ):
-        if torch.cuda.is_available():  # pragma: no cover - no GPU here
+        if _assigned_gpus():  # pragma: no cover - no GPU here
             policy = policy.to("cuda")
         self.policy = policy.eval()
         self.trainable = {name: p for name, p in policy.named_parameters() if p.requires_grad}
@@ -125,6 +125,12 @@ class RolloutWorker:
     def pid(self) -> int:
         """The worker's process id."""
         return os.getpid()
+
+
+def _assigned_gpus() -> list[Any]:
+    """The GPUs Ray gave this worker (none in process, or for a CPU worker)."""
+    ray = require_ray()
+    return ray.get_gpu_ids() if ray.is_initialized() and torch.cuda.is_available() else []
 
 
 def _resolve(reference: Any) -> Any:

@@ -72,7 +72,8 @@ class GRPOConfig:
         runtime: where training rollouts run: "local" (the trainer's process) or "ray" (rollout workers,
             worldgym.distributed.RayRollouts; validation stays in the trainer's process).
         num_rollout_workers: Ray rollout workers (each a copy of the policy with its own engine and envs).
-        rollout_worker_resources: Ray resources per worker, e.g. {"num_cpus": 1} or {"num_gpus": 1}.
+        rollout_worker_cpus / rollout_worker_gpus: Ray resources each rollout worker reserves (e.g. 0 / 1 puts
+            inference on GPUs of its own beside the learner's).
         async_rollouts: with runtime="ray", generate the next step's first round while the learner updates
             (the episodes are one update old: lag 1); off: every batch comes from the current weights.
         max_policy_lag: the oldest weights a trained batch may come from, in updates; older rollouts are
@@ -132,7 +133,8 @@ class GRPOConfig:
 
     runtime: Literal["local", "ray"] = "local"
     num_rollout_workers: int = 1
-    rollout_worker_resources: dict[str, float] = field(default_factory=lambda: {"num_cpus": 1})
+    rollout_worker_cpus: float = 1.0
+    rollout_worker_gpus: float = 0.0
     async_rollouts: bool = False
     max_policy_lag: int = 1
     max_worker_restarts: int = 3
@@ -168,6 +170,8 @@ class GRPOConfig:
         check_device("device", self.device)
         check_range("max_policy_lag", self.max_policy_lag, 0, None)
         check_range("max_worker_restarts", self.max_worker_restarts, 0, None)
+        check_range("rollout_worker_cpus", self.rollout_worker_cpus, 0, None)
+        check_range("rollout_worker_gpus", self.rollout_worker_gpus, 0, None)
         check_field(not self.async_rollouts or self.runtime == "ray", "async_rollouts", self.async_rollouts,
                     "use runtime='ray' (in process, rollouts and updates take turns)")
         check_field(not self.async_rollouts or self.max_policy_lag >= 1, "max_policy_lag", self.max_policy_lag,

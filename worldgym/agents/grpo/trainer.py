@@ -225,7 +225,8 @@ class GRPOTrainer:
 
         return RayRollouts(
             self.policy, self.tokenizer, self.make_env, make_engine, self.rollout_limits,
-            num_workers=config.num_rollout_workers, worker_resources=config.rollout_worker_resources,
+            num_workers=config.num_rollout_workers,
+            worker_resources={"num_cpus": config.rollout_worker_cpus, "num_gpus": config.rollout_worker_gpus},
             max_restarts=config.max_worker_restarts, address=config.ray_address,
         )
 
