@@ -97,3 +97,41 @@ def run_rank(rank: int, port: int, tokenizer_dir: str, out_dir: str, backend: st
             torch.save(results, Path(out_dir) / "ddp.pt")
     finally:
         dist.destroy_process_group()
+
+
+def token_parity(episode) -> float:
+    """A reward that differs within groups of a random tiny model, so updates are not zero."""
+    return float(sum(t for t, sampled in zip(episode.token_ids, episode.action_mask) if sampled) % 2)
+
+
+LOOP_STEPS = 2
+
+
+def loop_trainer(output_dir: str, learner: str) -> GRPOTrainer:
+    """A GRPO run on MathQA-v0 (tiny model, LoRA, dynamic sampling) whose learner is ``learner``; SGD for the
+    reason given in :func:`make_trainer`."""
+    config = GRPOConfig(prompts_per_step=2, group_size=2, max_new_tokens=8, minibatch_size=4, learning_rate=1e-2,
+                        dynamic_sampling=True, max_resample_rounds=1, num_steps=LOOP_STEPS, eval_every=0,
+                        progress=False, output_dir=output_dir, learner=learner)
+    trainer = GRPOTrainer(config, reward_fn=token_parity)
+    trainer.optimizer = torch.optim.SGD(list(trainer.trainable.values()), lr=config.learning_rate)
+    return trainer
+
+
+def run_loop_rank(rank: int, port: int, out_dir: str) -> None:
+    """One rank of a ``learner="ddp"`` training run, joined the way torchrun does it (environment variables);
+    rank 0 saves the weights and every step's metrics."""
+    import os
+
+    torch.set_num_threads(1)
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(WORLD_SIZE), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    try:
+        trainer = loop_trainer(f"{out_dir}/run", "ddp")
+        history = trainer.train()
+        if rank == 0:
+            weights = {name: p.detach().clone() for name, p in trainer.trainable.items()}
+            torch.save({"weights": weights, "history": history}, Path(out_dir) / "loop.pt")
+        else:
+            assert not trainer.is_main and history and not (Path(out_dir) / "run" / "checkpoint-last").exists()
+    finally:
+        dist.destroy_process_group()

@@ -34,9 +34,13 @@ def _free_port() -> int:
 
 
 def _spawn(tokenizer_dir: Path, out_dir: Path, backend: str = "gloo") -> None:
-    """Run both ranks; on a failure or a hang, no process is left behind."""
-    context = mp.start_processes(worker.run_rank, args=(_free_port(), str(tokenizer_dir), str(out_dir), backend),
-                                 nprocs=worker.WORLD_SIZE, join=False, start_method="spawn")
+    """Run both ranks of the update test."""
+    _run_ranks(worker.run_rank, (_free_port(), str(tokenizer_dir), str(out_dir), backend))
+
+
+def _run_ranks(function, args: tuple) -> None:
+    """``function(rank, *args)`` on every rank; on a failure or a hang, no process is left behind."""
+    context = mp.start_processes(function, args=args, nprocs=worker.WORLD_SIZE, join=False, start_method="spawn")
     deadline = time.monotonic() + TIMEOUT_S
     try:
         while not context.join(timeout=1):  # raises when a rank failed (and ends the others)
@@ -88,6 +92,31 @@ def test_two_nccl_ranks_update_like_one_process_on_the_whole_batch(tokenizer_dir
         pytest.skip(f"needs {worker.WORLD_SIZE} CUDA devices")
     _spawn(tokenizer_dir, tmp_path, backend="nccl")
     _assert_same_as_one_process(tokenizer_dir, tmp_path, "cuda:0")
+
+
+def test_a_ddp_training_run_matches_one_process(tmp_path):
+    """Two ranks joined from torchrun-style environment variables run GRPOTrainer.train with learner="ddp":
+    rank 0's rollouts (dynamic sampling included) and the sharded updates give one process's weights and
+    metrics; only rank 0 writes the run's files."""
+    _run_ranks(worker.run_loop_rank, (_free_port(), str(tmp_path)))
+    ddp = torch.load(tmp_path / "loop.pt")
+    single = worker.loop_trainer(str(tmp_path / "single"), "single")
+    expected = single.train()
+    assert len(ddp["history"]) == len(expected) == worker.LOOP_STEPS
+    for got, want in zip(ddp["history"], expected):
+        assert got["rollout/model_tokens"] == want["rollout/model_tokens"]
+        assert got["loss/grad_norm"] == pytest.approx(want["loss/grad_norm"], rel=1e-5, abs=1e-7)
+    assert any(row["loss/grad_norm"] > 0 for row in expected)  # real updates
+    for name, tensor in single.trainable.items():
+        torch.testing.assert_close(ddp["weights"][name], tensor, rtol=1e-5, atol=1e-7)
+    assert (tmp_path / "run" / "metrics.jsonl").read_text().count("\n") == worker.LOOP_STEPS
+
+
+def test_ddp_learner_outside_torchrun_says_how_to_launch(monkeypatch, tmp_path):
+    for name in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(name, raising=False)
+    with pytest.raises(RuntimeError, match="torchrun --nproc-per-node"):
+        worker.loop_trainer(str(tmp_path), "ddp")
 
 
 def test_shards_train_unequal_token_counts():

@@ -17,21 +17,31 @@ tokens would count for more). Each rank therefore all-reduces its counts first a
 turns the local mean into the local share of the global mean. Logged metrics are combined the same way, so
 they equal the single-process ones too.
 
+**In the training loop.** ``GRPOConfig(learner="ddp")`` under ``torchrun`` makes every rank's trainer build
+a learner (:func:`init_process_group_from_env` joins the group): rank 0 runs the rollouts and shares the
+episodes and its RNG state (:meth:`DDPLearner.share_from_rank0`), every rank prepares the same batch and runs
+:meth:`DDPLearner.update`, and only rank 0 validates, logs and saves.
+
 Gloo on CPU is tested; NCCL on CUDA goes the same way (``device_ids`` set) but is untested here. Not yet:
-FSDP/FSDP2 sharding, auxiliary losses (the dual-LoRA world model: its normaliser is its own), rollout workers.
+FSDP/FSDP2 sharding, auxiliary losses (the dual-LoRA world model: its normaliser is its own).
 """
 
 from __future__ import annotations
 
-from typing import Any
+import os
+from collections.abc import Callable
+from typing import Any, TypeVar
 
+import numpy as np
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from worldgym.agents.grpo.trainer import GRPOTrainer, MinibatchLoss, TrainBatch
 
-__all__ = ["DDPLearner", "default_backend", "shard_rows"]
+__all__ = ["DDPLearner", "default_backend", "init_process_group_from_env", "shard_rows"]
+
+T = TypeVar("T")
 
 # metrics that are means over the minibatch's trained tokens, combined across ranks by token share
 _TOKEN_MEAN_METRICS = ("loss/policy", "loss/kl", "loss/entropy", "loss/clip_fraction", "loss/ratio_mean")
@@ -40,6 +50,26 @@ _TOKEN_MEAN_METRICS = ("loss/policy", "loss/kl", "loss/entropy", "loss/clip_frac
 def default_backend() -> str:
     """``"nccl"`` where CUDA is present, else ``"gloo"``."""
     return "nccl" if torch.cuda.is_available() else "gloo"
+
+
+def init_process_group_from_env() -> None:
+    """Join the process group ``torchrun`` describes in the environment (``RANK``, ``WORLD_SIZE``,
+    ``MASTER_ADDR``, ``MASTER_PORT``) with :func:`default_backend`; nothing to do when one is initialised.
+
+    Raises:
+        RuntimeError: no group is initialised and the environment describes none.
+    """
+    if dist.is_initialized():
+        return
+    missing = [name for name in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT") if name not in os.environ]
+    if missing:
+        raise RuntimeError(
+            f"learner='ddp' needs a torch.distributed process group, and the environment lacks {missing}: launch "
+            "with `torchrun --nproc-per-node N your_script.py`, or call torch.distributed.init_process_group first"
+        )
+    if default_backend() == "nccl" and "LOCAL_RANK" in os.environ:  # pragma: no cover - no GPU here
+        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+    dist.init_process_group(default_backend())
 
 
 def shard_rows(rows: torch.Tensor, rank: int, world_size: int) -> torch.Tensor:
@@ -115,6 +145,14 @@ class DDPLearner:
             process_group=process_group,
             find_unused_parameters=find_unused_parameters,
         )
+
+    def share_from_rank0(self, produce: Callable[[], T], rng: np.random.Generator) -> T:
+        """Rank 0 runs ``produce()`` (e.g. a step's rollouts); every rank returns its result and continues
+        from rank 0's ``rng`` state after it, so the ranks draw the same minibatch orders from then on."""
+        payload: list[Any] = [(produce(), rng.bit_generator.state) if self.rank == 0 else None]
+        dist.broadcast_object_list(payload, src=0, group=self.group)
+        result, rng.bit_generator.state = payload[0]
+        return result
 
     def update(self, prepared: TrainBatch) -> dict[str, float]:
         """:meth:`GRPOTrainer.update` with every minibatch split over the ranks; the same batch on every rank.

@@ -80,6 +80,10 @@ class GRPOConfig:
             refused and generated again (the lag of every batch is logged).
         max_worker_restarts: restarts of a rollout worker that dies (its share of the request is re-run).
         ray_address: an existing Ray cluster to attach to (None: the running one, or a new local one).
+        learner: "single" (this process updates) or "ddp": data-parallel updates over the processes of a
+            torch.distributed group (launch with torchrun; worldgym.distributed.DDPLearner): rank 0 runs the
+            rollouts (in process or on Ray), every rank updates on its share of each minibatch, and only rank 0
+            validates, logs and saves. Not with an auxiliary loss (the dual-LoRA world model) yet.
     """
 
     model: str = "tiny"
@@ -139,6 +143,7 @@ class GRPOConfig:
     max_policy_lag: int = 1
     max_worker_restarts: int = 3
     ray_address: str | None = None
+    learner: Literal["single", "ddp"] = "single"
 
     def __post_init__(self) -> None:
         self.lora_target_modules = tuple(self.lora_target_modules)
@@ -148,6 +153,7 @@ class GRPOConfig:
         check_choice("vectorization_mode", self.vectorization_mode, ("none", "sync", "async"))
         check_choice("decoding", self.decoding, ("free", "constrained"))
         check_choice("runtime", self.runtime, ("local", "ray"))
+        check_choice("learner", self.learner, ("single", "ddp"))
         for name in ("lora_rank", "lora_alpha", "prompts_per_step", "max_new_tokens", "max_turns", "ppo_epochs",
                      "minibatch_size", "num_steps", "max_episode_tokens", "min_shared_prefix", "num_rollout_workers"):
             check_positive_int(name, getattr(self, name))

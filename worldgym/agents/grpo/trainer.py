@@ -160,6 +160,7 @@ class GRPOTrainer:
         auxiliary_loss: AuxiliaryLoss | None = None,
     ):
         self.config = config
+        self.rank = _join_learner_group(config)
         self.reward_fn = reward_fn
         self.auxiliary_loss = auxiliary_loss
         self.rng = np.random.default_rng(config.seed)
@@ -197,6 +198,11 @@ class GRPOTrainer:
                                               **self.rollout_limits)
         self.rollouts = self._make_rollouts(make_engine)
         self._pending: _Round | None = None  # async rollouts: the next step's first round, already running
+        self.ddp = None  # learner="ddp": this rank's share of data-parallel updates
+        if config.learner == "ddp":
+            from worldgym.distributed.ddp import DDPLearner
+
+            self.ddp = DDPLearner(self)
         self.step = 0
         self.output_dir = Path(config.output_dir)
         self.history: list[dict[str, Any]] = []
@@ -219,7 +225,7 @@ class GRPOTrainer:
         """Where training rollouts run (``config.runtime``): this process, or Ray workers built from copies of
         the policy, the env factory and the engine factory."""
         config = self.config
-        if config.runtime == "local":
+        if config.runtime == "local" or self.rank != 0:  # data-parallel: rank 0 alone runs rollouts
             return LocalRollouts(self.collector)
         from worldgym.distributed.ray_rollouts import RayRollouts
 
@@ -260,25 +266,33 @@ class GRPOTrainer:
         return reference
 
     # ---------------------------------------------------------------- loop
+    @property
+    def is_main(self) -> bool:
+        """Whether this process validates, logs and saves (the only one, or rank 0 of a data-parallel group)."""
+        return self.rank == 0
+
     def train(self) -> list[dict[str, Any]]:
         """Run until ``config.num_steps``; returns the metrics of every step (also in ``metrics.jsonl``)."""
         config = self.config
+        main = self.is_main
         self.output_dir.mkdir(parents=True, exist_ok=True)
-        if self.step == 0:  # a fresh run starts a fresh log; a resumed one appends
+        if self.step == 0 and main:  # a fresh run starts a fresh log; a resumed one appends
             (self.output_dir / "metrics.jsonl").write_text("")
             if config.eval_every:
                 self._log({"step": 0, **self.evaluate()})
-        with tqdm(total=config.num_steps, initial=self.step, desc="grpo", disable=not config.progress) as bar:
+        with tqdm(total=config.num_steps, initial=self.step, desc="grpo", disable=not (config.progress and main)
+                  ) as bar:
             while self.step < config.num_steps:
                 metrics = self.train_step()
-                if config.eval_every and self.step % config.eval_every == 0:
+                if config.eval_every and self.step % config.eval_every == 0 and main:
                     metrics.update(self.evaluate())
                 self._log(metrics)
-                if config.checkpoint_every and self.step % config.checkpoint_every == 0:
+                if config.checkpoint_every and self.step % config.checkpoint_every == 0 and main:
                     self.save(self.output_dir / f"checkpoint-{self.step}")
                 bar.update(1)
                 bar.set_postfix(reward=f"{metrics['rollout/reward_mean']:.3f}")
-        self.save(self.output_dir / "checkpoint-last")
+        if main:
+            self.save(self.output_dir / "checkpoint-last")
         return [m for m in self.history if "rollout/reward_mean" in m]
 
     def train_step(self) -> dict[str, Any]:
@@ -293,7 +307,7 @@ class GRPOTrainer:
         update_start = time.perf_counter()
         if self.config.async_rollouts and self.step + 1 < self.config.num_steps:
             self._pending = self._submit_round(0)
-        update_metrics = self.update(prepared)
+        update_metrics = self.ddp.update(prepared) if self.ddp is not None else self.update(prepared)
         self.step += 1
         sync_start = time.perf_counter()
         self._sync_weights()
@@ -326,9 +340,10 @@ class GRPOTrainer:
         """The step's training episodes and rollout metrics: ``prompts_per_step`` groups, filtered by dynamic
         sampling where it is on (not when the auxiliary objective trains alone: then every group informs)."""
         auxiliary = self.auxiliary_loss
-        return self._collect_batch(
-            self.config.dynamic_sampling and (auxiliary is None or auxiliary.policy_weight > 0)
-        )
+        dynamic_sampling = self.config.dynamic_sampling and (auxiliary is None or auxiliary.policy_weight > 0)
+        if self.ddp is not None:  # rank 0 collects; every rank trains on its episodes
+            return self.ddp.share_from_rank0(lambda: self._collect_batch(dynamic_sampling), self.rng)
+        return self._collect_batch(dynamic_sampling)
 
     def prepare(self, episodes: list[Episode]) -> TrainBatch:
         """Shaped rewards, the padded batch and group advantages of a step's episodes (and the auxiliary
@@ -565,6 +580,8 @@ class GRPOTrainer:
     # ---------------------------------------------------------------- logging and checkpoints
     def _log(self, metrics: dict[str, Any]) -> None:
         self.history.append(metrics)
+        if not self.is_main:
+            return
         append_jsonl(self.output_dir / "metrics.jsonl", metrics)
         shown = [f"{key[5:]} {metrics[key]:.3f}" for key in _PRINTED_EVAL_KEYS if key in metrics]
         if self.config.progress and shown:  # validation figures as they move, above the progress bar
@@ -645,6 +662,19 @@ class GRPOTrainer:
             self._pending = _Round(pending["seeds"], SamplingParams(**pending["params"]), pending["first_group_id"])
             self._pending.request = self.rollouts.submit(self._pending.seeds, self.config.group_size,
                                                          self._pending.params, self._pending.first_group_id)
+
+
+def _join_learner_group(config: GRPOConfig) -> int:
+    """This process's rank among the data-parallel learners (0 for a single learner), joining torchrun's
+    process group where ``config.learner == "ddp"``."""
+    if config.learner != "ddp":
+        return 0
+    import torch.distributed as dist
+
+    from worldgym.distributed.ddp import init_process_group_from_env
+
+    init_process_group_from_env()
+    return dist.get_rank()
 
 
 def _rollout_success_since_last_validation(history: list[dict[str, Any]]) -> list[float]:
