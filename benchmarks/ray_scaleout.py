@@ -10,14 +10,17 @@ times (A B C ... A B C ...), and each figure is the median over repeats. Per con
     workers' mean seconds loading new weights (``weight_load``) and generating (``worker_busy``),
   * ``worker_utilisation``: worker generation seconds over (step wall time x workers),
   * ``policy_lag_mean``: updates between the weights that sampled a trained batch and the learner's.
-Ray's start-up (``ray.init`` and the workers' construction) is reported apart (``startup_s``).
+Ray's start-up (``ray.init`` and the workers' construction) is reported apart (``startup_s``). The learner
+process uses torch's default threads (one per core) except in ``in-process-1-thread``, which separates the
+effect of threads from that of Ray: a Ray worker generates with one thread, and a tiny model generates faster
+on one thread than on two.
 
 A scaling model, from the one-worker synchronous phase times, predicts steps/s for N inference workers and M
 data-parallel learners: synchronous ``1 / (gen / N + prepare + update / M + sync)``, asynchronous
 ``1 / max(gen / N, prepare + update / M + sync)`` (``gen`` = a worker's generation seconds per step). The
 prediction assumes every worker and learner has its own device; on this 2-core machine they share two cores.
 
-    OMP_WAIT_POLICY=PASSIVE python benchmarks/ray_scaleout.py            # 6 steps x 2 repeats, MathQA-v0
+    OMP_WAIT_POLICY=PASSIVE python benchmarks/ray_scaleout.py            # 10 steps x 3 repeats, MathQA-v0
     OMP_WAIT_POLICY=PASSIVE python benchmarks/ray_scaleout.py --quick    # 2 steps, 3 configurations
 
 Writes ``ray_scaleout.json`` and ``ray_scaleout.png`` to ``benchmarks/results/`` (``--results-dir``).
@@ -26,6 +29,7 @@ Writes ``ray_scaleout.json`` and ``ray_scaleout.png`` to ``benchmarks/results/``
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import statistics
@@ -50,12 +54,14 @@ _PHASE_KEYS = {"rollout": "time/rollout_s", "prepare": "time/prepare_s", "update
 
 @dataclass(frozen=True)
 class Setting:
-    """One configuration: the runtime, its workers and whether rollouts run ahead of the update."""
+    """One configuration: the runtime, its workers, whether rollouts run ahead of the update, and the learner
+    process's torch threads (None: torch's default, one per core; a Ray worker always has one)."""
 
     name: str
     runtime: str = "local"
     workers: int = 1
     asynchronous: bool = False
+    learner_threads: int | None = None
 
     def overrides(self) -> dict[str, Any]:
         return {"runtime": self.runtime, "num_rollout_workers": self.workers, "async_rollouts": self.asynchronous}
@@ -63,6 +69,7 @@ class Setting:
 
 SETTINGS = (
     Setting("in-process"),
+    Setting("in-process-1-thread", learner_threads=1),
     Setting("ray-1-sync", "ray", 1),
     Setting("ray-1-async", "ray", 1, True),
     Setting("ray-2-sync", "ray", 2),
@@ -80,6 +87,8 @@ def base_config(args: argparse.Namespace, output_dir: str) -> dict[str, Any]:
 
 def run_setting(setting: Setting, args: argparse.Namespace) -> dict[str, Any]:
     """Train one configuration; its timed steps' figures."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(setting.learner_threads or os.cpu_count() or 1)
     with tempfile.TemporaryDirectory() as folder:
         start = time.perf_counter()
         trainer = GRPOTrainer(GRPOConfig(**base_config(args, folder), **setting.overrides()))
@@ -88,6 +97,7 @@ def run_setting(setting: Setting, args: argparse.Namespace) -> dict[str, Any]:
             rows = [trainer.train_step() for _ in range(args.steps)]
         finally:
             trainer.close()
+            torch.set_num_threads(threads)
     timed = rows[1:]  # the first step is a warm-up
     wall = sum(row["time/step_s"] for row in timed)
     return {
@@ -134,7 +144,7 @@ def plot(results: dict[str, Any], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     names = list(results)
-    fig, ax = plt.subplots(figsize=(7, 3.6))
+    fig, ax = plt.subplots(figsize=(8, 4.2))
     bottom = [0.0] * len(names)
     for phase in ("rollout", "prepare", "update", "sync"):
         values = [results[name]["phases_s"][phase] for name in names]
@@ -144,6 +154,8 @@ def plot(results: dict[str, Any], path: Path) -> None:
         ax.text(index, bottom[index], f"{results[name]['steps_per_s']:.2f} steps/s", ha="center", va="bottom",
                 fontsize=8)
     ax.set_ylabel("learner seconds per step")
+    ax.set_ylim(0, 1.15 * max(bottom))
+    ax.tick_params(axis="x", labelrotation=20, labelsize=8)
     ax.set_title("GRPO on MathQA-v0, tiny model: where a step's time goes (2 CPU cores)")
     ax.legend(fontsize=8)
     fig.tight_layout()
@@ -153,12 +165,17 @@ def plot(results: dict[str, Any], path: Path) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], parents=[results_parser()])
-    parser.add_argument("--steps", type=int, default=6, help="steps per configuration (the first is a warm-up)")
-    parser.add_argument("--repeats", type=int, default=2, help="rounds over all configurations")
+    parser.add_argument("--steps", type=int, default=10, help="steps per configuration (the first is a warm-up)")
+    parser.add_argument("--repeats", type=int, default=3, help="rounds over all configurations")
+    parser.add_argument("--plot-only", action="store_true", help="redraw the PNG from the results JSON")
     args = parser.parse_args(argv)
+    folder = results_dir(args)
+    if args.plot_only:
+        plot(json.loads((folder / "ray_scaleout.json").read_text())["results"], folder / "ray_scaleout.png")
+        return
     if args.quick:
         args.steps, args.repeats = 2, 1
-    settings = SETTINGS[:3] if args.quick else SETTINGS
+    settings = [SETTINGS[0], SETTINGS[2], SETTINGS[3]] if args.quick else SETTINGS
     import ray
 
     ray.init(num_cpus=max(s.workers for s in settings), include_dashboard=False, log_to_driver=False)
@@ -168,7 +185,7 @@ def main(argv: list[str] | None = None) -> None:
             for setting in settings:
                 result = run_setting(setting, args)
                 runs[setting.name].append(result)
-                print(f"repeat {repeat} {setting.name:12s} {result['steps_per_s']:.3f} steps/s  "
+                print(f"repeat {repeat} {setting.name:19s} {result['steps_per_s']:.3f} steps/s  "
                       + "  ".join(f"{p} {v:.2f}s" for p, v in result["phases_s"].items()))
     finally:
         ray.shutdown()
@@ -176,9 +193,9 @@ def main(argv: list[str] | None = None) -> None:
     reference = results["in-process"]["steps_per_s"]
     for figures in results.values():
         figures["speed_vs_in_process"] = figures["steps_per_s"] / reference
-    folder = results_dir(args)
     payload = {
         "command": "python benchmarks/ray_scaleout.py" + (" --quick" if args.quick else ""),
+        "quick": args.quick,
         "config": base_config(args, "runs/ray_scaleout"),
         "steps": args.steps, "repeats": args.repeats,
         "machine": {"cpus": os.cpu_count(), "torch_threads": torch.get_num_threads(), "python": platform.python_version(),
@@ -189,7 +206,7 @@ def main(argv: list[str] | None = None) -> None:
     write_json(folder / "ray_scaleout.json", payload)
     plot(results, folder / "ray_scaleout.png")
     for name, figures in results.items():
-        print(f"{name:12s} {figures['steps_per_s']:.3f} steps/s ({figures['speed_vs_in_process']:.2f}x in-process), "
+        print(f"{name:19s} {figures['steps_per_s']:.3f} steps/s ({figures['speed_vs_in_process']:.2f}x in-process), "
               f"lag {figures['policy_lag_mean']:.1f}, workers busy {100 * figures['worker_utilisation']:.0f}%")
 
 

@@ -227,6 +227,13 @@ def _cartridge(data: Results) -> str:
     return "; ".join(parts)
 
 
+def _ray_scaleout(data: Results) -> str:
+    results = data["results"]
+    shown = ", ".join(f"{name} {row['steps_per_s']:.2f}" for name, row in results.items())
+    return (f"GRPO steps/s on {data['machine']['cpus']} CPU cores, tiny model: {shown} (median of "
+            f"{_plural(data['repeats'], 'repeat')}); async lag {results['ray-1-async']['policy_lag_mean']:.0f}")
+
+
 def _fuzz_envs(data: Results) -> str:
     slowest = min(data["targets"], key=lambda name: data["targets"][name]["steps_per_s"])
     return (f"{data['total_steps']:,} fuzzed steps: {data['unhandled_exceptions']} unhandled exceptions, "
@@ -259,6 +266,8 @@ ROWS: tuple[Row, ...] = (
     Row("`benchmarks/cartridge_on_vs_offline.py`", "cartridge distillation on LongHealthQA-v0, same budget: "
         "held-out KL drop and accuracy recovery, on-policy vs offline vs hybrid, text vs random init",
         ("cartridge_on_vs_offline.json",), _cartridge),
+    Row("`benchmarks/ray_scaleout.py`", "GRPO in process vs Ray rollout workers (1-2, sync / async lag 1): "
+        "steps/s and time per phase", ("ray_scaleout.json",), _ray_scaleout),
 )
 
 
