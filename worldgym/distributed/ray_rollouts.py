@@ -37,7 +37,7 @@ from worldgym.agents.llm.engines import GenerationEngine, SamplingParams
 from worldgym.agents.llm.rollout import Episode, RolloutCollector
 from worldgym.agents.llm.runtime import RolloutBatch
 
-__all__ = ["RayRollouts", "RolloutWorker", "WorkerShard", "require_ray"]
+__all__ = ["RayRollouts", "RolloutWorker", "WorkerShard", "WorkerSpec", "require_ray"]
 
 
 def require_ray() -> Any:
@@ -47,6 +47,26 @@ def require_ray() -> Any:
     except ImportError as error:  # pragma: no cover - the dist extra is installed in CI
         raise ImportError("runtime='ray' needs Ray: pip install 'worldgym[dist]'") from error
     return ray
+
+
+@dataclass
+class WorkerSpec:
+    """What a rollout worker is built from.
+
+    Attributes:
+        policy: a copy of the learner's model (moved to CUDA when Ray gave the worker a GPU).
+        tokenizer: the chat tokenizer.
+        make_env: builds one env (the worker keeps a pool of them).
+        make_engine: builds the generation engine on ``policy``.
+        rollout_limits: :class:`RolloutCollector` keyword arguments (``max_turns``, ``max_episode_tokens``,
+            ``decoding``).
+    """
+
+    policy: torch.nn.Module
+    tokenizer: Any
+    make_env: Callable[[], gym.Env]
+    make_engine: Callable[[torch.nn.Module], GenerationEngine]
+    rollout_limits: Mapping[str, Any]
 
 
 @dataclass
@@ -61,31 +81,15 @@ class WorkerShard:
 
 
 class RolloutWorker:
-    """A rollout worker's state (run as a Ray actor by :class:`RayRollouts`; usable in process for tests).
+    """A rollout worker's state, built from a :class:`WorkerSpec` (run as a Ray actor by :class:`RayRollouts`;
+    usable in process for tests)."""
 
-    Args:
-        policy: a copy of the learner's model (moved to CUDA when Ray gave the worker a GPU).
-        tokenizer: the chat tokenizer.
-        make_env: builds one env (the worker keeps a pool of them).
-        make_engine: builds the generation engine on ``policy``.
-        rollout_limits: :class:`RolloutCollector` keyword arguments (``max_turns``, ``max_episode_tokens``,
-            ``decoding``).
-    """
-
-    def __init__(
-        self,
-        policy: torch.nn.Module,
-        tokenizer: Any,
-        make_env: Callable[[], gym.Env],
-        make_engine: Callable[[torch.nn.Module], GenerationEngine],
-        rollout_limits: Mapping[str, Any],
-    ):
-        if _assigned_gpus():  # pragma: no cover - no GPU here
-            policy = policy.to("cuda")
+    def __init__(self, spec: WorkerSpec):
+        policy = spec.policy.to("cuda") if _assigned_gpus() else spec.policy  # a GPU only where Ray gave one
         self.policy = policy.eval()
         self.trainable = {name: p for name, p in policy.named_parameters() if p.requires_grad}
-        self.engine = make_engine(policy)
-        self.collector = RolloutCollector(self.engine, tokenizer, make_env, **rollout_limits)
+        self.engine = spec.make_engine(policy)
+        self.collector = RolloutCollector(self.engine, spec.tokenizer, spec.make_env, **spec.rollout_limits)
         self.version = 0
 
     def collect(
@@ -153,8 +157,7 @@ class RayRollouts:
     worker ``i`` samples with ``params.seed + i``, so one worker reproduces the in-process rollouts exactly.
 
     Args:
-        policy, tokenizer, make_env, make_engine, rollout_limits: what each worker is built from
-            (:class:`RolloutWorker`); the policy is copied into Ray's object store once.
+        spec: what each worker is built from; copied into Ray's object store once.
         num_workers: rollout workers.
         worker_resources: Ray resources per worker (``{"num_cpus": 1}``; ``{"num_gpus": 1}`` on a GPU node).
         max_restarts: restarts of a worker that dies (its interrupted request is re-run).
@@ -163,11 +166,7 @@ class RayRollouts:
 
     def __init__(
         self,
-        policy: torch.nn.Module,
-        tokenizer: Any,
-        make_env: Callable[[], gym.Env],
-        make_engine: Callable[[torch.nn.Module], GenerationEngine],
-        rollout_limits: Mapping[str, Any],
+        spec: WorkerSpec,
         num_workers: int = 1,
         worker_resources: Mapping[str, float] | None = None,
         max_restarts: int = 3,
@@ -178,14 +177,15 @@ class RayRollouts:
             raise ValueError(f"num_workers must be >= 1, got {num_workers}")
         if not ray.is_initialized():
             ray.init(address=address, include_dashboard=False)
-        if next(policy.parameters()).device.type != "cpu":  # pragma: no cover - no GPU here
-            policy = copy.deepcopy(policy).to("cpu")  # unpickles on any worker; a GPU worker moves it back
+        if next(spec.policy.parameters()).device.type != "cpu":  # pragma: no cover - no GPU here
+            # unpickles on any worker; a GPU worker moves it back
+            spec = replace(spec, policy=copy.deepcopy(spec.policy).to("cpu"))
         actor = ray.remote(RolloutWorker).options(
             max_restarts=max_restarts, max_task_retries=max_restarts, **dict(worker_resources or {"num_cpus": 1})
         )
-        # in the object store once, kept referenced here: Ray hands every worker, and every restart, the values
-        self._spec = [ray.put(value) for value in (policy, tokenizer, make_env, make_engine, dict(rollout_limits))]
-        self.workers = [actor.remote(*self._spec) for _ in range(num_workers)]
+        # in the object store once, kept referenced here: Ray hands every worker, and every restart, the value
+        self._spec = ray.put(spec)
+        self.workers = [actor.remote(self._spec) for _ in range(num_workers)]
         self.num_workers = num_workers
         self.version = 0
         self._weights: list[Any] = []  # [object reference] of the newest weights; [] = the initial copy

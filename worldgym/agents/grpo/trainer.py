@@ -227,10 +227,10 @@ class GRPOTrainer:
         config = self.config
         if config.runtime == "local" or self.rank != 0:  # data-parallel: rank 0 alone runs rollouts
             return LocalRollouts(self.collector)
-        from worldgym.distributed.ray_rollouts import RayRollouts
+        from worldgym.distributed.ray_rollouts import RayRollouts, WorkerSpec
 
         return RayRollouts(
-            self.policy, self.tokenizer, self.make_env, make_engine, self.rollout_limits,
+            WorkerSpec(self.policy, self.tokenizer, self.make_env, make_engine, self.rollout_limits),
             num_workers=config.num_rollout_workers,
             worker_resources={"num_cpus": config.rollout_worker_cpus, "num_gpus": config.rollout_worker_gpus},
             max_restarts=config.max_worker_restarts, address=config.ray_address,
