@@ -38,6 +38,7 @@ import gymnasium as gym
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from worldgym.agents.grpo.presets import CSR_PRESETS
 from worldgym.agents.grpo.trainer import make_text_env
 from worldgym.agents.llm.engines import HFEngine, SamplingParams
 from worldgym.agents.llm.rollout import Episode, RolloutCollector
@@ -142,7 +143,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--episodes", type=int, default=16, help="episodes per configuration")
     parser.add_argument("--difficulties", type=int, nargs="+", default=[1, 3])
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 16])
-    parser.add_argument("--max-new-tokens", type=int, default=96, help="tokens per reply at most")
+    parser.add_argument("--max-new-tokens", type=int, default=CSR_PRESETS["tiny"].max_new_tokens,
+                        help="tokens per reply at most (default: the CSR presets')")
     parser.add_argument("--max-episode-tokens", type=int, default=4096)
     parser.add_argument("--seed", type=int, default=0, help="first env seed (and the tiny model's seed)")
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())

@@ -46,7 +46,10 @@ class CSRPreset:
         warm_start: the cached SFT warm start (expert chats at difficulties 1-3, train split).
         decoding: the decoding the model is trained and evaluated with by default.
         prompts_per_step, group_size, learning_rate, minibatch_size: DAPO batch and optimiser settings.
-        max_new_tokens: tokens per reply (a CSR call is 25-60 tokens).
+        max_new_tokens: tokens per reply. The scripted expert's longest call is 66 / 87 / 126 / 142 / 161 tokens
+            at d1-d5 with SmolLM2's tokenizer (64 / 83 / 122 / 132 / 151 with the tiny one; 40 expert episodes
+            per difficulty): from d3 on, a call with 2-3 auth values is longer than 96 tokens, and a cap of 96
+            cut it into invalid JSON every time.
         engine_batch_size: episodes generated together; kv_cache_max_tokens: the engine's KV store (room
             for every running episode's conversation, or early rows are evicted and re-prefilled).
     """
@@ -57,7 +60,7 @@ class CSRPreset:
     group_size: int = 8
     learning_rate: float = 2e-5
     minibatch_size: int = 8
-    max_new_tokens: int = 96
+    max_new_tokens: int = 192
     engine_batch_size: int = 32
     kv_cache_max_tokens: int = 131072
 
