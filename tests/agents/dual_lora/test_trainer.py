@@ -145,3 +145,18 @@ def test_resume_latest_loads_the_newest_checkpoint_and_its_metrics(tmp_path, csr
     resumed = _trainer(tmp_path, csr_tokenizer, num_steps=2, checkpoint_every=1)
     assert resumed.resume_latest().name == "checkpoint-2" and resumed.step == 2
     assert [m["step"] for m in resumed.history] == [1, 2]
+
+
+def test_microbatches_run_the_world_model_once_per_minibatch(tmp_path, csr_tokenizer):
+    def step(name, **overrides):
+        trainer = _trainer(tmp_path / name, csr_tokenizer, **overrides)
+        trainer.optimizer = torch.optim.SGD(list(trainer.trainable.values()), lr=1e-2)  # see the GRPO test
+        return trainer.train_step(), {n: p.detach().clone() for n, p in trainer.trainable.items()}
+
+    # no dropout: the microbatches' forwards draw dropout masks in another order than one pass does
+    whole, whole_weights = step("whole", lora_dropout=0.0)
+    micro, micro_weights = step("micro", microbatch_size=1, lora_dropout=0.0)
+    assert whole["wm/loss"] > 0 and micro["wm/loss"] == pytest.approx(whole["wm/loss"], rel=1e-5)
+    assert micro["loss/total"] == pytest.approx(whole["loss/total"], rel=1e-5)
+    for name, tensor in whole_weights.items():
+        torch.testing.assert_close(micro_weights[name], tensor, rtol=1e-5, atol=1e-6)

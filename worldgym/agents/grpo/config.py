@@ -58,6 +58,11 @@ class GRPOConfig:
         grad_clip: gradient-norm clip (> 0).
         ppo_epochs: passes over each step's batch.
         minibatch_size: episodes per optimizer step.
+        microbatch_size: episodes per forward/backward pass within a minibatch (gradient accumulation: the
+            terms are weighted by each microbatch's share of the minibatch's tokens or rows, so the step equals
+            one pass over the whole minibatch); 0 = the whole minibatch at once.
+        activation_checkpointing: recompute each layer's activations in the backward pass instead of keeping
+            them (real models on long multi-turn episodes: memory grows with tokens x layers otherwise).
         num_steps: training steps of the run.
         seed: seeds the model init, sampling and the task order.
         share_prompt_prefix: run the opening that a group's samples share (their prompt) once per group, in the
@@ -124,6 +129,8 @@ class GRPOConfig:
     grad_clip: float = 1.0
     ppo_epochs: int = 1
     minibatch_size: int = 64
+    microbatch_size: int = 0
+    activation_checkpointing: bool = False
     num_steps: int = 50
     seed: int = 0
     share_prompt_prefix: bool = True
@@ -162,7 +169,8 @@ class GRPOConfig:
         for name in ("eps_low", "eps_high"):
             check_range(name, getattr(self, name), 0, 1, low_open=True, high_open=True)
         for name in ("kl_coef", "entropy_coef", "weight_decay", "temperature", "eval_every", "eval_episodes",
-                     "checkpoint_every", "overlong_buffer", "max_resample_rounds", "overlong_penalty"):
+                     "checkpoint_every", "overlong_buffer", "max_resample_rounds", "overlong_penalty",
+                     "microbatch_size"):
             check_range(name, getattr(self, name), 0, None)
         check_field(self.temperature > 0, "temperature", self.temperature,
                     "use > 0 for training rollouts (greedy groups are all identical, so every advantage would be "

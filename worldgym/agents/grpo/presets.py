@@ -52,6 +52,7 @@ class CSRPreset:
             cut it into invalid JSON every time.
         engine_batch_size: episodes generated together; kv_cache_max_tokens: the engine's KV store (room
             for every running episode's conversation, or early rows are evicted and re-prefilled).
+        microbatch_size, activation_checkpointing: the learner's memory settings (``GRPOConfig``).
     """
 
     warm_start: WarmStartConfig
@@ -63,6 +64,8 @@ class CSRPreset:
     max_new_tokens: int = 192
     engine_batch_size: int = 32
     kv_cache_max_tokens: int = 131072
+    microbatch_size: int = 0
+    activation_checkpointing: bool = False
 
     def engine(self, model: Any, tokenizer: Any) -> HFEngine:
         """The rollout engine: batched, each episode's KV cache kept across turns."""
@@ -86,6 +89,8 @@ class CSRPreset:
             "group_size": self.group_size,
             "learning_rate": self.learning_rate,
             "minibatch_size": self.minibatch_size,
+            "microbatch_size": self.microbatch_size,
+            "activation_checkpointing": self.activation_checkpointing,
             "loss_aggregation": "token_mean",
             "eps_low": 0.2,
             "eps_high": 0.28,
@@ -108,5 +113,8 @@ CSR_PRESETS: dict[str, CSRPreset] = {
     "smollm2-135m": CSRPreset(
         WarmStartConfig(model="smollm2-135m"), decoding="free", prompts_per_step=4, learning_rate=2e-5,
         minibatch_size=4, engine_batch_size=32,
+        # a d3 update on 4 episodes of up to 8,192 tokens took 24 GB and was OOM-killed; one episode per pass
+        # with recomputed activations peaks ~7 GB above the model (measured on 1 x 8,000 tokens)
+        microbatch_size=1, activation_checkpointing=True,
     ),
 }

@@ -173,6 +173,8 @@ class GRPOTrainer:
         )
         self.tokenizer, model = self._model_and_tokenizer(model, tokenizer)
         self.policy = self._prepare_policy(model).to(config.device)
+        if config.activation_checkpointing:  # only in training mode: generation (eval mode) keeps its KV cache
+            self.policy.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         self.trainable = {name: p for name, p in self.policy.named_parameters() if p.requires_grad}
         if not self.trainable:
             raise ValueError(
@@ -460,16 +462,50 @@ class GRPOTrainer:
         self, batch: dict[str, torch.Tensor], advantages: torch.Tensor, rows: torch.Tensor
     ) -> dict[str, float]:
         """Loss, backward, clip and optimizer step on one minibatch; returns its metrics."""
+        micro = self.config.microbatch_size
+        if micro and micro < len(rows):
+            return self._accumulated_step(batch, advantages, rows)
         terms = self.minibatch_loss(batch, advantages, rows)
         loss = terms.total()
         grad_norm = self.apply_gradients(loss)
         return {"loss/total": loss.item(), **terms.metrics, "loss/grad_norm": grad_norm.item(),
                 **terms.auxiliary_metrics}
 
-    def minibatch_loss(
+    def _accumulated_step(
         self, batch: dict[str, torch.Tensor], advantages: torch.Tensor, rows: torch.Tensor
+    ) -> dict[str, float]:
+        """One optimizer step over ``rows`` in microbatches of ``microbatch_size``: each microbatch's policy and
+        entropy terms are weighted by its share of the minibatch's trained tokens (rows for ``seq_mean`` and
+        ``dr_grpo``), as the data-parallel learner weights its shards; the auxiliary objective runs once on all
+        the rows. Metrics are the same token-share-weighted means."""
+        self.optimizer.zero_grad(set_to_none=True)
+        tokens = float(batch["action_mask"][rows].sum())
+        total, combined = 0.0, {}
+        for chunk in rows.split(self.config.microbatch_size):
+            token_share = float(batch["action_mask"][chunk].sum()) / max(tokens, 1.0)
+            row_share = len(chunk) / len(rows)
+            policy_share = token_share if self.config.loss_aggregation == "token_mean" else row_share
+            terms = self.minibatch_loss(batch, advantages, chunk, with_auxiliary=False)
+            weight = self.auxiliary_loss.policy_weight if self.auxiliary_loss is not None else 1.0
+            loss = weight * terms.total(policy_share, token_share)
+            loss.backward()
+            total += loss.item()
+            for key, value in terms.metrics.items():
+                combined[key] = combined.get(key, 0.0) + token_share * value
+        auxiliary_metrics: dict[str, float] = {}
+        if self.auxiliary_loss is not None:
+            auxiliary, auxiliary_metrics = self.auxiliary_loss.loss(rows.tolist())
+            auxiliary.backward()
+            total += auxiliary.item()
+        grad_norm = self._clip_and_step()
+        return {"loss/total": total, **combined, "loss/grad_norm": grad_norm.item(), **auxiliary_metrics}
+
+    def minibatch_loss(
+        self, batch: dict[str, torch.Tensor], advantages: torch.Tensor, rows: torch.Tensor,
+        with_auxiliary: bool = True,
     ) -> MinibatchLoss:
-        """The differentiable loss terms of the minibatch ``rows`` of ``batch`` (no backward)."""
+        """The differentiable loss terms of the minibatch ``rows`` of ``batch`` (no backward); the auxiliary
+        objective's too unless ``with_auxiliary`` is False."""
         config, device = self.config, self.config.device
         width = int(batch["attention_mask"][rows].sum(1).max())
         input_ids = batch["input_ids"][rows, :width].to(device)
@@ -506,7 +542,7 @@ class GRPOTrainer:
         with torch.set_grad_enabled(config.entropy_coef > 0):  # a metric only, unless it is in the loss
             entropy = entropy_from_logits(scored.logits).mean() if len(scored.logits) else torch.zeros(())
         auxiliary, auxiliary_metrics, policy_weight = None, {}, 1.0
-        if self.auxiliary_loss is not None:
+        if self.auxiliary_loss is not None and with_auxiliary:
             auxiliary, auxiliary_metrics = self.auxiliary_loss.loss(rows.tolist())
             policy_weight = self.auxiliary_loss.policy_weight
         return MinibatchLoss(out, entropy, config.entropy_coef, auxiliary, policy_weight, auxiliary_metrics)
@@ -516,6 +552,10 @@ class GRPOTrainer:
         ``grad_clip`` and step the optimizer; returns the norm before clipping."""
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
+        return self._clip_and_step()
+
+    def _clip_and_step(self) -> torch.Tensor:
+        """Clip the accumulated gradients' norm to ``grad_clip`` and step the optimizer; the norm before."""
         grad_norm = torch.nn.utils.clip_grad_norm_(list(self.trainable.values()), self.config.grad_clip)
         self.optimizer.step()
         return grad_norm
