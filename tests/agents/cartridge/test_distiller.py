@@ -116,3 +116,10 @@ def test_config_rejects_bad_settings():
     with pytest.raises(ValueError, match="the distiller sets them"):
         CartridgeDistillConfig(env_kwargs={"documents": "full"})
     assert dataclasses.asdict(CartridgeDistillConfig())["kl"] == "full"
+
+
+def test_documents_longer_than_the_prompt_limit_are_refused_with_their_size(tmp_path, tokenizer):
+    from worldgym.errors import CartridgeError
+
+    with pytest.raises(CartridgeError, match=r"patient \S+'s documents are \d+ tokens .* max_prompt_tokens=64"):
+        _trainer(tmp_path, tokenizer, max_prompt_tokens=64)

@@ -43,6 +43,10 @@ class CartridgeDistillConfig:
         questions_per_step: training questions per step.
         samples_per_question: sampled answers per question.
         max_new_tokens: tokens per answer.
+        max_prompt_tokens: the longest teacher prompt (the documents, the question and the chat template) plus
+            answer; a patient whose documents do not fit is refused at construction, naming the token count (a
+            real LongHealth patient's 5-7k words may exceed 8,192 tokens: raise it, up to the model's context,
+            for a model whose context holds them).
         temperature: sampling temperature of the answers that are distilled on.
         eval_every: steps between evaluations (0 = only at the start and the end).
         warmup_episodes: a tiny model's teacher warm-up: SFT questions (with documents) of the training patients.
@@ -72,6 +76,7 @@ class CartridgeDistillConfig:
     questions_per_step: int = 4
     samples_per_question: int = 2
     max_new_tokens: int = 16
+    max_prompt_tokens: int = 8192
     temperature: float = 1.0
     eval_every: int = 10
     warmup_episodes: int = 480
@@ -86,7 +91,7 @@ class CartridgeDistillConfig:
 
     def __post_init__(self) -> None:
         for name in ("num_tokens", "num_steps", "questions_per_step", "samples_per_question", "max_new_tokens",
-                     "top_k", "warmup_episodes", "warmup_epochs"):
+                     "top_k", "warmup_episodes", "warmup_epochs", "max_prompt_tokens"):
             check_positive_int(name, getattr(self, name))
         check_range("num_frozen_tokens", self.num_frozen_tokens, 0, self.num_tokens)
         check_choice("init", self.init, ("text", "random"))

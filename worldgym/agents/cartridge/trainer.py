@@ -32,13 +32,10 @@ from worldgym.agents.llm.rollout import Episode, RolloutCollector, collate_episo
 from worldgym.agents.llm.scoring import score_tokens
 from worldgym.agents.llm.warm_start import WarmStartConfig, load_or_train_warm_start
 from worldgym.checkpointing import load_checkpoint, resolve_checkpoint, save_checkpoint
-from worldgym.errors import CheckpointError
+from worldgym.errors import CartridgeError, CheckpointError
 from worldgym.jsonl import append_jsonl, read_jsonl, truncate_jsonl
 
 __all__ = ["CartridgeDistillTrainer", "teacher_warm_start_config"]
-
-_MAX_PROMPT_TOKENS = 8192
-
 
 def teacher_warm_start_config(config: CartridgeDistillConfig) -> WarmStartConfig:
     """The documented warm-up of a tiny model (it cannot read documents until taught): SFT on the panel's
@@ -47,7 +44,7 @@ def teacher_warm_start_config(config: CartridgeDistillConfig) -> WarmStartConfig
     return WarmStartConfig(
         model=config.model, env_id=config.env_id, env_kwargs={**config.env_kwargs, "split_by": "patient"},
         difficulties=(), episodes_per_difficulty=config.warmup_episodes, epochs=config.warmup_epochs,
-        batch_size=8, learning_rate=3e-3, max_length=_MAX_PROMPT_TOKENS, seed=config.warmup_seed)
+        batch_size=8, learning_rate=3e-3, max_length=config.max_prompt_tokens, seed=config.warmup_seed)
 
 
 class CartridgeDistillTrainer:
@@ -73,6 +70,7 @@ class CartridgeDistillTrainer:
         self.model.requires_grad_(False).eval().to(config.device)
         self.patient_id = config.patient_id or self._default_patient()
         self.documents = patient_documents(config.env_id, config.env_kwargs, self.patient_id)
+        self._check_documents_fit()
         self.cartridge = self._new_cartridge().to(config.device)
         self.optimizer = torch.optim.Adam(self.cartridge.parameters(), lr=config.learning_rate)
         pad, eos = self.tokenizer.pad_token_id, [self.tokenizer.eos_token_id]
@@ -107,6 +105,18 @@ class CartridgeDistillTrainer:
         train split) never saw, whichever model is used, so runs with and without a warm-up distil the same one."""
         return split_patients(self.config.env_id, self.config.env_kwargs, "test")[0]
 
+    def _check_documents_fit(self) -> None:
+        """Refuse a patient whose documents leave no room for the question and the answer in the teacher's
+        prompt limit: the rollout would end before the teacher answers, and every KL would be empty."""
+        c = self.config
+        needed = len(self.tokenizer(self.documents, add_special_tokens=False)["input_ids"]) + c.max_new_tokens
+        if needed > c.max_prompt_tokens:
+            raise CartridgeError(
+                f"patient {self.patient_id}'s documents are {needed - c.max_new_tokens} tokens with this tokenizer; "
+                f"with a {c.max_new_tokens}-token answer (and the question) the teacher's prompt exceeds "
+                f"max_prompt_tokens={c.max_prompt_tokens}: use a model with a longer context and raise "
+                "max_prompt_tokens, or distil a patient with shorter documents")
+
     def _new_cartridge(self) -> Cartridge:
         c = self.config
         if c.init == "text":
@@ -117,7 +127,7 @@ class CartridgeDistillTrainer:
         c = self.config
         return RolloutCollector(engine, self.tokenizer,
                                 lambda: make_view(c.env_id, c.env_kwargs, self.patient_id, split, documents),
-                                max_turns=1, max_episode_tokens=_MAX_PROMPT_TOKENS)
+                                max_turns=1, max_episode_tokens=c.max_prompt_tokens)
 
     # ---------------------------------------------------------------- loop
     def train(self) -> list[dict[str, Any]]:
@@ -225,7 +235,7 @@ class CartridgeDistillTrainer:
             make = (lambda: source) if source is not None else (
                 lambda: make_view(c.env_id, c.env_kwargs, self.patient_id, split, documents))
             collector = RolloutCollector(engine, self.tokenizer, make, max_turns=1,
-                                         max_episode_tokens=_MAX_PROMPT_TOKENS)
+                                         max_episode_tokens=c.max_prompt_tokens)
             start = time.perf_counter()
             episodes = collector.collect(range(count), 1, params)
             seconds = time.perf_counter() - start
