@@ -382,8 +382,12 @@ class GRPOTrainer:
         params = SamplingParams(
             config.temperature, config.top_p, config.max_new_tokens, seed=int(self.rng.integers(0, 2**31 - 1))
         )
-        round_ = _Round(seeds, params, first_group_id)
-        round_.request = self.rollouts.submit(seeds, config.group_size, params, first_group_id)
+        return self._submit(_Round(seeds, params, first_group_id))
+
+    def _submit(self, round_: _Round) -> _Round:
+        """Submit (or submit again) a round's groups to the runtime, with the newest synced weights."""
+        round_.request = self.rollouts.submit(round_.seeds, self.config.group_size, round_.params,
+                                              round_.first_group_id)
         return round_
 
     def _gather_round(self, round_: _Round, costs: dict[str, float]) -> list[Episode]:
@@ -393,9 +397,7 @@ class GRPOTrainer:
         _add_costs(costs, batch)
         if self.step - min(e.policy_version for e in batch.episodes) > self.config.max_policy_lag:
             costs["rollout/stale_rounds_refused"] += 1
-            round_.request = self.rollouts.submit(round_.seeds, self.config.group_size, round_.params,
-                                                  round_.first_group_id)
-            batch = self.rollouts.gather(round_.request)
+            batch = self.rollouts.gather(self._submit(round_).request)
             _add_costs(costs, batch)
         return batch.episodes
 
@@ -699,9 +701,8 @@ class GRPOTrainer:
         self._pending = None
         if "pending_round" in state:  # the same tasks, generated again by the loaded weights (lag 0)
             pending = state["pending_round"]
-            self._pending = _Round(pending["seeds"], SamplingParams(**pending["params"]), pending["first_group_id"])
-            self._pending.request = self.rollouts.submit(self._pending.seeds, self.config.group_size,
-                                                         self._pending.params, self._pending.first_group_id)
+            self._pending = self._submit(
+                _Round(pending["seeds"], SamplingParams(**pending["params"]), pending["first_group_id"]))
 
 
 def _join_learner_group(config: GRPOConfig) -> int:
