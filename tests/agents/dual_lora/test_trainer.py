@@ -160,3 +160,5 @@ def test_microbatches_run_the_world_model_once_per_minibatch(tmp_path, csr_token
     assert micro["loss/total"] == pytest.approx(whole["loss/total"], rel=1e-5)
     for name, tensor in whole_weights.items():
         torch.testing.assert_close(micro_weights[name], tensor, rtol=1e-5, atol=1e-6)
+    dapo, _ = step("dapo", microbatch_size=1, wm_coef=0.0)  # λ = 0: the world model's loss is a constant
+    assert dapo["loss/total"] == pytest.approx(dapo["loss/policy"], abs=1e-6)

@@ -497,7 +497,8 @@ class GRPOTrainer:
         auxiliary_metrics: dict[str, float] = {}
         if self.auxiliary_loss is not None:
             auxiliary, auxiliary_metrics = self.auxiliary_loss.loss(rows.tolist())
-            auxiliary.backward()
+            if auxiliary.requires_grad:  # a constant (no phone call in these rows, or a weight of 0) has none
+                auxiliary.backward()
             total += auxiliary.item()
         grad_norm = self._clip_and_step()
         return {"loss/total": total, **combined, "loss/grad_norm": grad_norm.item(), **auxiliary_metrics}
