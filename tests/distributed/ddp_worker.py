@@ -13,6 +13,7 @@ from transformers import AutoTokenizer, PreTrainedTokenizerBase
 from worldgym.agents.grpo import GRPOConfig, GRPOTrainer
 from worldgym.agents.grpo.trainer import TrainBatch
 from worldgym.agents.llm.models import build_tiny_model
+from worldgym.agents.llm.rollout import Episode
 from worldgym.agents.llm.scoring import score_tokens
 from worldgym.distributed import DDPLearner
 from worldgym.envs.math_qa import MathQAEnv
@@ -99,7 +100,7 @@ def run_rank(rank: int, port: int, tokenizer_dir: str, out_dir: str, backend: st
         dist.destroy_process_group()
 
 
-def token_parity(episode) -> float:
+def token_parity(episode: Episode) -> float:
     """A reward that differs within groups of a random tiny model, so updates are not zero."""
     return float(sum(t for t, sampled in zip(episode.token_ids, episode.action_mask) if sampled) % 2)
 

@@ -5,7 +5,9 @@ refused, resume, and no worker process left behind."""
 from __future__ import annotations
 
 import os
+import sys
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -15,6 +17,8 @@ from worldgym.agents.llm.engines import SamplingParams
 from worldgym.agents.llm.rollout import Episode
 
 ray = pytest.importorskip("ray")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from ddp_worker import token_parity  # noqa: E402  (the shared test reward)
 
 
 @pytest.fixture(scope="module")
@@ -28,11 +32,6 @@ def ray_cluster():
 @pytest.fixture(autouse=True)
 def _one_thread(one_torch_thread, ray_cluster):
     """One torch thread, like the workers (Ray gives a 1-CPU actor one thread): same float reductions."""
-
-
-def token_parity(episode: Episode) -> float:
-    """A reward that differs within groups of a random tiny model, so updates are not zero."""
-    return float(sum(t for t, sampled in zip(episode.token_ids, episode.action_mask) if sampled) % 2)
 
 
 def _trainer(tmp_path, name: str, **overrides) -> GRPOTrainer:

@@ -37,7 +37,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from worldgym.agents.grpo.trainer import GRPOTrainer, MinibatchLoss, TrainBatch
+from worldgym.agents.grpo.trainer import GRPOTrainer, MinibatchLoss, TrainBatch, loss_shares
 
 __all__ = ["DDPLearner", "default_backend", "init_process_group_from_env", "shard_rows"]
 
@@ -175,9 +175,8 @@ class DDPLearner:
         tokens = batch["action_mask"][local].sum()  # trained tokens (padding is 0)
         counts = torch.tensor([float(tokens), float(len(local))], dtype=torch.float64)
         dist.all_reduce(counts, group=self.group)
-        token_share = float(tokens) / max(float(counts[0]), 1.0)
-        row_share = len(local) / float(counts[1])
-        policy_share = token_share if self.trainer.config.loss_aggregation == "token_mean" else row_share
+        policy_share, token_share = loss_shares(self.trainer.config.loss_aggregation, float(tokens), len(local),
+                                                float(counts[0]), float(counts[1]))
         # x world_size: DDP divides the summed gradients by it
         loss, terms = self.model(
             batch, advantages, local, self.world_size * policy_share, self.world_size * token_share

@@ -40,7 +40,7 @@ from worldgym.agents.llm.tokenizer import env_text_corpus, train_chat_tokenizer
 from worldgym.checkpointing import resolve_checkpoint
 from worldgym.jsonl import append_jsonl, truncate_jsonl
 
-__all__ = ["GRPOTrainer", "MinibatchLoss", "TrainBatch", "make_text_env"]
+__all__ = ["GRPOTrainer", "MinibatchLoss", "TrainBatch", "loss_shares", "make_text_env"]
 
 _AUXILIARY = "auxiliary/"  # checkpoint key prefix of the auxiliary loss's tensors
 _PRINTED_EVAL_KEYS = ("eval/success_rate", "eval/reward_mean", "eval/copy_probe", "eval/wm_token_accuracy")
@@ -95,6 +95,21 @@ class MinibatchLoss:
 
 
 MinibatchStep = Callable[[dict[str, Any], torch.Tensor, torch.Tensor], dict[str, float]]
+
+
+def loss_shares(aggregation: str, tokens: float, rows: int, total_tokens: float, total_rows: float
+                ) -> tuple[float, float]:
+    """``(policy_share, token_share)``: the weights that turn a part's mean loss terms (``tokens`` trained tokens
+    in ``rows`` rows) into its share of the whole's (``total_tokens``, ``total_rows``). The policy loss is a token
+    mean under ``token_mean`` and a per-row normaliser otherwise; the entropy is always a token mean.
+
+    >>> loss_shares("token_mean", 30, 1, 120, 4), loss_shares("seq_mean", 30, 1, 120, 4)
+    ((0.25, 0.25), (0.25, 0.25))
+    >>> loss_shares("seq_mean", 90, 1, 120, 4)
+    (0.25, 0.75)
+    """
+    token_share = tokens / max(total_tokens, 1.0)
+    return (token_share if aggregation == "token_mean" else rows / total_rows), token_share
 
 
 @dataclass
@@ -484,9 +499,9 @@ class GRPOTrainer:
         tokens = float(batch["action_mask"][rows].sum())
         total, combined = 0.0, {}
         for chunk in rows.split(self.config.microbatch_size):
-            token_share = float(batch["action_mask"][chunk].sum()) / max(tokens, 1.0)
-            row_share = len(chunk) / len(rows)
-            policy_share = token_share if self.config.loss_aggregation == "token_mean" else row_share
+            policy_share, token_share = loss_shares(self.config.loss_aggregation,
+                                                    float(batch["action_mask"][chunk].sum()), len(chunk), tokens,
+                                                    len(rows))
             terms = self.minibatch_loss(batch, advantages, chunk, with_auxiliary=False)
             weight = self.auxiliary_loss.policy_weight if self.auxiliary_loss is not None else 1.0
             loss = weight * terms.total(policy_share, token_share)
