@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -66,3 +67,16 @@ def absolute_paths(value: Any) -> list[str]:
     if isinstance(value, list):
         return [p for item in value for p in absolute_paths(item)]
     return [m.group(1) for m in _ABSOLUTE.finditer(value)] if isinstance(value, str) else []
+
+
+def train_in_chunks(trainer: Any, every: int, on_chunk: Callable[[], None]) -> None:
+    """Train ``trainer`` (a GRPO-family trainer) to ``config.num_steps``, calling ``on_chunk`` after the step-0
+    validation and after every ``every`` steps: a script that writes its part file there keeps every validation
+    a run made, even when the run is stopped before its last step (a resumed run continues the chunks)."""
+    until = trainer.step
+    while True:
+        trainer.train(until=until)
+        on_chunk()
+        if trainer.step >= trainer.config.num_steps:
+            return
+        until = (trainer.step // max(every, 1) + 1) * max(every, 1)

@@ -41,7 +41,7 @@ from worldgym.agents.dual_lora.presets import dual_lora_config, engine, warm_sta
 from worldgym.agents.llm.warm_start import WarmStart, load_or_train_warm_start
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a file: find the benchmarks package
-from benchmarks.common import portable, results_dir, results_parser, write_json
+from benchmarks.common import portable, results_dir, results_parser, train_in_chunks, write_json
 
 MODES: dict[str, dict[str, Any]] = {
     "dapo": {"transfer": "separate", "wm_coef": 0.0},
@@ -87,27 +87,31 @@ def run(args: argparse.Namespace) -> None:
     resumed = trainer.resume_latest()
     if resumed is not None:
         print(f"resumed from {resumed} at step {trainer.step}")
-    trainer.train()
-    history = trainer.history
-    evals = [m for m in history if "eval/success_rate" in m]
-    steps = [m for m in history if "rollout/reward_mean" in m]
-    part = {
-        "model": args.model, "mode": args.mode, "difficulty": args.difficulty, "seed": args.seed,
-        "steps": args.steps, "max_turns": args.max_turns, "eval_episodes": args.episodes,
-        "config": config.to_dict() | {"output_dir": portable(out)},
-        "curve": [[m["step"], m["eval/success_rate"]] for m in evals],
-        "wm_accuracy_curve": [[m["step"], m.get("eval/wm_token_accuracy")] for m in evals],
-        "tasks_by_step": np.cumsum([0] + [m["rollout/episodes_sampled"] for m in steps]).tolist(),
-        "step_seconds": [m["time/step_s"] for m in steps],
-        "wm_success_correlation": wm_success_correlation(history),
-        "final_eval": {k: v for k, v in evals[-1].items() if k.startswith("eval/")},
-        "command": f"python benchmarks/csr_dual_lora_vs_dapo.py run --model {args.model} --mode {args.mode} "
-                   f"--seed {args.seed} --difficulty {args.difficulty} --steps {args.steps} --max-turns "
-                   f"{args.max_turns} --eval-every {args.eval_every} --episodes {args.episodes} "
-                   f"--iwm-steps {args.iwm_steps}" + (" --quick" if args.quick else ""),
-    }
-    write_json(parts_dir(args) / f"{name}.json", part)
-    print("validation success by step:", part["curve"])
+    command = (f"python benchmarks/csr_dual_lora_vs_dapo.py run --model {args.model} --mode {args.mode} "
+               f"--seed {args.seed} --difficulty {args.difficulty} --steps {args.steps} --max-turns "
+               f"{args.max_turns} --eval-every {args.eval_every} --episodes {args.episodes} "
+               f"--iwm-steps {args.iwm_steps}" + (" --quick" if args.quick else ""))
+
+    def write_part() -> None:  # after every validation: a stopped run keeps its curve so far
+        history = trainer.history
+        evals = [m for m in history if "eval/success_rate" in m]
+        steps = [m for m in history if "rollout/reward_mean" in m]
+        part = {
+            "model": args.model, "mode": args.mode, "difficulty": args.difficulty, "seed": args.seed,
+            "steps": args.steps, "steps_done": trainer.step, "max_turns": args.max_turns,
+            "eval_episodes": args.episodes, "config": config.to_dict() | {"output_dir": portable(out)},
+            "curve": [[m["step"], m["eval/success_rate"]] for m in evals],
+            "wm_accuracy_curve": [[m["step"], m.get("eval/wm_token_accuracy")] for m in evals],
+            "tasks_by_step": np.cumsum([0] + [m["rollout/episodes_sampled"] for m in steps]).tolist(),
+            "step_seconds": [m["time/step_s"] for m in steps],
+            "wm_success_correlation": wm_success_correlation(history),
+            "final_eval": {k: v for k, v in evals[-1].items() if k.startswith("eval/")},
+            "command": command,
+        }
+        write_json(parts_dir(args) / f"{name}.json", part)
+        print("validation success by step:", part["curve"])
+
+    train_in_chunks(trainer, args.eval_every, write_part)
 
 
 def step_time(args: argparse.Namespace) -> None:
@@ -213,6 +217,7 @@ def report(args: argparse.Namespace) -> None:
                 seconds = [s for p in runs for s in p["step_seconds"]]
                 rows[mode] = {
                     "seeds": [p["seed"] for p in runs],
+                    "steps_done": [p.get("steps_done", p["steps"]) for p in runs],
                     "start_success": [p["curve"][0][1] for p in runs],
                     "final_success": [p["curve"][-1][1] for p in runs],
                     "final_success_mean": float(np.mean([p["curve"][-1][1] for p in runs])),

@@ -39,7 +39,7 @@ from worldgym.agents.llm.evaluation import evaluate_chat_policy
 from worldgym.agents.llm.warm_start import WarmStart, load_or_train_warm_start
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a file: find the benchmarks package
-from benchmarks.common import results_dir, results_parser, write_json
+from benchmarks.common import results_dir, results_parser, train_in_chunks, write_json
 
 DIFFICULTIES = (1, 2, 3, 4, 5)
 MAX_TURNS = 16  # the env's own limit: the random baseline gets the same budget
@@ -112,16 +112,20 @@ def run_dapo(args: argparse.Namespace) -> None:
     resumed = trainer.resume_latest()
     if resumed is not None:
         print(f"resumed from {resumed} at step {trainer.step}")
-    trainer.train()
-    curve = [(m["step"], m["eval/success_rate"]) for m in trainer.history if "eval/success_rate" in m]
-    part = {"model": args.model, "decoding": args.decoding, "difficulty": args.difficulty, "seed": args.seed,
-            "steps": args.steps, "max_turns": args.max_turns, "eval_episodes": args.episodes, "curve": curve,
-            "command": f"python benchmarks/csr_policy.py dapo --model {args.model} --decoding {args.decoding} "
-                       f"--difficulty {args.difficulty} --seed {args.seed} --steps {args.steps} "
-                       f"--max-turns {args.max_turns} --eval-every {args.eval_every} --episodes {args.episodes}"
-                       + _quick(args)}
-    _write_part(args, f"{args.model}-dapo-{args.decoding}-d{args.difficulty}-t{args.max_turns}-s{args.seed}", part)
-    print("validation success by step:", curve)
+    part_name = f"{args.model}-dapo-{args.decoding}-d{args.difficulty}-t{args.max_turns}-s{args.seed}"
+    command = (f"python benchmarks/csr_policy.py dapo --model {args.model} --decoding {args.decoding} "
+               f"--difficulty {args.difficulty} --seed {args.seed} --steps {args.steps} --max-turns {args.max_turns} "
+               f"--eval-every {args.eval_every} --episodes {args.episodes}" + _quick(args))
+
+    def write_part() -> None:  # after every validation: a stopped run keeps its curve so far
+        curve = [(m["step"], m["eval/success_rate"]) for m in trainer.history if "eval/success_rate" in m]
+        _write_part(args, part_name, {
+            "model": args.model, "decoding": args.decoding, "difficulty": args.difficulty, "seed": args.seed,
+            "steps": args.steps, "steps_done": trainer.step, "max_turns": args.max_turns,
+            "eval_episodes": args.episodes, "curve": curve, "command": command})
+        print("validation success by step:", curve)
+
+    train_in_chunks(trainer, args.eval_every, write_part)
 
 
 def run_report(args: argparse.Namespace) -> None:
@@ -145,6 +149,8 @@ def run_report(args: argparse.Namespace) -> None:
                 by_difficulty[str(difficulty)] = {
                     "mean": float(np.mean(finals)), "seeds": finals, "seed_ids": [r["seed"] for r in chosen],
                     "start": [r["curve"][0][1] for r in chosen], "curves": [r["curve"] for r in chosen],
+                    "steps_done": [r.get("steps_done", r["steps"]) for r in chosen],
+                    "steps": [r["steps"] for r in chosen],
                     "max_turns": sorted({r.get("max_turns", MAX_TURNS) for r in chosen})}
             entry.setdefault("dapo", {})[decoding] = {"success": by_difficulty}
         if entry:

@@ -105,6 +105,29 @@ def test_resume_continues_the_same_run_exactly(tmp_path, tokenizer):
     assert straight.history[-1]["rollout/reward_mean"] == resumed.history[-1]["rollout/reward_mean"]
 
 
+def test_training_in_chunks_equals_one_call(tmp_path, tokenizer):
+    """train(until=k) then train(): the same weights and log as one train() (a script acts between chunks)."""
+    def make(name: str):
+        return _trainer(tmp_path / name, build_tiny_model(tokenizer, seed=0), tokenizer, num_steps=3,
+                        eval_every=2, dynamic_sampling=True, max_resample_rounds=1)
+
+    straight, chunked = make("a"), make("b")
+    straight.train()
+    evaluations = []
+    evaluate = chunked.evaluate
+    chunked.evaluate = lambda *a, **k: evaluations.append(chunked.step) or evaluate(*a, **k)
+    assert chunked.train(until=0) == [] and chunked.step == 0  # the step-0 validation only
+    chunked.train(until=2)
+    assert chunked.step == 2
+    chunked.train(until=10)  # never past num_steps
+    assert chunked.step == 3 and evaluations == [0, 2]  # the step-0 validation is not repeated
+    for name, param in straight.trainable.items():
+        assert torch.equal(param, chunked.trainable[name]), name
+    logged = [[{k: v for k, v in r.items() if not k.startswith("time/") and not k.startswith("perf/")}
+               for r in read_jsonl(t.output_dir / "metrics.jsonl")] for t in (straight, chunked)]
+    assert logged[0] == logged[1] and [r["step"] for r in logged[0]] == [0, 1, 2, 3]
+
+
 def test_lora_reference_is_the_base_model(tmp_path, model, tokenizer):
     trainer = _trainer(tmp_path, model, tokenizer, kl_coef=0.1)
     ids = torch.tensor([tokenizer("Tom has 3 pens.")["input_ids"]])

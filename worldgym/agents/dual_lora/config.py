@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from worldgym.agents.grpo.config import GRPOConfig
+from worldgym.agents.llm.tokenizer import WORLD_MODEL_TOKENS
 from worldgym.config import check_choice, check_field, check_positive_int, check_range
 
 __all__ = ["ADAPTER_TARGETS", "WM_SPECIAL_TOKENS", "DualLoRAConfig", "LambdaSchedule", "Transfer"]
@@ -14,8 +15,8 @@ Transfer = Literal["separate", "stacked", "shared", "iwm"]
 LambdaSchedule = Literal["constant", "step", "adaptive"]
 
 # The world model reads ``conversation + phone call + <|predict_csr|>`` and writes ``<|csr|> reply <|/csr|>``.
-PREDICT_CSR, CSR_START, CSR_END = "<|predict_csr|>", "<|csr|>", "<|/csr|>"
-WM_SPECIAL_TOKENS = (PREDICT_CSR, CSR_START, CSR_END)
+WM_SPECIAL_TOKENS = WORLD_MODEL_TOKENS
+PREDICT_CSR, CSR_START, CSR_END = WORLD_MODEL_TOKENS
 
 ADAPTER_TARGETS: dict[str, tuple[str, ...]] = {
     "qvo": ("q_proj", "v_proj", "o_proj"),

@@ -1,12 +1,11 @@
-"""Per-model settings of the dual-LoRA agent on CSRPhone-v0: the CSR policy's warm start (with the world
-model's markers in its vocabulary) and its DAPO settings, on two fresh adapters.
+"""Per-model settings of the dual-LoRA agent on CSRPhone-v0: the CSR policy's warm start (its vocabulary holds
+the world model's markers) and its DAPO settings, on two fresh adapters.
 
 Shared by ``examples/train_dual_lora.py`` and ``benchmarks/csr_dual_lora_vs_dapo.py``.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any
 
 from worldgym.agents.dual_lora.config import WM_SPECIAL_TOKENS, DualLoRAConfig
@@ -32,8 +31,13 @@ WM_CALLS_PER_MINIBATCH: dict[str, int] = {"tiny": 16, "smollm2-135m": 8}
 
 
 def warm_start_config(model: str) -> WarmStartConfig:
-    """The CSR policy's cached warm start for ``model``, its tokenizer holding the world model's markers."""
-    return replace(CSR_PRESETS[model].warm_start, extra_special_tokens=WM_SPECIAL_TOKENS)
+    """The CSR policy's cached warm start for ``model`` (the same one its DAPO baseline starts from); its
+    tokenizer holds the world model's markers."""
+    config = CSR_PRESETS[model].warm_start
+    if not set(WM_SPECIAL_TOKENS) <= set(config.extra_special_tokens):
+        raise ValueError(f"the {model!r} CSR warm start reserves no world-model markers {WM_SPECIAL_TOKENS}: "
+                         "add them to its extra_special_tokens")
+    return config
 
 
 def dual_lora_config(preset: str, difficulty: int, **overrides: Any) -> DualLoRAConfig:

@@ -11,6 +11,7 @@ from typing import Any, Literal, TypeVar
 
 from worldgym.agents.grpo.config import GRPOConfig
 from worldgym.agents.llm.engines import HFEngine
+from worldgym.agents.llm.tokenizer import WORLD_MODEL_TOKENS
 from worldgym.agents.llm.warm_start import WarmStartConfig
 
 __all__ = ["CSR_PRESETS", "CSRPreset", "at_difficulty", "csr_engine"]
@@ -43,7 +44,9 @@ class CSRPreset:
     """A model's CSR warm start and DAPO settings.
 
     Args:
-        warm_start: the cached SFT warm start (expert chats at difficulties 1-3, train split).
+        warm_start: the cached SFT warm start (expert chats at difficulties 1-3, train split). Its vocabulary
+            reserves the world model's markers (``WORLD_MODEL_TOKENS``), so the dual-LoRA agent builds on the
+            very warm start the CSR policy's DAPO starts from (one SFT per model, not two).
         decoding: the decoding the model is trained and evaluated with by default.
         prompts_per_step, group_size, learning_rate, minibatch_size: DAPO batch and optimiser settings.
         max_new_tokens: tokens per reply. The scripted expert's longest call is 66 / 87 / 126 / 142 / 161 tokens
@@ -106,12 +109,13 @@ CSR_PRESETS: dict[str, CSRPreset] = {
     # a 0.8M-parameter Qwen3 from config, trained in full with a tokenizer trained on the expert chats (one
     # token per digit); it does not learn to copy unseen values, so its arguments are constrained
     "tiny": CSRPreset(
-        WarmStartConfig(model="tiny", episodes_per_difficulty=512, epochs=4, batch_size=8, learning_rate=3e-3),
+        WarmStartConfig(model="tiny", episodes_per_difficulty=512, epochs=4, batch_size=8, learning_rate=3e-3,
+                        extra_special_tokens=WORLD_MODEL_TOKENS),
         decoding="constrained", prompts_per_step=8, learning_rate=3e-4, minibatch_size=64, engine_batch_size=64,
     ),
     # SmolLM2-135M-Instruct with a LoRA adapter (r16, all linear layers, plus the added tool tokens' rows)
     "smollm2-135m": CSRPreset(
-        WarmStartConfig(model="smollm2-135m"), decoding="free", prompts_per_step=4, learning_rate=2e-5,
+        WarmStartConfig(model="smollm2-135m", extra_special_tokens=WORLD_MODEL_TOKENS), decoding="free", prompts_per_step=4, learning_rate=2e-5,
         minibatch_size=4, engine_batch_size=32,
         # a d3 update on 4 episodes of up to 8,192 tokens took 24 GB and was OOM-killed; one episode per pass
         # with recomputed activations peaks ~7 GB above the model (measured on 1 x 8,000 tokens)

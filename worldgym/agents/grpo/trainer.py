@@ -288,18 +288,22 @@ class GRPOTrainer:
         """Whether this process validates, logs and saves (the only one, or rank 0 of a data-parallel group)."""
         return self.rank == 0
 
-    def train(self) -> list[dict[str, Any]]:
-        """Run until ``config.num_steps``; returns the metrics of every step (also in ``metrics.jsonl``)."""
+    def train(self, until: int | None = None) -> list[dict[str, Any]]:
+        """Run until step ``until`` (default and at most ``config.num_steps``; a later call continues from
+        there, so a caller can act between chunks); returns the metrics of every step so far (also in
+        ``metrics.jsonl``)."""
         config = self.config
         main = self.is_main
+        until = config.num_steps if until is None else min(until, config.num_steps)
         self.output_dir.mkdir(parents=True, exist_ok=True)
-        if self.step == 0 and main:  # a fresh run starts a fresh log; a resumed one appends
+        if self.step == 0 and not self.history and main:  # a fresh run starts a fresh log; a resumed (or
+            # continued) one appends
             (self.output_dir / "metrics.jsonl").write_text("")
             if config.eval_every:
                 self._log({"step": 0, **self.evaluate()})
         with tqdm(total=config.num_steps, initial=self.step, desc="grpo", disable=not (config.progress and main)
                   ) as bar:
-            while self.step < config.num_steps:
+            while self.step < until:
                 metrics = self.train_step()
                 if config.eval_every and self.step % config.eval_every == 0 and main:
                     metrics.update(self.evaluate())

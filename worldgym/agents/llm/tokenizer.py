@@ -18,6 +18,7 @@ __all__ = [
     "IM_START",
     "SPECIAL_TOKENS",
     "TOOL_SPECIAL_TOKENS",
+    "WORLD_MODEL_TOKENS",
     "env_text_corpus",
     "train_chat_tokenizer",
 ]
@@ -28,6 +29,10 @@ IM_END = "<|im_end|>"
 # Atomic tokens for tool calling (Hermes / Qwen convention); kept in decoded text so calls can be parsed.
 TOOL_SPECIAL_TOKENS = ("<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>")
 SPECIAL_TOKENS = (END_OF_TEXT, IM_START, IM_END, *TOOL_SPECIAL_TOKENS)
+# A world model of a tool's replies (the dual-LoRA agent's) reads ``conversation + call + <|predict_csr|>`` and
+# writes ``<|csr|> reply <|/csr|>``. CSR warm starts reserve these tokens, so one warm start per model serves
+# both the CSR policy (which never emits them) and the dual-LoRA agent.
+WORLD_MODEL_TOKENS = ("<|predict_csr|>", "<|csr|>", "<|/csr|>")
 
 
 def _chat_template(tool_listing: str) -> str:
