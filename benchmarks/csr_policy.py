@@ -235,7 +235,8 @@ def main(argv: list[str] | None = None) -> None:
     sub.add_parser("report", help="merge the stages into csr_policy.json and csr_policy.png", parents=common)
     args = parser.parse_args(argv)
     _apply_quick(args)
-    torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+    # WORLDGYM_THREADS=1 when other jobs share the cores (as csr_dual_lora_vs_dapo.py reads it)
+    torch.set_num_threads(int(os.environ.get("WORLDGYM_THREADS", max(1, min(2, os.cpu_count() or 1)))))
     {"random": run_random, "warm-start": run_warm_start, "dapo": run_dapo, "report": run_report}[args.stage](args)
 
 
