@@ -55,18 +55,27 @@ def make_batch(trainer: GRPOTrainer) -> TrainBatch:
     input_ids = input_ids.masked_fill(attention_mask == 0, trainer.tokenizer.pad_token_id)
     targets = columns[1:]  # action_mask[:, j] marks token j + 1
     action_mask = ((targets >= PROMPT) & (targets < lengths[:, None])).float()
-    scored = score_tokens(trainer.policy, input_ids, attention_mask, action_mask, trainer.config.temperature)
-    noise = 0.1 * torch.randn(action_mask.shape, generator=generator)
     batch = {
         "input_ids": input_ids,
         "attention_mask": attention_mask,
         "action_mask": action_mask,
-        "old_logprobs": (scored.logprobs.cpu() + noise) * action_mask,
         "rewards": torch.zeros(ROWS),
         "group_ids": torch.arange(ROWS) // 2,
         "allowed": [{} for _ in range(ROWS)],
     }
-    return TrainBatch(batch, torch.randn(ROWS, generator=generator), torch.zeros(ROWS))
+    return near_policy(trainer, TrainBatch(batch, torch.zeros(ROWS), torch.zeros(ROWS)), generator)
+
+
+@torch.no_grad()
+def near_policy(trainer: GRPOTrainer, prepared: TrainBatch, generator: torch.Generator) -> TrainBatch:
+    """``prepared`` with old log-probs near the policy's (so few tokens clip) and random advantages (so the
+    policy loss has gradients)."""
+    batch = prepared.batch
+    scored = score_tokens(trainer.policy, batch["input_ids"], batch["attention_mask"], batch["action_mask"],
+                          trainer.config.temperature)
+    noise = 0.1 * torch.randn(batch["action_mask"].shape, generator=generator)
+    batch["old_logprobs"] = (scored.logprobs.cpu() + noise) * batch["action_mask"]
+    return TrainBatch(batch, torch.randn(len(prepared.advantages), generator=generator), prepared.rewards)
 
 
 def result(trainer: GRPOTrainer, metrics: dict[str, float]) -> dict:
@@ -119,13 +128,18 @@ def loop_trainer(output_dir: str, learner: str) -> GRPOTrainer:
     return trainer
 
 
-def run_loop_rank(rank: int, port: int, out_dir: str) -> None:
-    """One rank of a ``learner="ddp"`` training run, joined the way torchrun does it (environment variables);
-    rank 0 saves the weights and every step's metrics."""
+def _torchrun_environment(rank: int, port: int) -> None:
+    """One torch thread, and the environment variables torchrun gives rank ``rank`` (the trainer joins)."""
     import os
 
     torch.set_num_threads(1)
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(WORLD_SIZE), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+
+
+def run_loop_rank(rank: int, port: int, out_dir: str) -> None:
+    """One rank of a ``learner="ddp"`` training run, joined the way torchrun does it (environment variables);
+    rank 0 saves the weights and every step's metrics."""
+    _torchrun_environment(rank, port)
     try:
         trainer = loop_trainer(f"{out_dir}/run", "ddp")
         history = trainer.train()
@@ -134,5 +148,80 @@ def run_loop_rank(rank: int, port: int, out_dir: str) -> None:
             torch.save({"weights": weights, "history": history}, Path(out_dir) / "loop.pt")
         else:
             assert not trainer.is_main and history and not (Path(out_dir) / "run" / "checkpoint-last").exists()
+    finally:
+        dist.destroy_process_group()
+
+
+# ---------------------------------------------------------------- the dual-LoRA world model under DDP
+# transfer mode -> world-model settings: "separate" trains on 3 of a minibatch's ~8 phone calls plus as
+# many replayed ones, and skips confident calls (the threshold splits this tiny model's calls); "shared"
+# trains on 1 call, so one rank scores none
+DUAL_CASES = {
+    "separate": {"transfer": "separate", "wm_max_calls": 3, "wm_replay_fraction": 0.5,
+                 "wm_confidence_skip": 0.00126},
+    "shared": {"transfer": "shared", "wm_max_calls": 1, "wm_replay_capacity": 0},
+}
+DUAL_STEP_TURNS = (3, 3, 1)  # max turns of each step's episodes: search then phone calls; the last, no call
+
+
+def _dual_lora_conftest():
+    """tests/agents/dual_lora/conftest.py (its phoning engine and CSR env), loaded by path."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "agents" / "dual_lora" / "conftest.py"
+    spec = importlib.util.spec_from_file_location("dual_lora_conftest", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def csr_tokenizer() -> PreTrainedTokenizerBase:
+    """The dual-LoRA tests' CSR tokenizer (with the world model's markers)."""
+    from worldgym.agents.dual_lora import WM_SPECIAL_TOKENS
+    from worldgym.agents.llm.tokenizer import env_text_corpus, train_chat_tokenizer
+
+    conftest = _dual_lora_conftest()
+    corpus = env_text_corpus(conftest.make_csr_env, num_resets=50)
+    corpus += [conftest.PHONE_CALL, conftest.SEARCH] * 10
+    return train_chat_tokenizer(corpus, vocab_size=800, extra_special_tokens=WM_SPECIAL_TOKENS)
+
+
+def dual_lora_run(tokenizer: PreTrainedTokenizerBase, case: str, output_dir: str, learner: str) -> dict:
+    """Train a dual-LoRA trainer (``DUAL_CASES[case]``, no dropout, SGD) for one update per entry of
+    ``DUAL_STEP_TURNS`` on scripted episodes; returns its trainable tensors and each update's metrics."""
+    from worldgym.agents.dual_lora import DualLoRAConfig, DualLoRATrainer
+    from worldgym.agents.llm.engines import SamplingParams
+    from worldgym.agents.llm.rollout import RolloutCollector
+
+    conftest = _dual_lora_conftest()
+    config = DualLoRAConfig(env_id="CSRPhone-v0", wrap_tool_calls=True, env_kwargs={"difficulty": 1},
+                            prompts_per_step=4, group_size=2, minibatch_size=MINIBATCH, ppo_epochs=1,
+                            lora_dropout=0.0, learning_rate=1e-2, eval_every=0, progress=False,
+                            output_dir=output_dir, learner=learner, **DUAL_CASES[case])
+    engine = conftest.PhoningEngine(tokenizer)
+    trainer = DualLoRATrainer(config, model=build_tiny_model(tokenizer, seed=0), tokenizer=tokenizer,
+                              make_env=conftest.make_csr_env, make_engine=lambda policy: engine)
+    trainer.optimizer = torch.optim.SGD(list(trainer.trainable.values()), lr=config.learning_rate)
+    generator = torch.Generator().manual_seed(0)
+    history = []
+    for turns in DUAL_STEP_TURNS:
+        collector = RolloutCollector(engine, tokenizer, conftest.make_csr_env, max_turns=turns)
+        episodes = collector.collect(range(config.prompts_per_step), config.group_size, SamplingParams())
+        prepared = near_policy(trainer, trainer.prepare(episodes), generator)
+        history.append(trainer.ddp.update(prepared) if trainer.ddp is not None else trainer.update(prepared))
+        trainer.step += 1
+    return {"weights": {name: p.detach().cpu().clone() for name, p in trainer.trainable.items()},
+            "history": history}
+
+
+def run_dual_lora_rank(rank: int, port: int, tokenizer_dir: str, out_dir: str) -> None:
+    """One rank of every ``DUAL_CASES`` run with ``learner="ddp"``; rank 0 saves the results."""
+    _torchrun_environment(rank, port)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+        results = {case: dual_lora_run(tokenizer, case, f"{out_dir}/{case}{rank}", "ddp")
+                   for case in DUAL_CASES}
+        if rank == 0:
+            torch.save(results, Path(out_dir) / "dual_lora.pt")
     finally:
         dist.destroy_process_group()

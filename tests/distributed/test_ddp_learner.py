@@ -1,5 +1,6 @@
 """DDPLearner on 2 gloo processes gives the update of one process on the concatenated batch, with shards of
-unequal token counts (token_mean, dr_grpo and seq_mean; LoRA and full fine-tuning)."""
+unequal token counts (token_mean, dr_grpo and seq_mean; LoRA and full fine-tuning), and with the dual-LoRA
+world model's auxiliary loss."""
 
 from __future__ import annotations
 
@@ -110,6 +111,37 @@ def test_a_ddp_training_run_matches_one_process(tmp_path):
     for name, tensor in single.trainable.items():
         torch.testing.assert_close(ddp["weights"][name], tensor, rtol=1e-5, atol=1e-7)
     assert (tmp_path / "run" / "metrics.jsonl").read_text().count("\n") == worker.LOOP_STEPS
+
+
+@pytest.fixture(scope="module")
+def csr_tokenizer_dir(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("csr_tokenizer")
+    worker.csr_tokenizer().save_pretrained(path)
+    return path
+
+
+def test_the_dual_lora_world_model_trains_on_two_ranks_like_one_process(csr_tokenizer_dir, tmp_path):
+    """learner="ddp" with the world-model loss ("separate" and "shared" adapters): the phone calls drawn on
+    the whole minibatch (wm_max_calls, replay) and split over the ranks, confidence skipping, a rank that
+    scores no call and a step with no phone call give one process's weights and metrics."""
+    _run_ranks(worker.run_dual_lora_rank, (_free_port(), str(csr_tokenizer_dir), str(tmp_path)))
+    ddp = torch.load(tmp_path / "dual_lora.pt")
+    tokenizer = AutoTokenizer.from_pretrained(csr_tokenizer_dir)
+    single = {case: worker.dual_lora_run(tokenizer, case, str(tmp_path / case), "single")
+              for case in worker.DUAL_CASES}
+    for case, expected in single.items():
+        for step, (got, want) in enumerate(zip(ddp[case]["history"], expected["history"], strict=True)):
+            assert got.keys() == want.keys(), (case, step)
+            for key, value in want.items():
+                assert got[key] == pytest.approx(value, rel=1e-5, abs=1e-7), (case, step, key)
+        for name, tensor in expected["weights"].items():
+            torch.testing.assert_close(ddp[case]["weights"][name], tensor, rtol=1e-5, atol=1e-7,
+                                       msg=lambda m, where=f"{case} {name}": f"{where}: {m}")
+    separate, shared = single["separate"]["history"], single["shared"]["history"]
+    assert all(row["wm/trained_calls"] < row["wm/calls"] for row in separate[:2] + shared[:2])  # subsampled
+    assert separate[1]["wm/replayed"] > 0 and 0 < separate[1]["wm/skipped_confident"] < 6  # some skipped
+    assert shared[0]["wm/trained_calls"] == 1  # one rank scores no call
+    assert separate[2]["wm/calls"] == shared[2]["wm/calls"] == 0 and "wm/loss" not in separate[2]
 
 
 def test_ddp_learner_outside_torchrun_says_how_to_launch(monkeypatch, tmp_path):

@@ -17,19 +17,27 @@ tokens would count for more). Each rank therefore all-reduces its counts first a
 turns the local mean into the local share of the global mean. Logged metrics are combined the same way, so
 they equal the single-process ones too.
 
+**Auxiliary losses** (the dual-LoRA world model) draw their examples on the *whole* minibatch: every rank
+passes all its rows and a :class:`~worldgym.agents.grpo.auxiliary.LossShard`, draws the same sample of phone
+calls from the same RNG (``wm_max_calls``, replay), scores its share of them, and divides its summed loss by
+the whole minibatch's count (after confidence skipping), all-reduced; the term is scaled by ``world_size``
+like the others. Its metrics (loss, token accuracy, skipped calls) are sums all-reduced into the whole
+minibatch's means. A rank whose share holds no call leaves the world-model adapter without a gradient, so
+with an auxiliary loss DDP runs with ``find_unused_parameters``.
+
 **In the training loop.** ``GRPOConfig(learner="ddp")`` under ``torchrun`` makes every rank's trainer build
 a learner (:func:`init_process_group_from_env` joins the group): rank 0 runs the rollouts and shares the
 episodes and its RNG state (:meth:`DDPLearner.share_from_rank0`), every rank prepares the same batch and runs
 :meth:`DDPLearner.update`, and only rank 0 validates, logs and saves.
 
-Gloo on CPU is tested; NCCL on CUDA goes the same way (``device_ids`` set) but is untested here. Not yet:
-FSDP/FSDP2 sharding, auxiliary losses (the dual-LoRA world model: its normaliser is its own).
+Gloo on CPU is tested; NCCL on CUDA goes the same way (``device_ids`` set) but is untested here.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import numpy as np
@@ -37,9 +45,11 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
+from worldgym.agents.grpo.auxiliary import LossShard
 from worldgym.agents.grpo.trainer import GRPOTrainer, MinibatchLoss, TrainBatch, loss_shares
 
-__all__ = ["DDPLearner", "default_backend", "init_process_group_from_env", "shard_rows"]
+__all__ = ["DDPLearner", "GroupShard", "all_reduce_sum", "default_backend", "init_process_group_from_env",
+           "shard_rows"]
 
 T = TypeVar("T")
 
@@ -86,6 +96,24 @@ def shard_rows(rows: torch.Tensor, rank: int, world_size: int) -> torch.Tensor:
     return rows.tensor_split(world_size)[rank]
 
 
+def all_reduce_sum(values: torch.Tensor, group: dist.ProcessGroup | None = None) -> torch.Tensor:
+    """``values`` summed over the group's ranks, returned on the CPU (reduced on CUDA under NCCL, which
+    reduces no CPU tensor)."""
+    reduced = values.to("cuda" if dist.get_backend(group) == "nccl" else "cpu")
+    dist.all_reduce(reduced, group=group)
+    return reduced.cpu()
+
+
+@dataclass(frozen=True)
+class GroupShard(LossShard):
+    """A :class:`LossShard` whose :meth:`sum` all-reduces over ``group``."""
+
+    group: dist.ProcessGroup | None = None
+
+    def sum(self, values: torch.Tensor) -> torch.Tensor:
+        return all_reduce_sum(values, self.group)
+
+
 class _ShardLoss(torch.nn.Module):
     """The trainer's minibatch loss as a module forward, so DDP sees the forward of every backward it
     reduces (``score_tokens`` calls the decoder and LM head directly, never the model's own forward)."""
@@ -93,30 +121,40 @@ class _ShardLoss(torch.nn.Module):
     def __init__(self, trainer: GRPOTrainer):
         super().__init__()
         self.policy = trainer.policy  # registered: the parameters DDP synchronises
-        self._minibatch_loss = trainer.minibatch_loss
+        self._trainer = [trainer]  # in a list: not a submodule
 
     def forward(
         self,
         batch: dict[str, Any],
         advantages: torch.Tensor,
         rows: torch.Tensor,
+        shard: GroupShard,
         policy_scale: float,
         token_scale: float,
     ) -> tuple[torch.Tensor, MinibatchLoss]:
-        terms = self._minibatch_loss(batch, advantages, rows)
-        return terms.total(policy_scale, token_scale), terms
+        """This rank's terms: the policy's on its rows (scaled by the given shares), the auxiliary objective's
+        on its share of the whole minibatch's examples; every term x ``world_size`` (DDP averages)."""
+        trainer = self._trainer[0]
+        local = shard_rows(rows, shard.rank, shard.world_size)
+        terms = trainer.minibatch_loss(batch, advantages, local, with_auxiliary=False)
+        terms.auxiliary, terms.auxiliary_metrics = trainer.auxiliary_term(rows, shard)
+        scale = shard.world_size
+        return terms.total(scale * policy_scale, scale * token_scale, scale), terms
 
 
 class DDPLearner:
-    """Data-parallel updates for a :class:`GRPOTrainer` (LoRA adapters or full fine-tuning).
+    """Data-parallel updates for a :class:`GRPOTrainer` (LoRA adapters or full fine-tuning), with or
+    without an auxiliary loss.
 
     Call it on every rank of an initialised process group with the same batch; only the trainable tensors
-    (``requires_grad``) are synchronised, so LoRA all-reduces the adapters alone.
+    (``requires_grad``) are synchronised, so LoRA all-reduces the adapters alone. DDP wraps the policy at the
+    first update (broadcasting rank 0's weights), once the trainer's auxiliary loss is known.
 
     Args:
         trainer: this rank's trainer, built identically on every rank.
         process_group: default: the global group.
-        find_unused_parameters: passed to DDP (needed when some trainable tensor gets no gradient).
+        find_unused_parameters: passed to DDP (needed when some trainable tensor gets no gradient); always on
+            when the trainer has an auxiliary loss.
 
     Raises:
         RuntimeError: no process group is initialised.
@@ -137,14 +175,22 @@ class DDPLearner:
         self.group = process_group
         self.rank = dist.get_rank(process_group)
         self.world_size = dist.get_world_size(process_group)
-        device = torch.device(trainer.config.device)
-        device_ids = [device] if device.type == "cuda" else None
-        self.model = DistributedDataParallel(
-            _ShardLoss(trainer),
-            device_ids=device_ids,
-            process_group=process_group,
-            find_unused_parameters=find_unused_parameters,
-        )
+        self.shard = GroupShard(self.rank, self.world_size, process_group)
+        self.find_unused_parameters = find_unused_parameters
+        self._model: DistributedDataParallel | None = None
+
+    @property
+    def model(self) -> DistributedDataParallel:
+        """The DDP-wrapped loss module (built at first use)."""
+        if self._model is None:
+            device = torch.device(self.trainer.config.device)
+            self._model = DistributedDataParallel(
+                _ShardLoss(self.trainer),
+                device_ids=[device] if device.type == "cuda" else None,
+                process_group=self.group,
+                find_unused_parameters=self.find_unused_parameters or self.trainer.auxiliary_loss is not None,
+            )
+        return self._model
 
     def share_from_rank0(self, produce: Callable[[], T], rng: np.random.Generator) -> T:
         """Rank 0 runs ``produce()`` (e.g. a step's rollouts); every rank returns its result and continues
@@ -158,38 +204,29 @@ class DDPLearner:
         """:meth:`GRPOTrainer.update` with every minibatch split over the ranks; the same batch on every rank.
 
         Raises:
-            ValueError: the trainer has an auxiliary loss (not data-parallel yet), or a minibatch has fewer
-                rows than there are ranks.
+            ValueError: a minibatch has fewer rows than there are ranks.
         """
-        if self.trainer.auxiliary_loss is not None:
-            raise ValueError(
-                "DDPLearner does not support auxiliary losses yet (their normaliser is their own, so the "
-                "shard weighting of the policy loss does not apply to them): train them in one process"
-            )
         return self.trainer.update(prepared, minibatch_step=self._minibatch_step)
 
     def _minibatch_step(
         self, batch: dict[str, Any], advantages: torch.Tensor, rows: torch.Tensor
     ) -> dict[str, float]:
         local = shard_rows(rows, self.rank, self.world_size)
-        tokens = batch["action_mask"][local].sum()  # trained tokens (padding is 0)
-        counts = torch.tensor([float(tokens), float(len(local))], dtype=torch.float64)
-        dist.all_reduce(counts, group=self.group)
-        policy_share, token_share = loss_shares(self.trainer.config.loss_aggregation, float(tokens), len(local),
-                                                float(counts[0]), float(counts[1]))
-        # x world_size: DDP divides the summed gradients by it
-        loss, terms = self.model(
-            batch, advantages, local, self.world_size * policy_share, self.world_size * token_share
-        )
+        tokens = float(batch["action_mask"][local].sum())  # trained tokens (padding is 0)
+        counts = torch.tensor([tokens, len(local)], dtype=torch.float64)
+        total_tokens, total_rows = self.shard.sum(counts).tolist()
+        policy_share, token_share = loss_shares(self.trainer.config.loss_aggregation, tokens, len(local),
+                                                total_tokens, total_rows)
+        loss, terms = self.model(batch, advantages, rows, self.shard, policy_share, token_share)
         grad_norm = self.trainer.apply_gradients(loss)  # DDP all-reduces inside the backward, before the clip
         local_metrics = terms.metrics
-        combined = torch.tensor(
+        combined = self.shard.sum(torch.tensor(
             [loss.item() / self.world_size] + [token_share * local_metrics[key] for key in _TOKEN_MEAN_METRICS],
             dtype=torch.float64,
-        )
-        dist.all_reduce(combined, group=self.group)
+        )).tolist()
         return {
-            "loss/total": float(combined[0]),
-            **{key: float(value) for key, value in zip(_TOKEN_MEAN_METRICS, combined[1:].tolist())},
+            "loss/total": combined[0],
+            **dict(zip(_TOKEN_MEAN_METRICS, combined[1:])),
             "loss/grad_norm": grad_norm.item(),
+            **terms.auxiliary_metrics,
         }

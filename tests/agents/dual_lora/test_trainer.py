@@ -103,6 +103,8 @@ def test_config_rejects_bad_settings():
         DualLoRAConfig(lambda_schedule="step", lambda_steps=((5, 1.0),))
     with pytest.raises(ValueError, match="iwm_steps"):
         DualLoRAConfig(transfer="iwm", iwm_steps=5, num_steps=5)
+    with pytest.raises(ValueError, match=r"lambda_schedule=.adaptive. is invalid: use .constant. or .step."):
+        DualLoRAConfig(lambda_schedule="adaptive", learner="ddp")
     assert DualLoRAConfig(adapter_targets="all-linear").lora_target_modules[-1] == "down_proj"
     custom = DualLoRAConfig(adapter_targets="custom", lora_target_modules=("q_proj",))
     assert custom.lora_target_modules == ("q_proj",)

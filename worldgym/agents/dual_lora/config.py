@@ -117,6 +117,10 @@ class DualLoRAConfig(GRPOConfig):
         check_positive_int("wm_chunk_size", self.wm_chunk_size)
         check_field(self.transfer != "iwm" or self.iwm_steps < self.num_steps, "iwm_steps", self.iwm_steps,
                     f"use fewer than num_steps={self.num_steps}, or no DAPO step would run")
+        check_field(self.learner == "single" or self.lambda_schedule != "adaptive", "lambda_schedule",
+                    self.lambda_schedule, f"use 'constant' or 'step' with learner={self.learner!r}: the "
+                    "adaptive rule's baseline comes from validation, which rank 0 alone runs, so the ranks' "
+                    "λ would differ")
 
     @property
     def adapter_names(self) -> tuple[str, ...]:

@@ -21,6 +21,7 @@ from worldgym.agents.dual_lora.world_model import (
     score_in_chunks,
     wm_token_ids,
 )
+from worldgym.agents.grpo.auxiliary import SINGLE_PROCESS, LossShard
 from worldgym.agents.llm.adapters import using_adapters
 from worldgym.agents.llm.rollout import Episode
 
@@ -59,30 +60,63 @@ class WorldModelObjective:
         self._rows = phone_call_examples(episodes, self.tokenizer, self.config.wm_max_context_tokens)
         self._accuracies = []
 
-    def loss(self, rows: Sequence[int]) -> tuple[torch.Tensor, dict[str, float]]:
-        config = self.config
+    def loss(self, rows: Sequence[int], shard: LossShard = SINGLE_PROCESS
+             ) -> tuple[torch.Tensor, dict[str, float]]:
+        """λ times the mean cross-entropy of the minibatch's world-model examples (this ``shard``'s part of
+        it: its examples' summed losses over the whole minibatch's kept count), and the whole minibatch's
+        metrics.
+
+        The examples are drawn on the whole minibatch (``wm_max_calls``, replay), so every rank draws the same
+        ones from the same RNG; each rank then scores its share, and the counts behind the means are summed
+        over the ranks.
+        """
         recent = [example for row in rows for example in self._rows[row]]
         metrics = {"wm/lambda": self._lambda, "wm/calls": float(len(recent))}
         if self._lambda == 0 or not recent:
             return torch.zeros((), device=next(self.model.parameters()).device), metrics
+        recent, past = self._draw(recent)
+        examples = recent + past
+        mine = shard.take([len(example.token_ids) for example in examples])
+        local_sum, totals = self._score_share(examples, mine, len(recent))
+        kept, loss_sum, accuracy_sum, skipped = shard.sum(totals).tolist()
+        accuracy = accuracy_sum / len(recent)
+        self._accuracies.append(accuracy)
+        metrics |= {"wm/loss": loss_sum / max(kept, 1.0), "wm/token_accuracy": accuracy,
+                    "wm/trained_calls": float(len(recent)), "wm/replayed": float(len(past)),
+                    "wm/skipped_confident": skipped}
+        return self._lambda * local_sum / max(kept, 1.0), metrics
+
+    def _draw(self, recent: list[PhoneCallExample]) -> tuple[list[PhoneCallExample], list[PhoneCallExample]]:
+        """The minibatch's recent calls to train on (at most ``wm_max_calls``, drawn at random) and the
+        replayed past calls that go with them."""
+        config = self.config
         if config.wm_max_calls is not None and len(recent) > config.wm_max_calls:
             chosen = self.rng.choice(len(recent), size=config.wm_max_calls, replace=False)
             recent = [recent[i] for i in sorted(chosen.tolist())]
         fraction = config.wm_replay_fraction
         past = self.replay.sample(round(len(recent) * fraction / (1 - fraction)), self._step, self.rng) \
             if self.replay is not None else []
+        return recent, past
+
+    def _score_share(self, examples: list[PhoneCallExample], mine: list[int], num_recent: int
+                     ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Score ``examples[i]`` for ``i`` in ``mine`` (the first ``num_recent`` examples are recent): the
+        differentiable sum of the losses kept (not skipped as confident), and the float64 sums to combine over
+        ranks: ``[kept, kept losses, recent token accuracies, skipped]``."""
+        config = self.config
+        device = next(self.model.parameters()).device
+        if not mine:
+            return torch.zeros((), device=device), torch.zeros(4, dtype=torch.float64)
         with using_adapters(self.model, [config.world_model_adapter], config.adapter_names):
-            scores = score_in_chunks(self.model, recent + past, self.tokenizer.pad_token_id, config.wm_chunk_size)
+            scores = score_in_chunks(self.model, [examples[i] for i in mine], self.tokenizer.pad_token_id,
+                                     config.wm_chunk_size)
         keep = torch.ones_like(scores.loss, dtype=torch.bool)
         if config.wm_confidence_skip is not None:
             keep = scores.mean_probability <= config.wm_confidence_skip
-        wm_loss = scores.loss[keep].mean() if keep.any() else scores.loss.sum() * 0.0
-        accuracy = float(scores.token_accuracy[: len(recent)].mean())
-        self._accuracies.append(accuracy)
-        metrics |= {"wm/loss": wm_loss.item(), "wm/token_accuracy": accuracy, "wm/trained_calls": float(len(recent)),
-                    "wm/replayed": float(len(past)),
-                    "wm/skipped_confident": float((~keep).sum())}
-        return self._lambda * wm_loss, metrics
+        local_sum = scores.loss[keep].sum()  # a graph even when none is kept: zero gradients, as one process
+        recent = torch.tensor(mine, device=device) < num_recent
+        totals = [keep.sum(), local_sum, scores.token_accuracy[recent].sum(), (~keep).sum()]
+        return local_sum, torch.tensor([total.item() for total in totals], dtype=torch.float64)
 
     def end_step(self) -> dict[str, float]:
         if self.replay is not None:

@@ -3,13 +3,45 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import torch
 
 from worldgym.agents.llm.rollout import Episode
 
-__all__ = ["AuxiliaryLoss"]
+__all__ = ["SINGLE_PROCESS", "AuxiliaryLoss", "LossShard"]
+
+
+@dataclass(frozen=True)
+class LossShard:
+    """This process's part of an auxiliary loss under a data-parallel learner (rank ``rank`` of
+    ``world_size``).
+
+    The objective draws its examples on the whole minibatch (the same draws on every rank), scores the ones
+    :meth:`take` gives this rank, and combines counts and sums over the ranks with :meth:`sum`. One process is
+    ``LossShard()``: every example is its own and :meth:`sum` returns its argument.
+    """
+
+    rank: int = 0
+    world_size: int = 1
+
+    def take(self, sizes: Sequence[int]) -> list[int]:
+        """This rank's examples, by index: the examples sorted by size, dealt out in turn, so the ranks'
+        shares hold similar numbers of tokens (a rank may get none).
+
+        >>> LossShard(1, 2).take([5, 1, 9, 3])
+        [0, 1]
+        """
+        order = sorted(range(len(sizes)), key=lambda i: -sizes[i])
+        return order[self.rank :: self.world_size]
+
+    def sum(self, values: torch.Tensor) -> torch.Tensor:
+        """``values`` summed over the ranks (every rank calls it, in the same order)."""
+        return values
+
+
+SINGLE_PROCESS = LossShard()
 
 
 class AuxiliaryLoss(Protocol):
@@ -30,8 +62,14 @@ class AuxiliaryLoss(Protocol):
         """Prepare the step's targets from its training episodes (row ``i`` of the batch is ``episodes[i]``)."""
         ...
 
-    def loss(self, rows: Sequence[int]) -> tuple[torch.Tensor, dict[str, float]]:
-        """The weighted loss for the minibatch of these rows (a differentiable scalar) and its metrics."""
+    def loss(self, rows: Sequence[int], shard: LossShard = SINGLE_PROCESS
+             ) -> tuple[torch.Tensor, dict[str, float]]:
+        """The weighted loss for the minibatch of these rows (a differentiable scalar) and its metrics.
+
+        Under a data-parallel learner every rank passes the whole minibatch's ``rows`` and its ``shard``, and
+        gets its part of the loss (the parts sum to the whole minibatch's loss) and the whole minibatch's
+        metrics (the same on every rank).
+        """
         ...
 
     def end_step(self) -> dict[str, float]:

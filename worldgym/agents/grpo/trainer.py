@@ -19,7 +19,7 @@ from peft import LoraConfig, PeftModel, get_peft_model
 from tqdm.auto import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from worldgym.agents.grpo.auxiliary import AuxiliaryLoss
+from worldgym.agents.grpo.auxiliary import SINGLE_PROCESS, AuxiliaryLoss, LossShard
 from worldgym.agents.grpo.config import GRPOConfig
 from worldgym.agents.grpo.rewards import EpisodeRewardFn, episode_rewards
 from worldgym.agents.llm.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
@@ -71,14 +71,15 @@ class MinibatchLoss:
     policy_weight: float = 1.0
     auxiliary_metrics: dict[str, float] = field(default_factory=dict)
 
-    def total(self, policy_scale: float | None = None, token_scale: float | None = None) -> torch.Tensor:
-        """The scalar to backpropagate; ``policy_scale`` multiplies the policy loss (KL included) and
-        ``token_scale`` the entropy term (a token mean) where given."""
+    def total(self, policy_scale: float | None = None, token_scale: float | None = None,
+              auxiliary_scale: float = 1.0) -> torch.Tensor:
+        """The scalar to backpropagate; ``policy_scale`` multiplies the policy loss (KL included),
+        ``token_scale`` the entropy term (a token mean) and ``auxiliary_scale`` the auxiliary term."""
         policy = self.policy.loss if policy_scale is None else policy_scale * self.policy.loss
         entropy = self.entropy if token_scale is None else token_scale * self.entropy
-        loss = policy - self.entropy_coef * entropy
+        loss = self.policy_weight * (policy - self.entropy_coef * entropy)
         if self.auxiliary is not None:
-            loss = self.policy_weight * loss + self.auxiliary
+            loss = loss + auxiliary_scale * self.auxiliary
         return loss
 
     @property
@@ -360,8 +361,7 @@ class GRPOTrainer:
     def collect_batch(self) -> tuple[list[Episode], dict[str, float]]:
         """The step's training episodes and rollout metrics: ``prompts_per_step`` groups, filtered by dynamic
         sampling where it is on (not when the auxiliary objective trains alone: then every group informs)."""
-        auxiliary = self.auxiliary_loss
-        dynamic_sampling = self.config.dynamic_sampling and (auxiliary is None or auxiliary.policy_weight > 0)
+        dynamic_sampling = self.config.dynamic_sampling and self.policy_weight > 0
         if self.ddp is not None:  # rank 0 collects; every rank trains on its episodes
             return self.ddp.share_from_rank0(lambda: self._collect_batch(dynamic_sampling), self.rng)
         return self._collect_batch(dynamic_sampling)
@@ -507,15 +507,13 @@ class GRPOTrainer:
                                                     float(batch["action_mask"][chunk].sum()), len(chunk), tokens,
                                                     len(rows))
             terms = self.minibatch_loss(batch, advantages, chunk, with_auxiliary=False)
-            weight = self.auxiliary_loss.policy_weight if self.auxiliary_loss is not None else 1.0
-            loss = weight * terms.total(policy_share, token_share)
+            loss = terms.total(policy_share, token_share)
             loss.backward()
             total += loss.item()
             for key, value in terms.metrics.items():
                 combined[key] = combined.get(key, 0.0) + token_share * value
-        auxiliary_metrics: dict[str, float] = {}
-        if self.auxiliary_loss is not None:
-            auxiliary, auxiliary_metrics = self.auxiliary_loss.loss(rows.tolist())
+        auxiliary, auxiliary_metrics = self.auxiliary_term(rows)
+        if auxiliary is not None:
             if auxiliary.requires_grad:  # a constant (no phone call in these rows, or a weight of 0) has none
                 auxiliary.backward()
             total += auxiliary.item()
@@ -563,11 +561,22 @@ class GRPOTrainer:
         )
         with torch.set_grad_enabled(config.entropy_coef > 0):  # a metric only, unless it is in the loss
             entropy = entropy_from_logits(scored.logits).mean() if len(scored.logits) else torch.zeros(())
-        auxiliary, auxiliary_metrics, policy_weight = None, {}, 1.0
-        if self.auxiliary_loss is not None and with_auxiliary:
-            auxiliary, auxiliary_metrics = self.auxiliary_loss.loss(rows.tolist())
-            policy_weight = self.auxiliary_loss.policy_weight
-        return MinibatchLoss(out, entropy, config.entropy_coef, auxiliary, policy_weight, auxiliary_metrics)
+        auxiliary, auxiliary_metrics = self.auxiliary_term(rows) if with_auxiliary else (None, {})
+        return MinibatchLoss(out, entropy, config.entropy_coef, auxiliary, self.policy_weight,
+                             auxiliary_metrics)
+
+    @property
+    def policy_weight(self) -> float:
+        """The policy loss's weight this step: the auxiliary objective's (0 when it trains alone), else 1."""
+        return self.auxiliary_loss.policy_weight if self.auxiliary_loss is not None else 1.0
+
+    def auxiliary_term(self, rows: torch.Tensor, shard: LossShard = SINGLE_PROCESS
+                       ) -> tuple[torch.Tensor | None, dict[str, float]]:
+        """The auxiliary objective's loss on the minibatch ``rows`` (this ``shard``'s part of it under a
+        data-parallel learner) and its metrics; ``(None, {})`` without one."""
+        if self.auxiliary_loss is None:
+            return None, {}
+        return self.auxiliary_loss.loss(rows.tolist(), shard)
 
     def apply_gradients(self, loss: torch.Tensor) -> torch.Tensor:
         """Zero the gradients, backpropagate ``loss``, clip the trainable tensors' gradient norm to
