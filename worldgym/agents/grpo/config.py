@@ -87,8 +87,9 @@ class GRPOConfig:
         ray_address: an existing Ray cluster to attach to (None: the running one, or a new local one).
         learner: "single" (this process updates) or "ddp": data-parallel updates over the processes of a
             torch.distributed group (launch with torchrun; worldgym.distributed.DDPLearner): rank 0 runs the
-            rollouts (in process or on Ray), every rank updates on its share of each minibatch, and only rank 0
-            validates, logs and saves. Not with an auxiliary loss (the dual-LoRA world model) yet.
+            rollouts (in process or on Ray), every rank updates on its share of each minibatch (and of the
+            auxiliary loss's examples, e.g. the dual-LoRA world model's phone calls), and only rank 0 validates,
+            logs and saves.
     """
 
     model: str = "tiny"
