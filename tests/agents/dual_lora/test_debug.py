@@ -112,7 +112,8 @@ def test_check_gradients_reaches_both_adapters_and_no_base_weight(run, csr_token
 def test_check_gradients_fails_when_an_adapter_that_should_train_gets_nothing(run, csr_tokenizer, monkeypatch):
     # a world model whose loss never reaches its adapter: λ > 0 but the loss is cut from the graph
     real = WorldModelObjective.loss
-    monkeypatch.setattr(WorldModelObjective, "loss", lambda self, rows: (real(self, rows)[0].detach(), {}))
+    monkeypatch.setattr(WorldModelObjective, "loss",
+                        lambda self, rows, *shard: (real(self, rows, *shard)[0].detach(), {}))
     result = debug.check_gradients(run, _base(csr_tokenizer))
     assert result.exit_code == 1
     assert result.figures["problems"] == ["adapter 'world_model' should train at this step but got no gradient"]
