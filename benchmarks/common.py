@@ -80,3 +80,19 @@ def train_in_chunks(trainer: Any, every: int, on_chunk: Callable[[], None]) -> N
         if trainer.step >= trainer.config.num_steps:
             return
         until = (trainer.step // max(every, 1) + 1) * max(every, 1)
+
+
+def add_batch_flags(parser: argparse.ArgumentParser) -> None:
+    """``--prompts-per-step`` / ``--group-size``: a GRPO run's batch, when not the model's CSR preset's."""
+    parser.add_argument("--prompts-per-step", type=int, help="tasks per step (default: the model's CSR preset)")
+    parser.add_argument("--group-size", type=int, help="samples per task (default: the model's CSR preset)")
+
+
+def batch_settings(args: argparse.Namespace) -> dict[str, int]:
+    """The batch flags given on the command line, as config fields."""
+    return {key: getattr(args, key) for key in ("prompts_per_step", "group_size") if getattr(args, key) is not None}
+
+
+def batch_command(args: argparse.Namespace) -> str:
+    """The batch flags given, as they were written (for a results file's ``command``)."""
+    return "".join(f" --{key.replace('_', '-')} {value}" for key, value in batch_settings(args).items())

@@ -41,7 +41,8 @@ from worldgym.agents.dual_lora.presets import dual_lora_config, engine, warm_sta
 from worldgym.agents.llm.warm_start import WarmStart, load_or_train_warm_start
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a file: find the benchmarks package
-from benchmarks.common import portable, results_dir, results_parser, train_in_chunks, write_json
+from benchmarks.common import (add_batch_flags, batch_command, batch_settings, portable, results_dir, results_parser,
+                               train_in_chunks, write_json)
 
 MODES: dict[str, dict[str, Any]] = {
     "dapo": {"transfer": "separate", "wm_coef": 0.0},
@@ -80,7 +81,7 @@ def run(args: argparse.Namespace) -> None:
     config = dual_lora_config(
         args.model, args.difficulty, **MODES[args.mode], num_steps=args.steps, max_turns=args.max_turns,
         eval_every=args.eval_every, eval_episodes=args.episodes, checkpoint_every=1, seed=args.seed,
-        iwm_steps=args.iwm_steps, output_dir=str(out), **_batch(args) | (QUICK_CONFIG if args.quick else {}))
+        iwm_steps=args.iwm_steps, output_dir=str(out), **batch_settings(args) | (QUICK_CONFIG if args.quick else {}))
     ws = warm_start(args, args.model)
     trainer = DualLoRATrainer(config, model=ws.model, tokenizer=ws.tokenizer,
                               make_engine=lambda policy: engine(args.model, policy, ws.tokenizer))
@@ -91,7 +92,7 @@ def run(args: argparse.Namespace) -> None:
                f"--seed {args.seed} --difficulty {args.difficulty} --steps {args.steps} --max-turns "
                f"{args.max_turns} --eval-every {args.eval_every} --episodes {args.episodes} "
                f"--iwm-steps {args.iwm_steps}"
-               + "".join(f" --{key.replace('_', '-')} {value}" for key, value in _batch(args).items())
+               + batch_command(args)
                + (" --quick" if args.quick else ""))
 
     def write_part() -> None:  # after every validation: a stopped run keeps its curve so far
@@ -114,11 +115,6 @@ def run(args: argparse.Namespace) -> None:
         print("validation success by step:", part["curve"])
 
     train_in_chunks(trainer, args.eval_every, write_part)
-
-
-def _batch(args: argparse.Namespace) -> dict[str, int]:
-    """The batch flags given on the command line (``prompts_per_step``, ``group_size``; else the preset's)."""
-    return {key: getattr(args, key) for key in ("prompts_per_step", "group_size") if getattr(args, key) is not None}
 
 
 def step_time(args: argparse.Namespace) -> None:
@@ -304,8 +300,7 @@ def main(argv: list[str] | None = None) -> None:
     one.add_argument("--eval-every", type=int, default=4)
     one.add_argument("--episodes", type=int, default=64, help="validation episodes per evaluation")
     one.add_argument("--iwm-steps", type=int, default=4, help="world-model-only steps of the iwm mode")
-    one.add_argument("--prompts-per-step", type=int, help="tasks per step (default: the model's CSR preset)")
-    one.add_argument("--group-size", type=int, help="samples per task (default: the model's CSR preset)")
+    add_batch_flags(one)
     timing = sub.add_parser("step-time", help="seconds per training step of one mode (no validation)",
                             parents=common)
     timing.add_argument("--model", choices=["tiny", "smollm2-135m"], default="tiny")

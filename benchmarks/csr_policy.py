@@ -39,7 +39,8 @@ from worldgym.agents.llm.evaluation import evaluate_chat_policy
 from worldgym.agents.llm.warm_start import WarmStart, load_or_train_warm_start
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a file: find the benchmarks package
-from benchmarks.common import results_dir, results_parser, train_in_chunks, write_json
+from benchmarks.common import (add_batch_flags, batch_command, batch_settings, results_dir, results_parser,
+                               train_in_chunks, write_json)
 
 DIFFICULTIES = (1, 2, 3, 4, 5)
 MAX_TURNS = 16  # the env's own limit: the random baseline gets the same budget
@@ -103,6 +104,7 @@ def run_dapo(args: argparse.Namespace) -> None:
     ws = warm_start(args)
     name = f"{args.model}-{args.decoding}-d{args.difficulty}-t{args.max_turns}-s{args.seed}"
     quick = {"prompts_per_step": 2, "group_size": 2, "progress": False} if args.quick else {}
+    quick = batch_settings(args) | quick
     config = preset.grpo_config(args.difficulty, decoding=args.decoding, num_steps=args.steps,
                                 max_turns=args.max_turns,
                                 eval_every=args.eval_every, eval_episodes=args.episodes, checkpoint_every=1,
@@ -115,7 +117,7 @@ def run_dapo(args: argparse.Namespace) -> None:
     part_name = f"{args.model}-dapo-{args.decoding}-d{args.difficulty}-t{args.max_turns}-s{args.seed}"
     command = (f"python benchmarks/csr_policy.py dapo --model {args.model} --decoding {args.decoding} "
                f"--difficulty {args.difficulty} --seed {args.seed} --steps {args.steps} --max-turns {args.max_turns} "
-               f"--eval-every {args.eval_every} --episodes {args.episodes}" + _quick(args))
+               f"--eval-every {args.eval_every} --episodes {args.episodes}" + batch_command(args) + _quick(args))
 
     def write_part() -> None:  # after every validation: a stopped run keeps its curve so far
         curve = [(m["step"], m["eval/success_rate"]) for m in trainer.history if "eval/success_rate" in m]
@@ -232,6 +234,7 @@ def main(argv: list[str] | None = None) -> None:
                       help="tool calls per episode in training and validation (the step-0 validation of the run "
                            "is the warm start under the same limit)")
     dapo.add_argument("--episodes", type=int, default=64, help="validation episodes per evaluation")
+    add_batch_flags(dapo)
     sub.add_parser("report", help="merge the stages into csr_policy.json and csr_policy.png", parents=common)
     args = parser.parse_args(argv)
     _apply_quick(args)

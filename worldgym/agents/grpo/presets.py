@@ -115,8 +115,8 @@ CSR_PRESETS: dict[str, CSRPreset] = {
     ),
     # SmolLM2-135M-Instruct with a LoRA adapter (r16, all linear layers, plus the added tool tokens' rows)
     "smollm2-135m": CSRPreset(
-        WarmStartConfig(model="smollm2-135m", extra_special_tokens=WORLD_MODEL_TOKENS), decoding="free", prompts_per_step=4, learning_rate=2e-5,
-        minibatch_size=4, engine_batch_size=32,
+        WarmStartConfig(model="smollm2-135m", extra_special_tokens=WORLD_MODEL_TOKENS), decoding="free",
+        prompts_per_step=4, learning_rate=2e-5, minibatch_size=4, engine_batch_size=32,
         # a d3 update on 4 episodes of up to 8,192 tokens took 24 GB and was OOM-killed; one episode per pass
         # with recomputed activations peaks ~7 GB above the model (measured on 1 x 8,000 tokens)
         microbatch_size=1, activation_checkpointing=True,
