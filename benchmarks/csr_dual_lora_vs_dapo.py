@@ -182,7 +182,8 @@ def _success_at(trainer: DualLoRATrainer, difficulty: int, episodes: int) -> flo
     config = trainer.config
     metrics, _ = evaluate_chat_policy(trainer.engine, trainer.tokenizer,
                                       lambda: make_text_env("CSRPhone-v0", kwargs, True),
-                                      episodes, config.max_turns, config.max_new_tokens, config.decoding)
+                                      episodes, config.max_turns, config.max_new_tokens, config.decoding,
+                                      max_episode_tokens=config.max_episode_tokens)
     return metrics["eval/success_rate"]
 
 

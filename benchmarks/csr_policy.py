@@ -64,7 +64,8 @@ def evaluate(ws: WarmStart, model: str, difficulty: int, episodes: int, decoding
     kwargs = {"split": "validation", "difficulty": difficulty}
     start = time.perf_counter()
     metrics, _ = evaluate_chat_policy(engine, ws.tokenizer, lambda: make_text_env("CSRPhone-v0", kwargs, True),
-                                      episodes, MAX_TURNS, CSR_PRESETS[model].max_new_tokens, decoding)
+                                      episodes, MAX_TURNS, CSR_PRESETS[model].max_new_tokens, decoding,
+                                      max_episode_tokens=CSR_PRESETS[model].max_episode_tokens)
     return {"success": metrics["eval/success_rate"], "copy_probe": metrics.get("eval/copy_probe"),
             "episodes": episodes, "seconds": time.perf_counter() - start}
 

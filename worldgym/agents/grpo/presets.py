@@ -53,6 +53,8 @@ class CSRPreset:
             at d1-d5 with SmolLM2's tokenizer (64 / 83 / 122 / 132 / 151 with the tiny one; 40 expert episodes
             per difficulty): from d3 on, a call with 2-3 auth values is longer than 96 tokens, and a cap of 96
             cut it into invalid JSON every time.
+        max_episode_tokens: tokens per episode, in training and in every validation (a failing d3-d5 episode
+            of SmolLM2 runs 16 calls, ~3,500 tokens and more).
         engine_batch_size: episodes generated together; kv_cache_max_tokens: the engine's KV store (room
             for every running episode's conversation, or early rows are evicted and re-prefilled).
         microbatch_size, activation_checkpointing: the learner's memory settings (``GRPOConfig``).
@@ -65,6 +67,7 @@ class CSRPreset:
     learning_rate: float = 2e-5
     minibatch_size: int = 8
     max_new_tokens: int = 192
+    max_episode_tokens: int = 8192
     engine_batch_size: int = 32
     kv_cache_max_tokens: int = 131072
     microbatch_size: int = 0
@@ -85,7 +88,7 @@ class CSRPreset:
             "wrap_tool_calls": True,
             "max_turns": 16,
             "max_new_tokens": self.max_new_tokens,
-            "max_episode_tokens": 8192,
+            "max_episode_tokens": self.max_episode_tokens,
             "decoding": self.decoding,
             "finetune": self.warm_start.finetune,
             "prompts_per_step": self.prompts_per_step,

@@ -57,10 +57,13 @@ def evaluate_chat_policy(
     max_new_tokens: int,
     decoding: Literal["free", "constrained"] = "free",
     first_seed: int = VALIDATION_SEEDS_START,
+    max_episode_tokens: int = 4096,
 ) -> tuple[dict[str, float], list[Episode]]:
     """Greedy episodes on the seeds ``first_seed, first_seed + 1, ...``: :func:`episode_metrics` and the
-    episodes themselves."""
-    collector = RolloutCollector(engine, tokenizer, make_env, max_turns=max_turns, decoding=decoding)
+    episodes themselves. ``max_episode_tokens``: an episode is truncated where its next reply could pass this
+    (give a trainer's own ``config.max_episode_tokens`` to score what its validation scores)."""
+    collector = RolloutCollector(engine, tokenizer, make_env, max_turns=max_turns, decoding=decoding,
+                                 max_episode_tokens=max_episode_tokens)
     params = SamplingParams(temperature=0.0, max_new_tokens=max_new_tokens)
     episodes = collector.collect(range(first_seed, first_seed + num_episodes), 1, params)
     return episode_metrics(episodes), episodes
