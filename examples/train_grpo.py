@@ -245,9 +245,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
     config = run.resolved_grpo() if isinstance(run, CSRRun) else run.grpo
     out = Path(config.output_dir)
-    save_run_config(out, parsed.preset, run)
+    if int(os.environ.get("RANK", "0")) == 0:  # under torchrun (ddp/fsdp learners) rank 0 writes the files
+        save_run_config(out, parsed.preset, run)
     start = time.perf_counter()
     trainer = train_csr(run, parsed.resume) if isinstance(run, CSRRun) else train_math_qa(run, parsed.resume)
+    if not trainer.is_main:
+        return {}
     model = run.warm_start.model if isinstance(run, CSRRun) else config.model
     return write_curve(trainer.history, out, config.env_id, model, time.perf_counter() - start)
 

@@ -307,9 +307,10 @@ def save_checkpoint(
     path: str | Path,
     weights: dict[str, torch.Tensor],
     state: dict[str, Any],
-    optimizer: torch.optim.Optimizer | None = None,
+    optimizer: torch.optim.Optimizer | dict[str, Any] | None = None,
 ) -> Path:
-    """Write ``weights`` and the optimizer's tensors as safetensors and ``state`` (JSON-able) as JSON.
+    """Write ``weights`` and the optimizer's tensors (an optimizer, or its ``state_dict()``) as safetensors
+    and ``state`` (JSON-able) as JSON.
 
     The files go into a temporary folder with a manifest of their SHA-256s, fsynced, then swapped in for any
     previous checkpoint at ``path`` (see :func:`atomic_directory`), so a kill -9 never leaves no checkpoint.
@@ -319,7 +320,8 @@ def save_checkpoint(
         save_file({k: v.detach().contiguous().cpu() for k, v in weights.items()}, str(tmp / _WEIGHTS))
         full_state = {"state": state, "optimizer": None}
         if optimizer is not None:
-            tensors, structure = optimizer_to_tensors(optimizer.state_dict())
+            state_dict = optimizer if isinstance(optimizer, dict) else optimizer.state_dict()
+            tensors, structure = optimizer_to_tensors(state_dict)
             save_file(tensors, str(tmp / _OPTIMIZER))
             full_state["optimizer"] = structure
         (tmp / _STATE).write_text(json.dumps(full_state, indent=1))

@@ -3,6 +3,7 @@ and the trainer and batch that the single-process reference builds the same way.
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from datetime import timedelta
 from pathlib import Path
 
@@ -71,8 +72,9 @@ def near_policy(trainer: GRPOTrainer, prepared: TrainBatch, generator: torch.Gen
     """``prepared`` with old log-probs near the policy's (so few tokens clip) and random advantages (so the
     policy loss has gradients)."""
     batch = prepared.batch
-    scored = score_tokens(trainer.policy, batch["input_ids"], batch["attention_mask"], batch["action_mask"],
-                          trainer.config.temperature)
+    with trainer.parallel.full_weights() if trainer.parallel is not None else nullcontext():  # FSDP: whole
+        scored = score_tokens(trainer.policy, batch["input_ids"], batch["attention_mask"],
+                              batch["action_mask"], trainer.config.temperature)
     noise = 0.1 * torch.randn(batch["action_mask"].shape, generator=generator)
     batch["old_logprobs"] = (scored.logprobs.cpu() + noise) * batch["action_mask"]
     return TrainBatch(batch, torch.randn(len(prepared.advantages), generator=generator), prepared.rewards)
@@ -117,18 +119,20 @@ def token_parity(episode: Episode) -> float:
 LOOP_STEPS = 2
 
 
-def loop_trainer(output_dir: str, learner: str) -> GRPOTrainer:
-    """A GRPO run on MathQA-v0 (tiny model, LoRA, dynamic sampling) whose learner is ``learner``; SGD for the
-    reason given in :func:`make_trainer`."""
-    config = GRPOConfig(prompts_per_step=2, group_size=2, max_new_tokens=8, minibatch_size=4, learning_rate=1e-2,
-                        dynamic_sampling=True, max_resample_rounds=1, num_steps=LOOP_STEPS, eval_every=0,
-                        progress=False, output_dir=output_dir, learner=learner)
+def loop_trainer(output_dir: str, learner: str, sgd: bool = True, **overrides) -> GRPOTrainer:
+    """A GRPO run on MathQA-v0 (tiny model, LoRA, dynamic sampling) whose learner is ``learner``, with config
+    ``overrides``; SGD for the reason given in :func:`make_trainer` (else the trainer's AdamW)."""
+    settings = {"prompts_per_step": 2, "group_size": 2, "max_new_tokens": 8, "minibatch_size": 4,
+                "learning_rate": 1e-2, "dynamic_sampling": True, "max_resample_rounds": 1,
+                "num_steps": LOOP_STEPS, "eval_every": 0, "progress": False}
+    config = GRPOConfig(**{**settings, **overrides}, output_dir=output_dir, learner=learner)
     trainer = GRPOTrainer(config, reward_fn=token_parity)
-    trainer.optimizer = torch.optim.SGD(list(trainer.trainable.values()), lr=config.learning_rate)
+    if sgd:
+        trainer.optimizer = torch.optim.SGD(list(trainer.trainable.values()), lr=config.learning_rate)
     return trainer
 
 
-def _torchrun_environment(rank: int, port: int) -> None:
+def torchrun_environment(rank: int, port: int) -> None:
     """One torch thread, and the environment variables torchrun gives rank ``rank`` (the trainer joins)."""
     import os
 
@@ -139,7 +143,7 @@ def _torchrun_environment(rank: int, port: int) -> None:
 def run_loop_rank(rank: int, port: int, out_dir: str) -> None:
     """One rank of a ``learner="ddp"`` training run, joined the way torchrun does it (environment variables);
     rank 0 saves the weights and every step's metrics."""
-    _torchrun_environment(rank, port)
+    torchrun_environment(rank, port)
     try:
         trainer = loop_trainer(f"{out_dir}/run", "ddp")
         history = trainer.train()
@@ -162,6 +166,7 @@ DUAL_CASES = {
     "shared": {"transfer": "shared", "wm_max_calls": 1, "wm_replay_capacity": 0},
 }
 DUAL_STEP_TURNS = (3, 3, 1)  # max turns of each step's episodes: search then phone calls; the last, no call
+LEARNER_SETTINGS = {"fsdp": {"share_prompt_prefix": False}}  # config settings a learner needs
 
 
 def _dual_lora_conftest():
@@ -186,9 +191,11 @@ def csr_tokenizer() -> PreTrainedTokenizerBase:
     return train_chat_tokenizer(corpus, vocab_size=800, extra_special_tokens=WM_SPECIAL_TOKENS)
 
 
-def dual_lora_run(tokenizer: PreTrainedTokenizerBase, case: str, output_dir: str, learner: str) -> dict:
-    """Train a dual-LoRA trainer (``DUAL_CASES[case]``, no dropout, SGD) for one update per entry of
-    ``DUAL_STEP_TURNS`` on scripted episodes; returns its trainable tensors and each update's metrics."""
+def dual_lora_run(tokenizer: PreTrainedTokenizerBase, case: str, output_dir: str, learner: str,
+                  **overrides) -> dict:
+    """Train a dual-LoRA trainer (``DUAL_CASES[case]``, no dropout, SGD, config ``overrides``) for one update
+    per entry of ``DUAL_STEP_TURNS`` on scripted episodes; returns its trainable tensors and each update's
+    metrics."""
     from worldgym.agents.dual_lora import DualLoRAConfig, DualLoRATrainer
     from worldgym.agents.llm.engines import SamplingParams
     from worldgym.agents.llm.rollout import RolloutCollector
@@ -197,7 +204,7 @@ def dual_lora_run(tokenizer: PreTrainedTokenizerBase, case: str, output_dir: str
     config = DualLoRAConfig(env_id="CSRPhone-v0", wrap_tool_calls=True, env_kwargs={"difficulty": 1},
                             prompts_per_step=4, group_size=2, minibatch_size=MINIBATCH, ppo_epochs=1,
                             lora_dropout=0.0, learning_rate=1e-2, eval_every=0, progress=False,
-                            output_dir=output_dir, learner=learner, **DUAL_CASES[case])
+                            output_dir=output_dir, learner=learner, **DUAL_CASES[case], **overrides)
     engine = conftest.PhoningEngine(tokenizer)
     trainer = DualLoRATrainer(config, model=build_tiny_model(tokenizer, seed=0), tokenizer=tokenizer,
                               make_env=conftest.make_csr_env, make_engine=lambda policy: engine)
@@ -208,18 +215,26 @@ def dual_lora_run(tokenizer: PreTrainedTokenizerBase, case: str, output_dir: str
         collector = RolloutCollector(engine, tokenizer, conftest.make_csr_env, max_turns=turns)
         episodes = collector.collect(range(config.prompts_per_step), config.group_size, SamplingParams())
         prepared = near_policy(trainer, trainer.prepare(episodes), generator)
-        history.append(trainer.ddp.update(prepared) if trainer.ddp is not None else trainer.update(prepared))
+        learner = trainer.parallel or trainer
+        history.append(learner.update(prepared))
         trainer.step += 1
-    return {"weights": {name: p.detach().cpu().clone() for name, p in trainer.trainable.items()},
-            "history": history}
+    return {"weights": whole_weights(trainer), "history": history}
 
 
-def run_dual_lora_rank(rank: int, port: int, tokenizer_dir: str, out_dir: str) -> None:
-    """One rank of every ``DUAL_CASES`` run with ``learner="ddp"``; rank 0 saves the results."""
-    _torchrun_environment(rank, port)
+def whole_weights(trainer: GRPOTrainer) -> dict[str, torch.Tensor]:
+    """The trainable tensors, whole (gathered from an FSDP learner's shards: every rank calls it)."""
+    if trainer.parallel is None:
+        return {name: p.detach().cpu().clone() for name, p in trainer.trainable.items()}
+    return dict(trainer.parallel.full_trainable())
+
+
+def run_dual_lora_rank(rank: int, port: int, tokenizer_dir: str, out_dir: str, learner: str = "ddp") -> None:
+    """One rank of every ``DUAL_CASES`` run with ``learner``; rank 0 saves the results."""
+    torchrun_environment(rank, port)
     try:
         tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
-        results = {case: dual_lora_run(tokenizer, case, f"{out_dir}/{case}{rank}", "ddp")
+        results = {case: dual_lora_run(tokenizer, case, f"{out_dir}/{case}{rank}", learner,
+                                       **LEARNER_SETTINGS.get(learner, {}))
                    for case in DUAL_CASES}
         if rank == 0:
             torch.save(results, Path(out_dir) / "dual_lora.pt")

@@ -124,10 +124,16 @@ def test_the_dual_lora_world_model_trains_on_two_ranks_like_one_process(csr_toke
     """learner="ddp" with the world-model loss ("separate" and "shared" adapters): the phone calls drawn on
     the whole minibatch (wm_max_calls, replay) and split over the ranks, confidence skipping, a rank that
     scores no call and a step with no phone call give one process's weights and metrics."""
-    _run_ranks(worker.run_dual_lora_rank, (_free_port(), str(csr_tokenizer_dir), str(tmp_path)))
+    assert_dual_lora_like_one_process(csr_tokenizer_dir, tmp_path, "ddp")
+
+
+def assert_dual_lora_like_one_process(csr_tokenizer_dir: Path, tmp_path: Path, learner: str) -> None:
+    """The test above for ``learner``."""
+    _run_ranks(worker.run_dual_lora_rank, (_free_port(), str(csr_tokenizer_dir), str(tmp_path), learner))
     ddp = torch.load(tmp_path / "dual_lora.pt")
     tokenizer = AutoTokenizer.from_pretrained(csr_tokenizer_dir)
-    single = {case: worker.dual_lora_run(tokenizer, case, str(tmp_path / case), "single")
+    settings = worker.LEARNER_SETTINGS.get(learner, {})
+    single = {case: worker.dual_lora_run(tokenizer, case, str(tmp_path / case), "single", **settings)
               for case in worker.DUAL_CASES}
     for case, expected in single.items():
         for step, (got, want) in enumerate(zip(ddp[case]["history"], expected["history"], strict=True)):

@@ -77,7 +77,8 @@ class WorldModelObjective:
         recent, past = self._draw(recent)
         examples = recent + past
         mine = shard.take([len(example.token_ids) for example in examples])
-        local_sum, totals = self._score_share(examples, mine, len(recent))
+        padding = shard.padding(len(mine), len(examples))
+        local_sum, totals = self._score_share(examples, mine, len(recent), padding)
         kept, loss_sum, accuracy_sum, skipped = shard.sum(totals).tolist()
         accuracy = accuracy_sum / len(recent)
         self._accuracies.append(accuracy)
@@ -98,24 +99,27 @@ class WorldModelObjective:
             if self.replay is not None else []
         return recent, past
 
-    def _score_share(self, examples: list[PhoneCallExample], mine: list[int], num_recent: int
-                     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Score ``examples[i]`` for ``i`` in ``mine`` (the first ``num_recent`` examples are recent): the
-        differentiable sum of the losses kept (not skipped as confident), and the float64 sums to combine over
-        ranks: ``[kept, kept losses, recent token accuracies, skipped]``."""
+    def _score_share(self, examples: list[PhoneCallExample], mine: list[int], num_recent: int,
+                     padding: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+        """Score ``examples[i]`` for ``i`` in ``mine`` (the first ``num_recent`` examples are recent), then
+        ``padding`` repeats weighted 0: the differentiable sum of the losses kept (not skipped as confident),
+        and the float64 sums to combine over ranks: ``[kept, kept losses, recent accuracies, skipped]``."""
         config = self.config
         device = next(self.model.parameters()).device
-        if not mine:
+        scored = mine + [mine[0] if mine else 0] * padding
+        if not scored:
             return torch.zeros((), device=device), torch.zeros(4, dtype=torch.float64)
         with using_adapters(self.model, [config.world_model_adapter], config.adapter_names):
-            scores = score_in_chunks(self.model, [examples[i] for i in mine], self.tokenizer.pad_token_id,
+            scores = score_in_chunks(self.model, [examples[i] for i in scored], self.tokenizer.pad_token_id,
                                      config.wm_chunk_size)
-        keep = torch.ones_like(scores.loss, dtype=torch.bool)
+        own = torch.arange(len(scored), device=device) < len(mine)
+        confident = torch.zeros_like(own)
         if config.wm_confidence_skip is not None:
-            keep = scores.mean_probability <= config.wm_confidence_skip
+            confident = scores.mean_probability > config.wm_confidence_skip
+        keep = own & ~confident
         local_sum = scores.loss[keep].sum()  # a graph even when none is kept: zero gradients, as one process
-        recent = torch.tensor(mine, device=device) < num_recent
-        totals = [keep.sum(), local_sum, scores.token_accuracy[recent].sum(), (~keep).sum()]
+        recent = own & (torch.tensor(scored, device=device) < num_recent)
+        totals = [keep.sum(), local_sum, scores.token_accuracy[recent].sum(), (own & confident).sum()]
         return local_sum, torch.tensor([total.item() for total in totals], dtype=torch.float64)
 
     def end_step(self) -> dict[str, float]:

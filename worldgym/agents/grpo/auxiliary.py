@@ -20,11 +20,14 @@ class LossShard:
 
     The objective draws its examples on the whole minibatch (the same draws on every rank), scores the ones
     :meth:`take` gives this rank, and combines counts and sums over the ranks with :meth:`sum`. One process is
-    ``LossShard()``: every example is its own and :meth:`sum` returns its argument.
+    ``LossShard()``: every example is its own and :meth:`sum` returns its argument. With ``equal_shares``
+    (sharded weights, where every forward is a collective) each rank scores as many examples as the others:
+    it pads its share with :meth:`padding` repeats, weighted 0.
     """
 
     rank: int = 0
     world_size: int = 1
+    equal_shares: bool = False
 
     def take(self, sizes: Sequence[int]) -> list[int]:
         """This rank's examples, by index: the examples sorted by size, dealt out in turn, so the ranks'
@@ -35,6 +38,14 @@ class LossShard:
         """
         order = sorted(range(len(sizes)), key=lambda i: -sizes[i])
         return order[self.rank :: self.world_size]
+
+    def padding(self, own: int, total: int) -> int:
+        """How many repeats (weighted 0) this rank scores after its ``own`` of ``total`` examples.
+
+        >>> LossShard(1, 2, equal_shares=True).padding(own=1, total=3)
+        1
+        """
+        return -(-total // self.world_size) - own if self.equal_shares else 0
 
     def sum(self, values: torch.Tensor) -> torch.Tensor:
         """``values`` summed over the ranks (every rank calls it, in the same order)."""

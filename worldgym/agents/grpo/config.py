@@ -85,11 +85,12 @@ class GRPOConfig:
             refused and generated again (the lag of every batch is logged).
         max_worker_restarts: restarts of a rollout worker that dies (its share of the request is re-run).
         ray_address: an existing Ray cluster to attach to (None: the running one, or a new local one).
-        learner: "single" (this process updates) or "ddp": data-parallel updates over the processes of a
-            torch.distributed group (launch with torchrun; worldgym.distributed.DDPLearner): rank 0 runs the
+        learner: "single" (this process updates), "ddp" or "fsdp": data-parallel updates over the processes
+            of a torch.distributed group (launch with torchrun; worldgym.distributed.DDPLearner, or
+            FSDPLearner, whose ranks each hold a shard of the weights and optimizer state): rank 0 runs the
             rollouts (in process or on Ray), every rank updates on its share of each minibatch (and of the
             auxiliary loss's examples, e.g. the dual-LoRA world model's phone calls), and only rank 0 validates,
-            logs and saves.
+            logs and writes checkpoints.
     """
 
     model: str = "tiny"
@@ -151,7 +152,7 @@ class GRPOConfig:
     max_policy_lag: int = 1
     max_worker_restarts: int = 3
     ray_address: str | None = None
-    learner: Literal["single", "ddp"] = "single"
+    learner: Literal["single", "ddp", "fsdp"] = "single"
 
     def __post_init__(self) -> None:
         self.lora_target_modules = tuple(self.lora_target_modules)
@@ -161,7 +162,7 @@ class GRPOConfig:
         check_choice("vectorization_mode", self.vectorization_mode, ("none", "sync", "async"))
         check_choice("decoding", self.decoding, ("free", "constrained"))
         check_choice("runtime", self.runtime, ("local", "ray"))
-        check_choice("learner", self.learner, ("single", "ddp"))
+        check_choice("learner", self.learner, ("single", "ddp", "fsdp"))
         for name in ("lora_rank", "lora_alpha", "prompts_per_step", "max_new_tokens", "max_turns", "ppo_epochs",
                      "minibatch_size", "num_steps", "max_episode_tokens", "min_shared_prefix", "num_rollout_workers"):
             check_positive_int(name, getattr(self, name))
@@ -191,6 +192,10 @@ class GRPOConfig:
                     "use runtime='ray' (in process, rollouts and updates take turns)")
         check_field(not self.async_rollouts or self.max_policy_lag >= 1, "max_policy_lag", self.max_policy_lag,
                     "use >= 1 with async_rollouts (their episodes are one update old)")
+        check_field(self.learner != "fsdp" or not self.share_prompt_prefix, "share_prompt_prefix",
+                    self.share_prompt_prefix, "use False with learner='fsdp': every forward all-gathers the "
+                    "layers it runs, so the ranks must run as many, and the shared-prefix pass runs one or two "
+                    "per rank depending on its rows")
 
     def to_dict(self) -> dict[str, Any]:
         """The config as JSON-compatible data (stored in checkpoints)."""

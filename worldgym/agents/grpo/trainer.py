@@ -10,7 +10,7 @@ from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 import numpy as np
@@ -39,6 +39,9 @@ from worldgym.agents.llm.scoring import score_tokens
 from worldgym.agents.llm.tokenizer import env_text_corpus, train_chat_tokenizer
 from worldgym.checkpointing import resolve_checkpoint
 from worldgym.jsonl import append_jsonl, truncate_jsonl
+
+if TYPE_CHECKING:
+    from worldgym.distributed.data_parallel import DataParallelLearner
 
 __all__ = ["GRPOTrainer", "MinibatchLoss", "TrainBatch", "loss_shares", "make_text_env"]
 
@@ -216,11 +219,7 @@ class GRPOTrainer:
                                               **self.rollout_limits)
         self.rollouts = self._make_rollouts(make_engine)
         self._pending: _Round | None = None  # async rollouts: the next step's first round, already running
-        self.ddp = None  # learner="ddp": this rank's share of data-parallel updates
-        if config.learner == "ddp":
-            from worldgym.distributed.ddp import DDPLearner
-
-            self.ddp = DDPLearner(self)
+        self.parallel = _data_parallel_learner(self)  # learner "ddp"/"fsdp": this rank's part of the updates
         self.step = 0
         self.output_dir = Path(config.output_dir)
         self.history: list[dict[str, Any]] = []
@@ -297,24 +296,25 @@ class GRPOTrainer:
         main = self.is_main
         until = config.num_steps if until is None else min(until, config.num_steps)
         self.output_dir.mkdir(parents=True, exist_ok=True)
-        if self.step == 0 and not self.history and main:  # a fresh run starts a fresh log; a resumed (or
-            # continued) one appends
-            (self.output_dir / "metrics.jsonl").write_text("")
-            if config.eval_every:
-                self._log({"step": 0, **self.evaluate()})
+        if self.step == 0 and not self.history:  # a fresh run starts a fresh log; a resumed (or continued)
+            # one appends
+            if main:
+                (self.output_dir / "metrics.jsonl").write_text("")
+            validation = self._validate() if config.eval_every else {}
+            if main and config.eval_every:
+                self._log({"step": 0, **validation})
         with tqdm(total=config.num_steps, initial=self.step, desc="grpo", disable=not (config.progress and main)
                   ) as bar:
             while self.step < until:
                 metrics = self.train_step()
-                if config.eval_every and self.step % config.eval_every == 0 and main:
-                    metrics.update(self.evaluate())
+                if config.eval_every and self.step % config.eval_every == 0:
+                    metrics.update(self._validate())
                 self._log(metrics)
-                if config.checkpoint_every and self.step % config.checkpoint_every == 0 and main:
+                if config.checkpoint_every and self.step % config.checkpoint_every == 0:
                     self.save(self.output_dir / f"checkpoint-{self.step}")
                 bar.update(1)
                 bar.set_postfix(reward=f"{metrics['rollout/reward_mean']:.3f}")
-        if main:
-            self.save(self.output_dir / "checkpoint-last")
+        self.save(self.output_dir / "checkpoint-last")
         return [m for m in self.history if "rollout/reward_mean" in m]
 
     def train_step(self) -> dict[str, Any]:
@@ -329,7 +329,7 @@ class GRPOTrainer:
         update_start = time.perf_counter()
         if self.config.async_rollouts and self.step + 1 < self.config.num_steps:
             self._pending = self._submit_round(0)
-        update_metrics = self.ddp.update(prepared) if self.ddp is not None else self.update(prepared)
+        update_metrics = (self.parallel or self).update(prepared)
         self.step += 1
         sync_start = time.perf_counter()
         self._sync_weights()
@@ -354,17 +354,29 @@ class GRPOTrainer:
 
     def _sync_weights(self) -> None:
         """The trainer's own engine (validation, in-process rollouts) and the rollout runtime get the current
-        weights, as version ``self.step``."""
+        weights, as version ``self.step`` (Ray workers get whole tensors, gathered by every rank of a sharded
+        learner)."""
         self.engine.sync_weights()
-        self.rollouts.sync_weights(self.step, self.trainable)
+        remote = self.parallel is not None and self.config.runtime == "ray"
+        self.rollouts.sync_weights(self.step, self.parallel.full_trainable() if remote else self.trainable)
+
+    def _validate(self) -> dict[str, float]:
+        """:meth:`evaluate` on rank 0 (``{}`` on the other ranks, which help gather the weights)."""
+        if self.parallel is None:
+            return self.evaluate()
+        with self.parallel.full_weights():
+            return self.evaluate() if self.is_main else {}
 
     def collect_batch(self) -> tuple[list[Episode], dict[str, float]]:
         """The step's training episodes and rollout metrics: ``prompts_per_step`` groups, filtered by dynamic
         sampling where it is on (not when the auxiliary objective trains alone: then every group informs)."""
         dynamic_sampling = self.config.dynamic_sampling and self.policy_weight > 0
-        if self.ddp is not None:  # rank 0 collects; every rank trains on its episodes
-            return self.ddp.share_from_rank0(lambda: self._collect_batch(dynamic_sampling), self.rng)
-        return self._collect_batch(dynamic_sampling)
+        if self.parallel is None:
+            return self._collect_batch(dynamic_sampling)
+        # rank 0 collects (with the whole weights where it generates them); every rank trains on its episodes
+        gathered = self.parallel.full_weights() if self.config.runtime == "local" else nullcontext()
+        with gathered:
+            return self.parallel.share_from_rank0(lambda: self._collect_batch(dynamic_sampling), self.rng)
 
     def prepare(self, episodes: list[Episode]) -> TrainBatch:
         """Shaped rewards, the padded batch and group advantages of a step's episodes (and the auxiliary
@@ -666,16 +678,22 @@ class GRPOTrainer:
         self.rollouts.close()
 
     def save(self, path: str | Path) -> Path:
-        """Trainable weights + optimizer (safetensors) and step, RNG and config (JSON)."""
+        """Trainable weights + optimizer (safetensors) and step, RNG and config (JSON). Under a data-parallel
+        learner every rank calls it (a sharded learner gathers the whole state) and rank 0 alone writes."""
+        if self.parallel is not None:
+            weights, optimizer_state = self.parallel.full_state()
+        else:
+            weights, optimizer_state = dict(self.trainable), self.optimizer.state_dict()
+        if not self.is_main:
+            return Path(path)
         state = {"step": self.step, "rng": self.rng.bit_generator.state, "config": self.config.to_dict()}
         if self._pending is not None:  # async: the next step's tasks, already drawn from the RNG
             state["pending_round"] = {"seeds": self._pending.seeds, "params": asdict(self._pending.params),
                                       "first_group_id": self._pending.first_group_id}
-        weights = dict(self.trainable)
         if self.auxiliary_loss is not None:
             tensors, state["auxiliary"] = self.auxiliary_loss.state()
             weights.update({_AUXILIARY + name: tensor for name, tensor in tensors.items()})
-        return save_checkpoint(path, weights, state, self.optimizer)
+        return save_checkpoint(path, weights, state, optimizer_state)
 
     def resume_latest(self) -> Path | None:
         """Load the newest ``checkpoint-<step>`` (else ``checkpoint-last``) in ``config.output_dir`` and the
@@ -715,11 +733,10 @@ class GRPOTrainer:
                     f"checkpoint {path}: {name} has shape {tuple(tensor.shape)}, the model "
                     f"expects {tuple(self.trainable[name].shape)}"
                 )
-        with torch.no_grad():
-            for name, tensor in weights.items():
-                self.trainable[name].copy_(tensor)
-        if optimizer_state is not None:
-            self.optimizer.load_state_dict(optimizer_state)
+        if self.parallel is not None:
+            self.parallel.load_full_state(weights, optimizer_state)
+        else:
+            self.load_trainable(weights, optimizer_state)
         self.rng.bit_generator.state = state["rng"]
         self.step = int(state["step"])
         if self.auxiliary_loss is not None:
@@ -733,11 +750,20 @@ class GRPOTrainer:
             self._pending = self._submit(
                 _Round(pending["seeds"], SamplingParams(**pending["params"]), pending["first_group_id"]))
 
+    def load_trainable(self, weights: dict[str, torch.Tensor], optimizer_state: dict[str, Any] | None
+                       ) -> None:
+        """Copy whole trainable tensors (by name) and an ``optimizer.state_dict()`` into this process's."""
+        with torch.no_grad():
+            for name, tensor in weights.items():
+                self.trainable[name].copy_(tensor)
+        if optimizer_state is not None:
+            self.optimizer.load_state_dict(optimizer_state)
+
 
 def _join_learner_group(config: GRPOConfig) -> int:
     """This process's rank among the data-parallel learners (0 for a single learner), joining torchrun's
-    process group where ``config.learner == "ddp"``."""
-    if config.learner != "ddp":
+    process group where ``config.learner`` is ``"ddp"`` or ``"fsdp"``."""
+    if config.learner == "single":
         return 0
     import torch.distributed as dist
 
@@ -745,6 +771,15 @@ def _join_learner_group(config: GRPOConfig) -> int:
 
     init_process_group_from_env()
     return dist.get_rank()
+
+
+def _data_parallel_learner(trainer: GRPOTrainer) -> DataParallelLearner | None:
+    """The trainer's ``config.learner`` (a DDPLearner or FSDPLearner, which shards the policy), or None."""
+    if trainer.config.learner == "single":
+        return None
+    from worldgym.distributed import DDPLearner, FSDPLearner
+
+    return (DDPLearner if trainer.config.learner == "ddp" else FSDPLearner)(trainer)
 
 
 def _rollout_success_since_last_validation(history: list[dict[str, Any]]) -> list[float]:

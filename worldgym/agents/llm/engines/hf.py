@@ -266,6 +266,7 @@ class HFEngine:
             pad_token_id=self.pad_token_id,
             return_dict_in_generate=True,
             output_logits=True,
+            synced_gpus=False,  # this process generates alone (transformers syncs an FSDP model's ranks)
             **sampling,
         )
         new_tokens = output.sequences[:, width:].cpu()
