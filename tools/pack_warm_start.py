@@ -6,8 +6,9 @@
 skips the SFT (about an hour on 2 CPU cores for SmolLM2). ``--float16`` stores float32 tensors as float16 (half
 the size; loading casts them back to the model's dtype): measure a warm start's figures on the shipped copy, not
 on the float32 one it came from. ``warm_start.json`` records the stored dtype and drops the per-step SFT losses
-(the first and last stay in its summary). An adapter's folder ships without its tokenizer files: loading takes
-the tokenizer from ``load_chat_model``, as for the cached copy.
+(the first and last stay in its summary). An adapter's folder ships without its tokenizer files (loading takes
+the tokenizer from ``load_chat_model``, as for the cached copy) and without PEFT's model card, and its
+``adapter_config.json`` names the base model by the warm start's model name instead of this machine's path.
 """
 
 from __future__ import annotations
@@ -31,9 +32,14 @@ def pack(source: Path, float16: bool) -> Path:
     if target.exists():
         raise FileExistsError(f"{target} exists: remove it first")
     adapter = (source / "adapter_config.json").is_file()
-    tokenizer_files = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "special_tokens_map.json")
-    shutil.copytree(source, target, ignore=shutil.ignore_patterns(*tokenizer_files) if adapter else None)
+    left_out = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "special_tokens_map.json",
+                "README.md")
+    shutil.copytree(source, target, ignore=shutil.ignore_patterns(*left_out) if adapter else None)
     record = json.loads((target / "warm_start.json").read_text())
+    if adapter:
+        adapter_config = json.loads((target / "adapter_config.json").read_text())
+        adapter_config["base_model_name_or_path"] = record["config"]["model"]
+        (target / "adapter_config.json").write_text(json.dumps(adapter_config, indent=2, sort_keys=True))
     record["summary"]["losses"] = None
     record["stored_dtype"] = "float16" if float16 else "as trained"
     if float16:
