@@ -9,6 +9,7 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
+from torch.distributed.tensor import DTensor
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
 from worldgym.agents.grpo import GRPOConfig, GRPOTrainer
@@ -25,14 +26,17 @@ CASES = [("lora", "token_mean", 0.0), ("lora", "dr_grpo", 0.0), ("full", "seq_me
 ROWS, MINIBATCH, PROMPT = 8, 4, 5
 TRAINED = [2**k for k in range(ROWS)]  # 1..128 tokens: no two disjoint sets of rows train as many tokens
 WORLD_SIZE = 2
+LEARNER_SETTINGS = {"fsdp": {"share_prompt_prefix": False}}  # config settings a learner needs
 
 
 def make_trainer(tokenizer: PreTrainedTokenizerBase, finetune: str, aggregation: str, kl_coef: float,
-                 output_dir: str, device: str = "cpu") -> GRPOTrainer:
+                 output_dir: str, device: str = "cpu", **overrides) -> GRPOTrainer:
+    """The update tests' trainer (config ``overrides`` on top, e.g. a learner or microbatch size)."""
+    settings = {"minibatch_size": MINIBATCH, **overrides}
     config = GRPOConfig(
         device=device, finetune=finetune, loss_aggregation=aggregation, kl_coef=kl_coef, entropy_coef=0.01,
-        minibatch_size=MINIBATCH, ppo_epochs=1, prompts_per_step=ROWS // 2, group_size=2, learning_rate=1e-2,
-        eval_every=0, progress=False, output_dir=output_dir,
+        ppo_epochs=1, prompts_per_step=ROWS // 2, group_size=2, learning_rate=1e-2, eval_every=0,
+        progress=False, output_dir=output_dir, **settings,
     )
     env = lambda: MathQAEnv(num_problems=4)  # unused: the batch is given
     trainer = GRPOTrainer(config, model=build_tiny_model(tokenizer, seed=0), tokenizer=tokenizer,
@@ -111,6 +115,59 @@ def run_rank(rank: int, port: int, tokenizer_dir: str, out_dir: str, backend: st
         dist.destroy_process_group()
 
 
+# ---------------------------------------------------------------- microbatches under a data-parallel learner
+# case -> (finetune, loss_aggregation, kl_coef, minibatch_size, microbatch_size). The 8 rows make minibatches
+# of 4 (shares of 2 rows) in the first case; of 5 and 3 (shares of 3 + 2, then 2 + 1 rows) in the second; of
+# 3, 3 and 2 (2 + 1, 2 + 1, 1 + 1) in the third: unequal shares, which FSDP pads to as many microbatches
+MICRO_CASES = {
+    "lora-token_mean": ("lora", "token_mean", 0.0, 4, 1),
+    "lora-token_mean-unequal": ("lora", "token_mean", 0.0, 5, 2),
+    "full-seq_mean-unequal": ("full", "seq_mean", 0.05, 3, 1),
+}
+
+
+def micro_trainer(tokenizer: PreTrainedTokenizerBase, case: str, output_dir: str, learner: str,
+                  microbatches: bool, **overrides) -> GRPOTrainer:
+    """``MICRO_CASES[case]``'s trainer with ``learner`` (and config ``overrides``), split into its
+    microbatches or not."""
+    finetune, aggregation, kl_coef, minibatch, micro = MICRO_CASES[case]
+    return make_trainer(tokenizer, finetune, aggregation, kl_coef, output_dir, learner=learner,
+                        minibatch_size=minibatch, microbatch_size=micro if microbatches else 0, **overrides)
+
+
+def record_forward_rows(trainer: GRPOTrainer) -> list[int]:
+    """A list that gets the number of rows of every forward the policy runs with gradients (one per
+    microbatch)."""
+    rows: list[int] = []
+    embeddings = trainer.policy.get_input_embeddings()
+    embeddings.register_forward_pre_hook(
+        lambda module, args: rows.append(len(args[0])) if torch.is_grad_enabled() else None)
+    return rows
+
+
+def run_microbatch_rank(rank: int, port: int, tokenizer_dir: str, out_dir: str, learner: str) -> None:
+    """One rank: every ``MICRO_CASES`` update with ``learner`` in microbatches; rank 0 saves the whole
+    weights, gradients and metrics, and every rank's forward sizes."""
+    torchrun_environment(rank, port)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+        results = {}
+        for case in MICRO_CASES:
+            trainer = micro_trainer(tokenizer, case, f"{out_dir}/{case}{rank}", learner, microbatches=True,
+                                    **LEARNER_SETTINGS.get(learner, {}))
+            batch = make_batch(trainer)
+            forward_rows = record_forward_rows(trainer)
+            metrics = trainer.parallel.update(batch)
+            every_rank: list[list[int]] = [[] for _ in range(WORLD_SIZE)]
+            dist.all_gather_object(every_rank, forward_rows)
+            results[case] = {"weights": whole_weights(trainer), "grads": whole_grads(trainer),
+                             "metrics": metrics, "forward_rows": every_rank}
+        if rank == 0:
+            torch.save(results, Path(out_dir) / "micro.pt")
+    finally:
+        dist.destroy_process_group()
+
+
 def token_parity(episode: Episode) -> float:
     """A reward that differs within groups of a random tiny model, so updates are not zero."""
     return float(sum(t for t, sampled in zip(episode.token_ids, episode.action_mask) if sampled) % 2)
@@ -158,15 +215,14 @@ def run_loop_rank(rank: int, port: int, out_dir: str) -> None:
 
 # ---------------------------------------------------------------- the dual-LoRA world model under DDP
 # transfer mode -> world-model settings: "separate" trains on 3 of a minibatch's ~8 phone calls plus as
-# many replayed ones, and skips confident calls (the threshold splits this tiny model's calls); "shared"
-# trains on 1 call, so one rank scores none
+# many replayed ones, and skips confident calls (the threshold splits this tiny model's calls), with the policy
+# loss in microbatches of one row; "shared" trains on 1 call, so one rank scores none
 DUAL_CASES = {
     "separate": {"transfer": "separate", "wm_max_calls": 3, "wm_replay_fraction": 0.5,
-                 "wm_confidence_skip": 0.00126},
+                 "wm_confidence_skip": 0.00126, "microbatch_size": 1},
     "shared": {"transfer": "shared", "wm_max_calls": 1, "wm_replay_capacity": 0},
 }
 DUAL_STEP_TURNS = (3, 3, 1)  # max turns of each step's episodes: search then phone calls; the last, no call
-LEARNER_SETTINGS = {"fsdp": {"share_prompt_prefix": False}}  # config settings a learner needs
 
 
 def _dual_lora_conftest():
@@ -226,6 +282,14 @@ def whole_weights(trainer: GRPOTrainer) -> dict[str, torch.Tensor]:
     if trainer.parallel is None:
         return {name: p.detach().cpu().clone() for name, p in trainer.trainable.items()}
     return dict(trainer.parallel.full_trainable())
+
+
+def whole_grads(trainer: GRPOTrainer) -> dict[str, torch.Tensor]:
+    """The trainable tensors' last (clipped) gradients, whole (an FSDP learner's are gathered: every rank
+    calls it)."""
+    grads = {name: p.grad for name, p in trainer.trainable.items()}
+    return {name: (g.full_tensor() if isinstance(g, DTensor) else g).detach().cpu().clone()
+            for name, g in grads.items()}
 
 
 def run_dual_lora_rank(rank: int, port: int, tokenizer_dir: str, out_dir: str, learner: str = "ddp") -> None:

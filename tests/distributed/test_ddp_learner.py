@@ -1,6 +1,6 @@
 """DDPLearner on 2 gloo processes gives the update of one process on the concatenated batch, with shards of
-unequal token counts (token_mean, dr_grpo and seq_mean; LoRA and full fine-tuning), and with the dual-LoRA
-world model's auxiliary loss."""
+unequal token counts (token_mean, dr_grpo and seq_mean; LoRA and full fine-tuning), in microbatches, and with
+the dual-LoRA world model's auxiliary loss."""
 
 from __future__ import annotations
 
@@ -123,7 +123,8 @@ def csr_tokenizer_dir(tmp_path_factory) -> Path:
 def test_the_dual_lora_world_model_trains_on_two_ranks_like_one_process(csr_tokenizer_dir, tmp_path):
     """learner="ddp" with the world-model loss ("separate" and "shared" adapters): the phone calls drawn on
     the whole minibatch (wm_max_calls, replay) and split over the ranks, confidence skipping, a rank that
-    scores no call and a step with no phone call give one process's weights and metrics."""
+    scores no call, a step with no phone call and microbatches ("separate") give one process's weights and
+    metrics."""
     assert_dual_lora_like_one_process(csr_tokenizer_dir, tmp_path, "ddp")
 
 
@@ -148,6 +149,41 @@ def assert_dual_lora_like_one_process(csr_tokenizer_dir: Path, tmp_path: Path, l
     assert separate[1]["wm/replayed"] > 0 and 0 < separate[1]["wm/skipped_confident"] < 6  # some skipped
     assert shared[0]["wm/trained_calls"] == 1  # one rank scores no call
     assert separate[2]["wm/calls"] == shared[2]["wm/calls"] == 0 and "wm/loss" not in separate[2]
+
+
+def test_ddp_microbatches_on_two_ranks_update_like_one_process_without(tokenizer_dir, tmp_path):
+    """learner="ddp" with microbatch_size below each rank's share (LoRA token_mean, full fine-tuning seq_mean
+    with KL; shares of equal and of unequal row counts): one process's update on whole minibatches."""
+    assert_microbatches_like_one_process(tokenizer_dir, tmp_path, "ddp")
+
+
+def assert_microbatches_like_one_process(tokenizer_dir: Path, tmp_path: Path, learner: str) -> None:
+    """The test above for ``learner``: the same weights, gradients and metrics (rtol 1e-5), every training
+    forward of at most ``microbatch_size`` rows, and under FSDP as many forwards on each rank (shorter shares
+    padded)."""
+    _run_ranks(worker.run_microbatch_rank, (_free_port(), str(tokenizer_dir), str(tmp_path), learner))
+    parallel = torch.load(tmp_path / "micro.pt")
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    for case, (*_, micro) in worker.MICRO_CASES.items():
+        single = worker.micro_trainer(tokenizer, case, str(tmp_path / "single"), "single", microbatches=False,
+                                      **worker.LEARNER_SETTINGS.get(learner, {}))
+        expected = single.update(worker.make_batch(single))
+        got = parallel[case]
+        forward_rows = got["forward_rows"]
+        assert max(max(rows) for rows in forward_rows) <= micro, (case, forward_rows)
+        forwarded = sum(map(sum, forward_rows))
+        if learner == "fsdp":
+            assert len(forward_rows[0]) == len(forward_rows[1]), (case, forward_rows)
+            assert (forwarded > worker.ROWS) == case.endswith("unequal"), (case, forward_rows)  # padding
+        else:
+            assert forwarded == worker.ROWS, (case, forward_rows)
+        for kind, tensors in (("weights", single.trainable), ("grads", worker.whole_grads(single))):
+            for name, tensor in tensors.items():
+                torch.testing.assert_close(got[kind][name], tensor.detach(), rtol=1e-5, atol=1e-7,
+                                           msg=lambda m, where=f"{case} {kind} {name}": f"{where}: {m}")
+        assert got["metrics"].keys() == expected.keys()
+        for key, value in expected.items():
+            assert got["metrics"][key] == pytest.approx(value, rel=1e-5, abs=1e-7), (case, key)
 
 
 def test_ddp_learner_outside_torchrun_says_how_to_launch(monkeypatch, tmp_path):

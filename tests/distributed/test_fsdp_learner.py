@@ -1,7 +1,7 @@
 """FSDPLearner (``learner="fsdp"``, FSDP2's ``fully_shard``) on 2 gloo processes: a training run matches
 one process (LoRA with validation; full fine-tuning with a KL term and activation checkpointing), its
-checkpoints resume exactly and load into a single process, and the dual-LoRA world model trains as in one
-process."""
+checkpoints resume exactly and load into a single process, microbatched updates match one process's whole
+minibatches, and the dual-LoRA world model trains as in one process."""
 
 from __future__ import annotations
 
@@ -16,7 +16,13 @@ from worldgym.agents.grpo import GRPOConfig
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # spawned ranks import the workers by name
 import ddp_worker
 import fsdp_worker
-from test_ddp_learner import _free_port, _run_ranks, assert_dual_lora_like_one_process
+from test_ddp_learner import (  # noqa: F401 (tokenizer_dir: a fixture)
+    _free_port,
+    _run_ranks,
+    assert_dual_lora_like_one_process,
+    assert_microbatches_like_one_process,
+    tokenizer_dir,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -72,6 +78,12 @@ def test_the_dual_lora_world_model_trains_sharded_like_one_process(tmp_path):
     tokenizer_dir = tmp_path / "tokenizer"
     ddp_worker.csr_tokenizer().save_pretrained(tokenizer_dir)
     assert_dual_lora_like_one_process(tokenizer_dir, tmp_path, "fsdp")
+
+
+def test_fsdp_microbatches_on_two_ranks_update_like_one_process_without(tokenizer_dir, tmp_path):
+    """The DDP test's microbatch cases with learner="fsdp": a rank whose share needs fewer microbatches pads
+    with zero-weight ones (every forward is a collective)."""
+    assert_microbatches_like_one_process(tokenizer_dir, tmp_path, "fsdp")
 
 
 def test_fsdp_refuses_the_shared_prefix_pass():

@@ -18,6 +18,14 @@ tokens would count for more). Each rank therefore all-reduces its counts first a
 turns the local mean into the local share of the global mean. Logged metrics are combined the same way, so
 they equal the single-process ones too.
 
+**Microbatches.** With ``microbatch_size`` each rank splits its share into microbatches of that many rows and
+accumulates their gradients: every microbatch's terms are weighted by its share of the *whole* minibatch's
+counts (the same :func:`~worldgym.agents.grpo.trainer.loss_shares` rule as the single-process path), and the
+auxiliary loss joins the last microbatch (once per minibatch). The gradients are reduced once per minibatch
+under DDP (``no_sync`` for all but the last microbatch); FSDP2 reduce-scatters every microbatch's (only the
+sharded gradients are kept). Where every forward is a collective (FSDP2) every rank runs as many microbatches
+as the largest share needs, the smaller shares padded with one-row repeats weighted 0.
+
 **Auxiliary losses** (the dual-LoRA world model) draw their examples on the *whole* minibatch: every rank
 passes all its rows and a :class:`~worldgym.agents.grpo.auxiliary.LossShard`, draws the same sample of phone
 calls from the same RNG (``wm_max_calls``, replay), scores its share of them, and divides its summed loss by
@@ -35,7 +43,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -47,8 +55,8 @@ from worldgym.agents.grpo.auxiliary import LossShard
 from worldgym.agents.grpo.trainer import GRPOTrainer, MinibatchLoss, TrainBatch, loss_shares
 
 __all__ = [
-    "DataParallelLearner", "GroupShard", "ShardLoss", "all_reduce_sum", "default_backend",
-    "init_process_group_from_env", "shard_rows",
+    "DataParallelLearner", "GroupShard", "Microbatch", "ShardLoss", "all_reduce_sum", "default_backend",
+    "init_process_group_from_env", "microbatches", "shard_rows",
 ]
 
 T = TypeVar("T")
@@ -97,6 +105,25 @@ def shard_rows(rows: torch.Tensor, rank: int, world_size: int) -> torch.Tensor:
     return rows.tensor_split(world_size)[rank]
 
 
+@dataclass(frozen=True)
+class Microbatch:
+    """The rows of one forward/backward pass; ``weighted`` is False for padding (a repeated row weighted 0)."""
+
+    rows: torch.Tensor
+    weighted: bool = True
+
+
+def microbatches(rows: torch.Tensor, size: int, count: int = 0) -> list[Microbatch]:
+    """``rows`` in microbatches of ``size`` (all at once when ``size`` is 0), padded to ``count`` microbatches
+    with one-row repeats weighted 0.
+
+    >>> [(m.rows.tolist(), m.weighted) for m in microbatches(torch.arange(3), 2, count=3)]
+    [([0, 1], True), ([2], True), ([2], False)]
+    """
+    parts = [Microbatch(part) for part in (rows.split(size) if size else [rows])]
+    return parts + [Microbatch(rows[-1:], weighted=False)] * (count - len(parts))
+
+
 def all_reduce_sum(values: torch.Tensor, group: dist.ProcessGroup | None = None) -> torch.Tensor:
     """``values`` summed over the group's ranks, returned on the CPU (reduced on CUDA under NCCL, which
     reduces no CPU tensor)."""
@@ -130,16 +157,19 @@ class ShardLoss(torch.nn.Module):
         batch: dict[str, Any],
         advantages: torch.Tensor,
         rows: torch.Tensor,
+        micro_rows: torch.Tensor,
         shard: GroupShard,
         policy_scale: float,
         token_scale: float,
+        with_auxiliary: bool = True,
     ) -> tuple[torch.Tensor, MinibatchLoss]:
-        """This rank's terms: the policy's on its rows (scaled by the given shares), the auxiliary objective's
-        on its share of the whole minibatch's examples; every term x ``world_size`` (the wrapper averages)."""
+        """This rank's terms for one microbatch: the policy's on ``micro_rows`` (scaled by the given shares)
+        and, ``with_auxiliary``, the auxiliary objective's on this rank's share of the examples of the whole
+        minibatch ``rows``; every term x ``world_size`` (the wrapper averages)."""
         trainer = self._trainer[0]
-        local = shard_rows(rows, shard.rank, shard.world_size)
-        terms = trainer.minibatch_loss(batch, advantages, local, with_auxiliary=False)
-        terms.auxiliary, terms.auxiliary_metrics = trainer.auxiliary_term(rows, shard)
+        terms = trainer.minibatch_loss(batch, advantages, micro_rows, with_auxiliary=False)
+        if with_auxiliary:
+            terms.auxiliary, terms.auxiliary_metrics = trainer.auxiliary_term(rows, shard)
         scale = shard.world_size
         return terms.total(scale * policy_scale, scale * token_scale, scale), terms
 
@@ -211,24 +241,63 @@ class DataParallelLearner:
     def _minibatch_step(
         self, batch: dict[str, Any], advantages: torch.Tensor, rows: torch.Tensor
     ) -> dict[str, float]:
+        """One optimizer step on this rank's share of the minibatch ``rows``, in microbatches; the whole
+        minibatch's metrics."""
         local = shard_rows(rows, self.rank, self.world_size)
-        tokens = float(batch["action_mask"][local].sum())  # trained tokens (padding is 0)
-        counts = torch.tensor([tokens, len(local)], dtype=torch.float64)
-        total_tokens, total_rows = self.shard.sum(counts).tolist()
-        policy_share, token_share = loss_shares(self.trainer.config.loss_aggregation, tokens, len(local),
-                                                total_tokens, total_rows)
-        loss, terms = self.model(batch, advantages, rows, self.shard, policy_share, token_share)
-        grad_norm = self.trainer.apply_gradients(loss)  # reduced inside the backward, before the clip
-        local_metrics = terms.metrics
-        local_means = [token_share * local_metrics[key] for key in _TOKEN_MEAN_METRICS]
-        combined = self.shard.sum(torch.tensor([loss.item() / self.world_size, *local_means],
-                                               dtype=torch.float64)).tolist()
+        local_counts = torch.tensor([_trained_tokens(batch, local), len(local)], dtype=torch.float64)
+        counts = self.shard.sum(local_counts)  # the whole minibatch's trained tokens and rows
+        parts = microbatches(local, self.trainer.config.microbatch_size, self._microbatch_count(rows))
+        self.trainer.optimizer.zero_grad(set_to_none=True)
+        loss_sum, means = 0.0, torch.zeros(len(_TOKEN_MEAN_METRICS), dtype=torch.float64)
+        for index, part in enumerate(parts):
+            last = index == len(parts) - 1
+            with nullcontext() if last else self._without_gradient_sync():  # reduced in the last backward
+                loss, terms, token_share = self._backward(batch, advantages, rows, part, counts, last)
+            loss_sum += loss
+            means += token_share * torch.tensor([terms.metrics[key] for key in _TOKEN_MEAN_METRICS],
+                                                dtype=torch.float64)
+        grad_norm = self.trainer.clip_and_step()
+        combined = self.shard.sum(torch.cat([torch.tensor([loss_sum / self.world_size], dtype=torch.float64),
+                                             means])).tolist()
         return {
             "loss/total": combined[0],
             **dict(zip(_TOKEN_MEAN_METRICS, combined[1:])),
             "loss/grad_norm": _full(grad_norm).item(),
             **terms.auxiliary_metrics,
         }
+
+    def _backward(
+        self, batch: dict[str, Any], advantages: torch.Tensor, rows: torch.Tensor, part: Microbatch,
+        counts: torch.Tensor, with_auxiliary: bool,
+    ) -> tuple[float, MinibatchLoss, float]:
+        """Forward and backward of one microbatch, its terms weighted by its share of the whole minibatch's
+        ``counts`` (trained tokens, rows); returns its loss, terms and token share."""
+        total_tokens, total_rows = counts.tolist()
+        tokens = _trained_tokens(batch, part.rows)
+        policy_share, token_share = (
+            loss_shares(self.trainer.config.loss_aggregation, tokens, len(part.rows), total_tokens, total_rows)
+            if part.weighted else (0.0, 0.0)
+        )
+        loss, terms = self.model(batch, advantages, rows, part.rows, self.shard, policy_share, token_share,
+                                 with_auxiliary)
+        loss.backward()
+        return loss.item(), terms, token_share
+
+    def _microbatch_count(self, rows: torch.Tensor) -> int:
+        """How many microbatches every rank runs where forwards are collectives: as many as the largest share
+        (rank 0's) needs; else 0 (each rank its own)."""
+        if not self.collective_forwards:
+            return 0
+        return len(microbatches(shard_rows(rows, 0, self.world_size), self.trainer.config.microbatch_size))
+
+    def _without_gradient_sync(self) -> AbstractContextManager[None]:
+        """A block whose backward passes accumulate gradients unreduced (default: they reduce in each)."""
+        return nullcontext()
+
+
+def _trained_tokens(batch: dict[str, Any], rows: torch.Tensor) -> float:
+    """The trained tokens of ``rows`` (padding is 0 in the action mask)."""
+    return float(batch["action_mask"][rows].sum())
 
 
 def _full(tensor: torch.Tensor) -> torch.Tensor:

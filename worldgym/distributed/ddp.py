@@ -4,7 +4,9 @@ weighting).
 
 DDP broadcasts rank 0's weights when it wraps the policy (at the first update, once the trainer's auxiliary
 loss is known), all-reduces the trainable tensors' gradients (LoRA: the adapters alone) in the backward pass,
-then each rank clips and steps its own optimizer on identical gradients.
+then each rank clips and steps its own optimizer on identical gradients. With ``microbatch_size`` the
+microbatches before a minibatch's last run under ``no_sync``, so the gradients are all-reduced once per
+optimizer step.
 
 With an auxiliary loss (the dual-LoRA world model), a rank whose share of the phone calls is empty leaves
 the world-model adapter without a gradient, so DDP then runs with ``find_unused_parameters``.
@@ -13,6 +15,8 @@ Gloo on CPU is tested; NCCL on CUDA goes the same way (``device_ids`` set) but i
 """
 
 from __future__ import annotations
+
+from contextlib import AbstractContextManager
 
 import torch
 import torch.distributed as dist
@@ -72,3 +76,7 @@ class DDPLearner(DataParallelLearner):
                 find_unused_parameters=self.find_unused_parameters or self.trainer.auxiliary_loss is not None,
             )
         return self._model
+
+    def _without_gradient_sync(self) -> AbstractContextManager[None]:
+        """DDP's ``no_sync``: the block's backward passes accumulate gradients locally."""
+        return self.model.no_sync()

@@ -15,7 +15,9 @@ reference is a whole, unsharded copy on every rank.
 minibatch, every term weighted by its share of the whole minibatch's normaliser
 (:mod:`worldgym.distributed.data_parallel`), the auxiliary loss by its share of the phone calls. Every
 forward all-gathers the layers it runs, so the ranks must run as many: an auxiliary loss's shares are padded
-to equal sizes with repeated examples weighted 0 (``LossShard.equal_shares``).
+to equal sizes with repeated examples weighted 0 (``LossShard.equal_shares``), and with ``microbatch_size`` every
+rank runs as many microbatches as the largest share needs (the others padded with one-row repeats weighted
+0). Each microbatch's backward reduce-scatters its gradients, so a rank keeps sharded gradients only.
 
 **Generation.** Rank 0 generates alone (rollouts, validation). Around it, every rank enters
 :meth:`FSDPLearner.full_weights`: each unit is unsharded (an all-gather every rank joins) and kept whole

@@ -60,7 +60,8 @@ class GRPOConfig:
         minibatch_size: episodes per optimizer step.
         microbatch_size: episodes per forward/backward pass within a minibatch (gradient accumulation: the
             terms are weighted by each microbatch's share of the minibatch's tokens or rows, so the step equals
-            one pass over the whole minibatch); 0 = the whole minibatch at once.
+            one pass over the whole minibatch); 0 = the whole minibatch at once. Under a data-parallel learner
+            each rank splits its share of the minibatch so.
         activation_checkpointing: recompute each layer's activations in the backward pass instead of keeping
             them (real models on long multi-turn episodes: memory grows with tokens x layers otherwise).
         num_steps: training steps of the run.

@@ -529,7 +529,7 @@ class GRPOTrainer:
             if auxiliary.requires_grad:  # a constant (no phone call in these rows, or a weight of 0) has none
                 auxiliary.backward()
             total += auxiliary.item()
-        grad_norm = self._clip_and_step()
+        grad_norm = self.clip_and_step()
         return {"loss/total": total, **combined, "loss/grad_norm": grad_norm.item(), **auxiliary_metrics}
 
     def minibatch_loss(
@@ -595,9 +595,9 @@ class GRPOTrainer:
         ``grad_clip`` and step the optimizer; returns the norm before clipping."""
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        return self._clip_and_step()
+        return self.clip_and_step()
 
-    def _clip_and_step(self) -> torch.Tensor:
+    def clip_and_step(self) -> torch.Tensor:
         """Clip the accumulated gradients' norm to ``grad_clip`` and step the optimizer; the norm before."""
         grad_norm = torch.nn.utils.clip_grad_norm_(list(self.trainable.values()), self.config.grad_clip)
         self.optimizer.step()
