@@ -1,5 +1,5 @@
-"""Data-parallel learners launched by Ray Train: 2 CPU learners on gloo train like one process (the same run as
-the torchrun-style test in test_ddp_learner.py)."""
+"""Data-parallel learners launched by Ray Train: 2 CPU learners on gloo (DDP, and FSDP2) train like one process
+(the same run as the torchrun-style tests in test_ddp_learner.py and test_fsdp_learner.py)."""
 
 from __future__ import annotations
 
@@ -27,11 +27,13 @@ def ray_cluster():
     ray.shutdown()
 
 
-def test_two_ray_train_learners_train_like_one_process(tmp_path, one_torch_thread):
-    train_ddp_on_ray(partial(worker.loop_trainer, str(tmp_path / "run"), "ddp"), num_learners=2,
+@pytest.mark.parametrize("learner", ["ddp", "fsdp"])
+def test_two_ray_train_learners_train_like_one_process(tmp_path, one_torch_thread, learner):
+    settings = worker.LEARNER_SETTINGS.get(learner, {})
+    train_ddp_on_ray(partial(worker.loop_trainer, str(tmp_path / "run"), learner, **settings), num_learners=2,
                      storage_path=tmp_path / "ray_train")
     weights, state, _ = load_checkpoint(tmp_path / "run" / "checkpoint-last")
-    single = worker.loop_trainer(str(tmp_path / "single"), "single")
+    single = worker.loop_trainer(str(tmp_path / "single"), "single", **settings)
     single.train()
     assert state["step"] == worker.LOOP_STEPS
     for name, tensor in single.trainable.items():
@@ -40,6 +42,6 @@ def test_two_ray_train_learners_train_like_one_process(tmp_path, one_torch_threa
 
 
 def test_a_single_process_learner_is_refused(tmp_path):
-    with pytest.raises(Exception, match="learner='ddp'"):
+    with pytest.raises(Exception, match=r"learner in \('ddp', 'fsdp'\)"):
         train_ddp_on_ray(partial(worker.loop_trainer, str(tmp_path / "run"), "single"), num_learners=1,
                          storage_path=tmp_path / "ray_train")

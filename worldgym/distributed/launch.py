@@ -1,6 +1,7 @@
 """Data-parallel learners launched by Ray instead of ``torchrun``: Ray Train's ``TorchTrainer`` starts one process
 per learner and joins them in a ``torch.distributed`` group (gloo on CPU, NCCL with GPUs), and each runs a
-``learner="ddp"`` trainer. Rank 0 writes the run folder (metrics, checkpoints) as it does under ``torchrun``.
+``learner="ddp"`` or ``learner="fsdp"`` trainer. Rank 0 writes the run folder (metrics, checkpoints) as it does
+under ``torchrun``.
 
     from functools import partial
     train_ddp_on_ray(partial(GRPOTrainer, GRPOConfig(learner="ddp", output_dir="runs/x")), num_learners=4,
@@ -17,6 +18,8 @@ from worldgym.distributed.ray_rollouts import require_ray
 
 __all__ = ["train_ddp_on_ray"]
 
+_DATA_PARALLEL = ("ddp", "fsdp")  # the learners whose processes train together
+
 
 def train_ddp_on_ray(
     make_trainer: Callable[[], Any],
@@ -29,7 +32,7 @@ def train_ddp_on_ray(
 
     Args:
         make_trainer: builds this learner's trainer (called in each worker; it must pickle); its config needs
-            ``learner="ddp"``.
+            ``learner="ddp"`` or ``"fsdp"``.
         num_learners: learner processes (the data-parallel world size).
         use_gpu: one GPU per learner (NCCL); else CPU learners on gloo.
         cpus_per_learner: CPUs Ray reserves per learner.
@@ -54,16 +57,16 @@ def train_ddp_on_ray(
 
 
 class _LearnerLoop:
-    """What each Ray Train worker runs: build the trainer (its ``learner="ddp"`` joins Ray Train's group) and
-    train it to the end."""
+    """What each Ray Train worker runs: build the trainer (its data-parallel learner joins Ray Train's group)
+    and train it to the end."""
 
     def __init__(self, make_trainer: Callable[[], Any]):
         self.make_trainer = make_trainer
 
     def __call__(self, _config: dict[str, Any] | None = None) -> None:
         trainer = self.make_trainer()
-        if trainer.config.learner != "ddp":
-            raise ValueError("train_ddp_on_ray needs trainers with learner='ddp' (got "
+        if trainer.config.learner not in _DATA_PARALLEL:
+            raise ValueError(f"train_ddp_on_ray needs trainers with learner in {_DATA_PARALLEL} (got "
                              f"learner={trainer.config.learner!r}): every learner must take part in each update")
         try:
             trainer.train()
