@@ -88,6 +88,8 @@ def run_warm_start(args: argparse.Namespace) -> None:
     ws.model.eval()
     path = results_dir(args) / "csr_policy" / f"{args.model}-warm_start.json"
     part: dict[str, Any] = json.loads(path.read_text()) if path.is_file() else {}
+    if part.get("key") != ws.path.name:  # rows of another warm start are not merged with this one's
+        part = {}
     part.update({"warm_start": ws.summary | {"losses": None}, "key": ws.path.name})
     for decoding in args.decodings:
         rows = part.get(decoding, {}).get("by_difficulty", {})
@@ -124,7 +126,8 @@ def run_dapo(args: argparse.Namespace) -> None:
         curve = [(m["step"], m["eval/success_rate"]) for m in trainer.history if "eval/success_rate" in m]
         _write_part(args, part_name, {
             "model": args.model, "decoding": args.decoding, "difficulty": args.difficulty, "seed": args.seed,
-            "steps": args.steps, "steps_done": trainer.step, "max_turns": args.max_turns,
+            "steps": args.steps, "steps_done": trainer.step, "warm_start_key": ws.path.name,
+            "max_turns": args.max_turns,
             "eval_episodes": args.episodes, "curve": curve, "command": command})
         print("validation success by step:", curve)
 
@@ -143,6 +146,12 @@ def run_report(args: argparse.Namespace) -> None:
             ws = parts[f"{model}-warm_start"]
             entry["warm_start"] = {d: ws[d] for d in ("free", "constrained") if d in ws}
         runs = [p for name, p in parts.items() if name.startswith(f"{model}-dapo-")]
+        key = parts.get(f"{model}-warm_start", {}).get("key")
+        others = [p for p in runs if p.get("warm_start_key", key) != key]  # (runs before the key was recorded
+        # are kept: their part files are replaced when their command runs again)
+        if others:  # DAPO from another warm start than the one reported: not comparable
+            print(f"{model}: left out {len(others)} DAPO runs from another warm start than {key}")
+            runs = [p for p in runs if p not in others]
         for decoding in sorted({r["decoding"] for r in runs}):
             by_difficulty: dict[str, Any] = {}
             for difficulty in sorted({r["difficulty"] for r in runs if r["decoding"] == decoding}):

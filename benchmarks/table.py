@@ -185,9 +185,18 @@ def _csr_policy(data: Results) -> str:
             parts.append(f"{model} warm start ({decoding}) {_pcts(ws['success'])}")
         for decoding, runs in entry.get("dapo", {}).items():
             for difficulty, row in runs["success"].items():
-                parts.append(f"{model} DAPO ({decoding}, d{difficulty}, {_plural(len(row['seeds']), 'seed')}) "
-                             f"{_pct_span(row['start'])} -> {_pct_span(row['seeds'])}")
+                parts.append(f"{model} DAPO ({decoding}, d{difficulty}, {_plural(len(row['seeds']), 'seed')}"
+                             f"{_stopped_runs(row)}) {_pct_span(row['start'])} -> {_pct_span(row['seeds'])}")
     return "; ".join(parts)
+
+
+def _stopped_runs(row: Results) -> str:
+    """``"; seed 2 stopped at step 12 of 24"`` for the runs of a DAPO row that did not reach their last step."""
+    done, planned = row.get("steps_done"), row.get("steps")
+    if not done or not planned:
+        return ""
+    return "".join(f"; seed {seed} stopped at step {d} of {n}"
+                   for seed, d, n in zip(row["seed_ids"], done, planned) if d < n)
 
 
 def _csr_rollout_speed(tiny: Results, smollm2: Results | None) -> str:
