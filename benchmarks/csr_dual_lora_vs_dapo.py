@@ -53,6 +53,10 @@ MODES: dict[str, dict[str, Any]] = {
     # added after shared (λ = 0.5) collapsed the tiny policy in seed 0 (validation 0.266 -> 0.0 by step 8): the
     # same auxiliary loss ten times weaker
     "shared-l0.05": {"transfer": "shared", "wm_coef": 0.05},
+    # added after stacked and shared collapsed with L_wm's gradient ~100x the policy's: the world model's
+    # gradient capped at the policy gradient's norm on the tensors both reach (GRPOConfig.auxiliary_grad_ratio)
+    "shared-capped": {"transfer": "shared", "auxiliary_grad_ratio": 1.0},
+    "stacked-capped": {"transfer": "stacked", "auxiliary_grad_ratio": 1.0},
 }
 
 

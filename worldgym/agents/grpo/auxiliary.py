@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+import math
 from typing import Any, Protocol
 
 import torch
 
 from worldgym.agents.llm.rollout import Episode
 
-__all__ = ["SINGLE_PROCESS", "AuxiliaryLoss", "LossShard"]
+__all__ = ["SINGLE_PROCESS", "AuxiliaryLoss", "LossShard", "cap_auxiliary_gradient", "take_gradients"]
 
 
 @dataclass(frozen=True)
@@ -98,3 +99,46 @@ class AuxiliaryLoss(Protocol):
     def load_state(self, tensors: dict[str, torch.Tensor], json_state: dict[str, Any]) -> None:
         """Restore :meth:`state`."""
         ...
+
+
+def take_gradients(params: dict[str, torch.Tensor]) -> dict[str, torch.Tensor | None]:
+    """The tensors' gradients so far, by name, leaving every ``.grad`` empty for the next backward."""
+    taken = {name: param.grad for name, param in params.items()}
+    for param in params.values():
+        param.grad = None
+    return taken
+
+
+def cap_auxiliary_gradient(params: dict[str, torch.Tensor], policy_grads: dict[str, torch.Tensor | None],
+                           ratio: float) -> dict[str, float]:
+    """Combine the policy's gradient (``policy_grads``, from :func:`take_gradients`) with the auxiliary loss's,
+    now in each ``param.grad``: ``grad = g_policy + c * g_aux`` with ``c = min(1, ratio * |g_policy| / |g_aux|)``,
+    both norms over the tensors both gradients reach (``c = 1`` when they reach none in common: an objective on
+    tensors of its own is never capped). Returns ``aux/grad_scale`` (c) and, where the policy's norm is not 0,
+    ``aux/grad_norm_ratio`` (|g_aux| / |g_policy| before the cap).
+
+    >>> a, b = torch.zeros(2, requires_grad=True), torch.zeros(1, requires_grad=True)
+    >>> a.grad, b.grad = torch.tensor([3.0, 4.0]), None       # the policy reaches a only
+    >>> policy = take_gradients({"a": a, "b": b})
+    >>> a.grad, b.grad = torch.tensor([0.0, 50.0]), torch.tensor([7.0])   # the auxiliary loss reaches both
+    >>> cap_auxiliary_gradient({"a": a, "b": b}, policy, ratio=1.0)
+    {'aux/grad_scale': 0.1, 'aux/grad_norm_ratio': 10.0}
+    >>> a.grad.tolist(), round(b.item() + b.grad.item(), 4)   # b: the auxiliary part alone, scaled
+    ([3.0, 9.0], 0.7)
+    """
+    shared = [name for name, param in params.items() if param.grad is not None and policy_grads[name] is not None]
+    policy_norm = math.sqrt(sum(float(policy_grads[name].pow(2).sum()) for name in shared))
+    auxiliary_norm = math.sqrt(sum(float(params[name].grad.pow(2).sum()) for name in shared))
+    scale = 1.0 if not shared or auxiliary_norm == 0 else min(1.0, ratio * policy_norm / auxiliary_norm)
+    for name, param in params.items():
+        policy = policy_grads[name]
+        if param.grad is None:
+            param.grad = policy
+            continue
+        param.grad.mul_(scale)
+        if policy is not None:
+            param.grad.add_(policy)
+    metrics = {"aux/grad_scale": scale}
+    if shared and policy_norm > 0:
+        metrics["aux/grad_norm_ratio"] = auxiliary_norm / policy_norm
+    return metrics

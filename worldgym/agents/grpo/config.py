@@ -64,6 +64,10 @@ class GRPOConfig:
             each rank splits its share of the minibatch so.
         activation_checkpointing: recompute each layer's activations in the backward pass instead of keeping
             them (real models on long multi-turn episodes: memory grows with tokens x layers otherwise).
+        auxiliary_grad_ratio: with an auxiliary loss (e.g. the dual-LoRA world model), cap its gradient at this
+            multiple of the policy loss's gradient norm, both measured on the tensors both gradients reach, per
+            minibatch (None: no cap). A loss that shares tensors with the policy and has a ~100x larger
+            gradient otherwise takes them over. Costs a copy of the policy's gradient; single learner only.
         num_steps: training steps of the run.
         seed: seeds the model init, sampling and the task order.
         share_prompt_prefix: run the opening that a group's samples share (their prompt) once per group, in the
@@ -134,6 +138,7 @@ class GRPOConfig:
     minibatch_size: int = 64
     microbatch_size: int = 0
     activation_checkpointing: bool = False
+    auxiliary_grad_ratio: float | None = None
     num_steps: int = 50
     seed: int = 0
     share_prompt_prefix: bool = True
@@ -193,6 +198,11 @@ class GRPOConfig:
                     "use runtime='ray' (in process, rollouts and updates take turns)")
         check_field(not self.async_rollouts or self.max_policy_lag >= 1, "max_policy_lag", self.max_policy_lag,
                     "use >= 1 with async_rollouts (their episodes are one update old)")
+        if self.auxiliary_grad_ratio is not None:
+            check_range("auxiliary_grad_ratio", self.auxiliary_grad_ratio, 0, None, low_open=True)
+            check_field(self.learner == "single", "auxiliary_grad_ratio", self.auxiliary_grad_ratio,
+                        f"use None with learner={self.learner!r} (the cap's norms are not all-reduced), or "
+                        "learner='single'")
         check_field(self.learner != "fsdp" or not self.share_prompt_prefix, "share_prompt_prefix",
                     self.share_prompt_prefix, "use False with learner='fsdp': every forward all-gathers the "
                     "layers it runs, so the ranks must run as many, and the shared-prefix pass runs one or two "

@@ -19,7 +19,13 @@ from peft import LoraConfig, PeftModel, get_peft_model
 from tqdm.auto import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from worldgym.agents.grpo.auxiliary import SINGLE_PROCESS, AuxiliaryLoss, LossShard
+from worldgym.agents.grpo.auxiliary import (
+    SINGLE_PROCESS,
+    AuxiliaryLoss,
+    LossShard,
+    cap_auxiliary_gradient,
+    take_gradients,
+)
 from worldgym.agents.grpo.config import GRPOConfig
 from worldgym.agents.grpo.rewards import EpisodeRewardFn, episode_rewards
 from worldgym.agents.llm.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
@@ -496,7 +502,7 @@ class GRPOTrainer:
     ) -> dict[str, float]:
         """Loss, backward, clip and optimizer step on one minibatch; returns its metrics."""
         micro = self.config.microbatch_size
-        if micro and micro < len(rows):
+        if (micro and micro < len(rows)) or self._caps_auxiliary:
             return self._accumulated_step(batch, advantages, rows)
         terms = self.minibatch_loss(batch, advantages, rows)
         loss = terms.total()
@@ -507,14 +513,15 @@ class GRPOTrainer:
     def _accumulated_step(
         self, batch: dict[str, torch.Tensor], advantages: torch.Tensor, rows: torch.Tensor
     ) -> dict[str, float]:
-        """One optimizer step over ``rows`` in microbatches of ``microbatch_size``: each microbatch's policy and
-        entropy terms are weighted by its share of the minibatch's trained tokens (rows for ``seq_mean`` and
-        ``dr_grpo``), as the data-parallel learner weights its shards; the auxiliary objective runs once on all
-        the rows. Metrics are the same token-share-weighted means."""
+        """One optimizer step over ``rows`` in microbatches of ``microbatch_size`` (all of them at once when 0):
+        each microbatch's policy and entropy terms are weighted by its share of the minibatch's trained tokens
+        (rows for ``seq_mean`` and ``dr_grpo``), as the data-parallel learner weights its shards; the auxiliary
+        objective runs once on all the rows, its gradient capped by ``auxiliary_grad_ratio`` where that is set.
+        Metrics are the same token-share-weighted means."""
         self.optimizer.zero_grad(set_to_none=True)
         tokens = float(batch["action_mask"][rows].sum())
         total, combined = 0.0, {}
-        for chunk in rows.split(self.config.microbatch_size):
+        for chunk in rows.split(self.config.microbatch_size or len(rows)):
             policy_share, token_share = loss_shares(self.config.loss_aggregation,
                                                     float(batch["action_mask"][chunk].sum()), len(chunk), tokens,
                                                     len(rows))
@@ -527,7 +534,12 @@ class GRPOTrainer:
         auxiliary, auxiliary_metrics = self.auxiliary_term(rows)
         if auxiliary is not None:
             if auxiliary.requires_grad:  # a constant (no phone call in these rows, or a weight of 0) has none
+                capped = self._caps_auxiliary and self.policy_weight > 0  # (alone, it has nothing to yield to)
+                policy_grads = take_gradients(self.trainable) if capped else None
                 auxiliary.backward()
+                if policy_grads is not None:
+                    auxiliary_metrics |= cap_auxiliary_gradient(self.trainable, policy_grads,
+                                                                self.config.auxiliary_grad_ratio)
             total += auxiliary.item()
         grad_norm = self.clip_and_step()
         return {"loss/total": total, **combined, "loss/grad_norm": grad_norm.item(), **auxiliary_metrics}
@@ -576,6 +588,11 @@ class GRPOTrainer:
         auxiliary, auxiliary_metrics = self.auxiliary_term(rows) if with_auxiliary else (None, {})
         return MinibatchLoss(out, entropy, config.entropy_coef, auxiliary, self.policy_weight,
                              auxiliary_metrics)
+
+    @property
+    def _caps_auxiliary(self) -> bool:
+        """Whether the auxiliary loss's gradient is capped (it then gets a backward pass of its own)."""
+        return self.config.auxiliary_grad_ratio is not None and self.auxiliary_loss is not None
 
     @property
     def policy_weight(self) -> float:

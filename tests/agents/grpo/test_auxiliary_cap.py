@@ -1,0 +1,91 @@
+"""``auxiliary_grad_ratio``: an auxiliary loss's gradient capped at a multiple of the policy's, on the tensors
+both reach; a cap it never reaches changes nothing."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pytest
+import torch
+
+from worldgym.agents.grpo import GRPOConfig, GRPOTrainer
+from worldgym.agents.grpo.auxiliary import SINGLE_PROCESS, LossShard
+from worldgym.agents.llm.rollout import Episode
+
+
+@pytest.fixture(autouse=True)
+def _one_thread(one_torch_thread):
+    """One torch thread (the shared fixture)."""
+
+
+def token_parity(episode: Episode) -> float:
+    """A reward that differs within groups of a random tiny model, so updates are not zero."""
+    return float(sum(t for t, sampled in zip(episode.token_ids, episode.action_mask) if sampled) % 2)
+
+
+class FixedTextLoss:
+    """An auxiliary objective on the policy's own tensors: ``weight`` x the cross-entropy of a fixed text."""
+
+    def __init__(self, model: torch.nn.Module, token_ids: list[int], weight: float):
+        self.model, self.ids, self.weight = model, torch.tensor([token_ids]), weight
+        self.policy_weight = 1.0
+
+    def begin_step(self, episodes: Sequence[Episode], step: int) -> None:
+        pass
+
+    def loss(self, rows: Sequence[int], shard: LossShard = SINGLE_PROCESS) -> tuple[torch.Tensor, dict]:
+        logits = self.model(input_ids=self.ids).logits[0, :-1]
+        return self.weight * torch.nn.functional.cross_entropy(logits, self.ids[0, 1:]), {}
+
+    def end_step(self) -> dict[str, float]:
+        return {}
+
+
+def _step(tmp_path, name: str, weight: float, **overrides) -> tuple[dict[str, float], dict[str, torch.Tensor]]:
+    config = GRPOConfig(prompts_per_step=2, group_size=3, max_new_tokens=12, minibatch_size=6, learning_rate=1e-2,
+                        grad_clip=1e9, num_steps=1, eval_every=0, progress=False, output_dir=str(tmp_path / name),
+                        **overrides)
+    trainer = GRPOTrainer(config, reward_fn=token_parity)
+    trainer.auxiliary_loss = FixedTextLoss(trainer.policy, trainer.tokenizer("Tom has 3 pens.")["input_ids"], weight)
+    trainer.optimizer = torch.optim.SGD(list(trainer.trainable.values()), lr=config.learning_rate)
+    metrics = trainer.train_step()
+    return metrics, {name: p.detach().clone() for name, p in trainer.trainable.items()}
+
+
+def test_a_cap_never_reached_changes_nothing(tmp_path):
+    plain, plain_weights = _step(tmp_path, "plain", weight=1.0)
+    loose, loose_weights = _step(tmp_path, "loose", weight=1.0, auxiliary_grad_ratio=1e9)
+    assert loose["aux/grad_scale"] == 1.0 and loose["aux/grad_norm_ratio"] > 0
+    assert loose["loss/total"] == pytest.approx(plain["loss/total"], rel=1e-6)
+    for name, tensor in plain_weights.items():
+        torch.testing.assert_close(loose_weights[name], tensor, rtol=1e-5, atol=1e-7)
+
+
+def test_the_cap_scales_the_auxiliary_gradient_to_the_ratio(tmp_path):
+    # the policy's update alone (the auxiliary loss weighted 0), and with an auxiliary loss 100x heavier
+    policy, policy_weights = _step(tmp_path, "policy", weight=0.0)
+    start = {name: tensor for name, tensor in _initial_weights(tmp_path).items()}
+    capped, capped_weights = _step(tmp_path, "capped", weight=100.0, auxiliary_grad_ratio=0.5)
+    uncapped, uncapped_weights = _step(tmp_path, "uncapped", weight=100.0)
+    assert capped["aux/grad_norm_ratio"] > 0.5 and capped["aux/grad_scale"] == pytest.approx(
+        0.5 / capped["aux/grad_norm_ratio"])
+    lr = 1e-2  # SGD: each update is -lr * gradient
+    policy_step = torch.cat([(policy_weights[n] - start[n]).flatten() for n in start]) / -lr
+    capped_aux = torch.cat([(capped_weights[n] - policy_weights[n]).flatten() for n in start]) / -lr
+    uncapped_aux = torch.cat([(uncapped_weights[n] - policy_weights[n]).flatten() for n in start]) / -lr
+    # the auxiliary part of the capped update is the uncapped one scaled, at half the policy gradient's norm
+    torch.testing.assert_close(capped_aux, capped["aux/grad_scale"] * uncapped_aux, rtol=1e-3, atol=1e-6)
+    assert float(capped_aux.norm()) == pytest.approx(0.5 * float(policy_step.norm()), rel=1e-3)
+
+
+def _initial_weights(tmp_path) -> dict[str, torch.Tensor]:
+    config = GRPOConfig(prompts_per_step=2, group_size=3, max_new_tokens=12, minibatch_size=6, num_steps=1,
+                        eval_every=0, progress=False, output_dir=str(tmp_path / "init"))
+    return {name: p.detach().clone() for name, p in GRPOTrainer(config).trainable.items()}
+
+
+def test_the_cap_is_refused_with_a_data_parallel_learner():
+    with pytest.raises(ValueError, match="auxiliary_grad_ratio"):
+        GRPOConfig(auxiliary_grad_ratio=0.5, learner="ddp")
+    with pytest.raises(ValueError, match="auxiliary_grad_ratio=0 is invalid"):
+        GRPOConfig(auxiliary_grad_ratio=0)
