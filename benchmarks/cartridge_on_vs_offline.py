@@ -37,14 +37,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
 import worldgym  # noqa: F401  (registers the ids)
 from worldgym.agents.cartridge import (
@@ -57,7 +55,7 @@ from worldgym.agents.llm.models import TINY_SIZES
 from worldgym.agents.llm.warm_start import load_or_train_warm_start
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a file: find the benchmarks package
-from benchmarks.common import portable, results_dir, results_parser, write_json
+from benchmarks.common import portable, results_dir, results_parser, set_torch_threads, write_json
 
 MODES = ("on_policy", "offline", "hybrid")
 INITS = ("text", "random")
@@ -316,7 +314,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.stage == "run" and args.quick:
         args.steps, args.eval_every, args.offline_steps, args.num_tokens = 2, 1, 1, 8
         args.questions_per_step, args.samples_per_question, args.max_new_tokens = 1, 1, 4
-    torch.set_num_threads(int(os.environ.get("WORLDGYM_THREADS", "1")))
+    set_torch_threads(1)
     {"run": run, "report": report}[args.stage](args)
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -96,3 +97,10 @@ def batch_settings(args: argparse.Namespace) -> dict[str, int]:
 def batch_command(args: argparse.Namespace) -> str:
     """The batch flags given, as they were written (for a results file's ``command``)."""
     return "".join(f" --{key.replace('_', '-')} {value}" for key, value in batch_settings(args).items())
+
+
+def set_torch_threads(default: int) -> None:
+    """torch's thread count: ``WORLDGYM_THREADS`` (1 when other jobs share the cores), else ``default``."""
+    import torch
+
+    torch.set_num_threads(int(os.environ.get("WORLDGYM_THREADS", default)))

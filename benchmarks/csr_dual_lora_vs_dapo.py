@@ -27,13 +27,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
 import worldgym  # noqa: F401  (registers the ids)
 from worldgym.agents.dual_lora import DualLoRAConfig, DualLoRATrainer, wm_success_correlation
@@ -41,8 +39,17 @@ from worldgym.agents.dual_lora.presets import dual_lora_config, engine, warm_sta
 from worldgym.agents.llm.warm_start import WarmStart, load_or_train_warm_start
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a file: find the benchmarks package
-from benchmarks.common import (add_batch_flags, batch_command, batch_settings, portable, results_dir, results_parser,
-                               train_in_chunks, write_json)
+from benchmarks.common import (
+    add_batch_flags,
+    batch_command,
+    batch_settings,
+    portable,
+    results_dir,
+    results_parser,
+    set_torch_threads,
+    train_in_chunks,
+    write_json,
+)
 
 MODES: dict[str, dict[str, Any]] = {
     "dapo": {"transfer": "separate", "wm_coef": 0.0},
@@ -325,7 +332,7 @@ def main(argv: list[str] | None = None) -> None:
                               "at d1 plus about one standard error of a 64-episode estimate)")
     args = parser.parse_args(argv)
     _apply_quick(args)
-    torch.set_num_threads(int(os.environ.get("WORLDGYM_THREADS", "1")))
+    set_torch_threads(1)
     {"run": run, "step-time": step_time, "final-eval": final_eval, "report": report}[args.stage](args)
 
 

@@ -31,7 +31,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
 import worldgym  # noqa: F401  (registers the ids)
 from worldgym.agents.grpo import CSR_PRESETS, GRPOTrainer, make_text_env
@@ -39,8 +38,16 @@ from worldgym.agents.llm.evaluation import evaluate_chat_policy
 from worldgym.agents.llm.warm_start import WarmStart, load_or_train_warm_start
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a file: find the benchmarks package
-from benchmarks.common import (add_batch_flags, batch_command, batch_settings, results_dir, results_parser,
-                               train_in_chunks, write_json)
+from benchmarks.common import (
+    add_batch_flags,
+    batch_command,
+    batch_settings,
+    results_dir,
+    results_parser,
+    set_torch_threads,
+    train_in_chunks,
+    write_json,
+)
 
 DIFFICULTIES = (1, 2, 3, 4, 5)
 MAX_TURNS = 16  # the env's own limit: the random baseline gets the same budget
@@ -107,11 +114,11 @@ def run_dapo(args: argparse.Namespace) -> None:
     ws = warm_start(args)
     name = f"{args.model}-{args.decoding}-d{args.difficulty}-t{args.max_turns}-s{args.seed}"
     quick = {"prompts_per_step": 2, "group_size": 2, "progress": False} if args.quick else {}
-    quick = batch_settings(args) | quick
+    overrides = batch_settings(args) | quick
     config = preset.grpo_config(args.difficulty, decoding=args.decoding, num_steps=args.steps,
                                 max_turns=args.max_turns,
                                 eval_every=args.eval_every, eval_episodes=args.episodes, checkpoint_every=1,
-                                seed=args.seed, output_dir=str(runs_dir(args) / "csr_policy" / name), **quick)
+                                seed=args.seed, output_dir=str(runs_dir(args) / "csr_policy" / name), **overrides)
     trainer = GRPOTrainer(config, model=ws.model, tokenizer=ws.tokenizer,
                           make_engine=lambda policy: preset.engine(policy, ws.tokenizer))
     resumed = trainer.resume_latest()
@@ -248,8 +255,7 @@ def main(argv: list[str] | None = None) -> None:
     sub.add_parser("report", help="merge the stages into csr_policy.json and csr_policy.png", parents=common)
     args = parser.parse_args(argv)
     _apply_quick(args)
-    # WORLDGYM_THREADS=1 when other jobs share the cores (as csr_dual_lora_vs_dapo.py reads it)
-    torch.set_num_threads(int(os.environ.get("WORLDGYM_THREADS", max(1, min(2, os.cpu_count() or 1)))))
+    set_torch_threads(max(1, min(2, os.cpu_count() or 1)))
     {"random": run_random, "warm-start": run_warm_start, "dapo": run_dapo, "report": run_report}[args.stage](args)
 
 

@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from worldgym.agents.llm.models import build_tiny_model
+from worldgym.agents.llm.rollout import Episode
 from worldgym.agents.llm.tokenizer import train_chat_tokenizer
 from worldgym.envs.math_qa import generate_problems
 
@@ -21,3 +22,14 @@ def tokenizer():
 @pytest.fixture()
 def model(tokenizer):
     return build_tiny_model(tokenizer, seed=0)
+
+
+def _token_parity(episode: Episode) -> float:
+    """A reward that differs within groups of a random tiny model, so updates are not zero."""
+    return float(sum(t for t, sampled in zip(episode.token_ids, episode.action_mask) if sampled) % 2)
+
+
+@pytest.fixture()
+def parity_reward():
+    """The parity of the sampled tokens' ids as a reward (for tests that need non-zero updates)."""
+    return _token_parity

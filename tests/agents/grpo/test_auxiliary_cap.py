@@ -18,11 +18,6 @@ def _one_thread(one_torch_thread):
     """One torch thread (the shared fixture)."""
 
 
-def token_parity(episode: Episode) -> float:
-    """A reward that differs within groups of a random tiny model, so updates are not zero."""
-    return float(sum(t for t, sampled in zip(episode.token_ids, episode.action_mask) if sampled) % 2)
-
-
 class FixedTextLoss:
     """An auxiliary objective on the policy's own tensors: ``weight`` x the cross-entropy of a fixed text."""
 
@@ -41,32 +36,33 @@ class FixedTextLoss:
         return {}
 
 
-def _step(tmp_path, name: str, weight: float, **overrides) -> tuple[dict[str, float], dict[str, torch.Tensor]]:
+def _step(tmp_path, reward, name: str, weight: float, **overrides
+          ) -> tuple[dict[str, float], dict[str, torch.Tensor]]:
     config = GRPOConfig(prompts_per_step=2, group_size=3, max_new_tokens=12, minibatch_size=6, learning_rate=1e-2,
                         grad_clip=1e9, num_steps=1, eval_every=0, progress=False, output_dir=str(tmp_path / name),
                         **overrides)
-    trainer = GRPOTrainer(config, reward_fn=token_parity)
+    trainer = GRPOTrainer(config, reward_fn=reward)
     trainer.auxiliary_loss = FixedTextLoss(trainer.policy, trainer.tokenizer("Tom has 3 pens.")["input_ids"], weight)
     trainer.optimizer = torch.optim.SGD(list(trainer.trainable.values()), lr=config.learning_rate)
     metrics = trainer.train_step()
     return metrics, {name: p.detach().clone() for name, p in trainer.trainable.items()}
 
 
-def test_a_cap_never_reached_changes_nothing(tmp_path):
-    plain, plain_weights = _step(tmp_path, "plain", weight=1.0)
-    loose, loose_weights = _step(tmp_path, "loose", weight=1.0, auxiliary_grad_ratio=1e9)
+def test_a_cap_never_reached_changes_nothing(tmp_path, parity_reward):
+    plain, plain_weights = _step(tmp_path, parity_reward, "plain", weight=1.0)
+    loose, loose_weights = _step(tmp_path, parity_reward, "loose", weight=1.0, auxiliary_grad_ratio=1e9)
     assert loose["aux/grad_scale"] == 1.0 and loose["aux/grad_norm_ratio"] > 0
     assert loose["loss/total"] == pytest.approx(plain["loss/total"], rel=1e-6)
     for name, tensor in plain_weights.items():
         torch.testing.assert_close(loose_weights[name], tensor, rtol=1e-5, atol=1e-7)
 
 
-def test_the_cap_scales_the_auxiliary_gradient_to_the_ratio(tmp_path):
+def test_the_cap_scales_the_auxiliary_gradient_to_the_ratio(tmp_path, parity_reward):
     # the policy's update alone (the auxiliary loss weighted 0), and with an auxiliary loss 100x heavier
-    policy, policy_weights = _step(tmp_path, "policy", weight=0.0)
-    start = {name: tensor for name, tensor in _initial_weights(tmp_path).items()}
-    capped, capped_weights = _step(tmp_path, "capped", weight=100.0, auxiliary_grad_ratio=0.5)
-    uncapped, uncapped_weights = _step(tmp_path, "uncapped", weight=100.0)
+    policy, policy_weights = _step(tmp_path, parity_reward, "policy", weight=0.0)
+    start = _initial_weights(tmp_path)
+    capped, capped_weights = _step(tmp_path, parity_reward, "capped", weight=100.0, auxiliary_grad_ratio=0.5)
+    uncapped, uncapped_weights = _step(tmp_path, parity_reward, "uncapped", weight=100.0)
     assert capped["aux/grad_norm_ratio"] > 0.5 and capped["aux/grad_scale"] == pytest.approx(
         0.5 / capped["aux/grad_norm_ratio"])
     lr = 1e-2  # SGD: each update is -lr * gradient
