@@ -119,6 +119,8 @@ def run(args: argparse.Namespace) -> None:
             "tasks_by_step": np.cumsum([0] + [m["rollout/episodes_sampled"] for m in steps]).tolist(),
             "step_seconds": [m["time/step_s"] for m in steps],
             "wm_success_correlation": wm_success_correlation(history),
+            "aux_grad_norm_ratio_range": _range(m.get("aux/grad_norm_ratio") for m in steps),
+            "aux_grad_scale_range": _range(m.get("aux/grad_scale") for m in steps),
             "final_eval": {k: v for k, v in evals[-1].items() if k.startswith("eval/")},
             "command": command,
         }
@@ -126,6 +128,13 @@ def run(args: argparse.Namespace) -> None:
         print("validation success by step:", part["curve"])
 
     train_in_chunks(trainer, args.eval_every, write_part)
+
+
+def _range(values: Any) -> list[float] | None:
+    """[min, max] of the values that are not None (None when there are none): e.g. a capped mode's per-step
+    auxiliary gradient ratios (a step's figure is the mean over its minibatches)."""
+    present = [v for v in values if v is not None]
+    return [min(present), max(present)] if present else None
 
 
 def step_time(args: argparse.Namespace) -> None:
@@ -243,6 +252,8 @@ def report(args: argparse.Namespace) -> None:
                         d: [p.get("final_by_difficulty", {}).get(d) for p in runs]
                         for d in sorted({d for p in runs for d in p.get("final_by_difficulty", {})})},
                     "wm_success_correlation": [p["wm_success_correlation"] for p in runs],
+                    "aux_grad_norm_ratio_range": [p.get("aux_grad_norm_ratio_range") for p in runs],
+                    "aux_grad_scale_range": [p.get("aux_grad_scale_range") for p in runs],
                     "seconds_per_step": float(np.mean(seconds)),
                     "step_time_vs_dapo": float(np.mean(seconds) / np.mean(dapo_seconds)) if dapo_seconds else None,
                     "curves": [p["curve"] for p in runs],
