@@ -74,6 +74,36 @@ def test_teacher_and_student_rows_score_each_answer_token_as_an_unpadded_forward
         torch.testing.assert_close(batch.logprobs[row, :len(ids) - 1][answer], single[answer], atol=1e-4, rtol=0)
 
 
+def test_the_teacher_scores_behind_the_documents_kv_as_with_the_documents_in_its_prompt(tmp_path, tokenizer):
+    """The documents' KV is computed once; scoring the question and answer behind it gives every answer token
+    the logprob (and logits) of scoring the whole teacher prompt."""
+    from worldgym.agents.cartridge.trainer import _behind
+
+    trainer = _trainer(tmp_path, tokenizer)
+    prefix = trainer.documents_prefix_ids
+    document_tokens = len(tokenizer(trainer.documents, add_special_tokens=False)["input_ids"])
+    assert prefix and len(prefix) >= document_tokens  # the template and the documents: the bulk of the prompt
+    assert trainer.documents_prefix.num_tokens == trainer.documents_prefix.num_frozen == len(prefix)
+    episodes = [_behind(e, trainer._prompt(e.env_seed, "full")) for e in trainer._student_answers([0, 1, 2])]
+    behind_prefix = trainer._score_teacher(episodes)
+    whole, _ = trainer._score(episodes, None)
+    torch.testing.assert_close(behind_prefix.logits, whole.logits, atol=1e-4, rtol=1e-4)
+
+
+def test_evaluation_measures_the_frozen_models_figures_once(tmp_path, tokenizer, monkeypatch):
+    trainer = _trainer(tmp_path, tokenizer)
+    first = trainer.evaluate()
+    calls = []
+    greedy = trainer._greedy_answers
+    monkeypatch.setattr(trainer, "_greedy_answers", lambda engine, *a, **k: calls.append(engine) or greedy(engine, *a, **k))
+    trainer.train_step()
+    second = trainer.evaluate()
+    assert calls == [trainer.student_engine]  # only the cartridge's answers are generated again
+    for key in ("eval/accuracy_none", "eval/accuracy_teacher", "eval/kl_none"):
+        assert second[key] == first[key]
+    assert second["eval/kl_cartridge"] != first["eval/kl_cartridge"]
+
+
 @pytest.mark.parametrize("mode", ["on_policy", "offline", "hybrid"])
 def test_distillation_trains_only_the_cartridge_and_lowers_the_held_out_kl(tmp_path, tokenizer, mode):
     trainer = _trainer(tmp_path, tokenizer, mode=mode, offline_steps=1, num_steps=3)

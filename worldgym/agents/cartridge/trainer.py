@@ -11,6 +11,7 @@ masked to the answer; (5) an Adam step on the cartridge; (6) the next samples co
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -81,6 +82,11 @@ class CartridgeDistillTrainer:
         self._teacher = self._collector(self.plain_engine, "train", "full")
         self._prompts: dict[tuple[int, str], list[int]] = {}  # (training question seed, view) -> prompt ids
         self._offline: dict[int, list[Episode]] = {}
+        self._references: dict[str, _Reference] = {}  # split -> the frozen model's held-out figures
+        self.documents_prefix_ids = self._documents_prefix_ids()
+        self.documents_prefix = (Cartridge.from_token_ids(self.model, self.documents_prefix_ids,
+                                                          num_frozen=len(self.documents_prefix_ids)).to(config.device)
+                                 if self.documents_prefix_ids else None)
         self.rng = np.random.default_rng(config.seed)
         self.step = 0
         self.output_dir = Path(config.output_dir)
@@ -116,6 +122,19 @@ class CartridgeDistillTrainer:
                 f"with a {c.max_new_tokens}-token answer (and the question) the teacher's prompt exceeds "
                 f"max_prompt_tokens={c.max_prompt_tokens}: use a model with a longer context and raise "
                 "max_prompt_tokens, or distil a patient with shorter documents")
+
+    def _documents_prefix_ids(self) -> list[int]:
+        """The tokens every training question's teacher prompt opens with (the chat template and the patient's
+        documents), leaving each prompt at least one token of its own. The model is frozen and the documents
+        fixed, so their KV is computed once (:attr:`documents_prefix`, an all-frozen cartridge) and the teacher
+        scores only each question and answer behind it: the same logprobs as a full forward, without re-reading
+        thousands of document tokens for every answer."""
+        prompts = [self._prompt(seed, "full") for seed in range(self.train_questions)]
+        length = min(len(p) for p in prompts) - 1
+        for prompt in prompts[1:]:
+            differs = [i for i, (a, b) in enumerate(zip(prompts[0][:length], prompt[:length])) if a != b]
+            length = differs[0] if differs else length
+        return prompts[0][:max(length, 0)]
 
     def _new_cartridge(self) -> Cartridge:
         c = self.config
@@ -195,8 +214,17 @@ class CartridgeDistillTrainer:
         c = self.config
         student, answers = self._score(episodes, self.cartridge)
         with torch.no_grad():
-            teacher, _ = self._score([_behind(e, self._prompt(e.env_seed, "full")) for e in episodes], None)
+            teacher = self._score_teacher([_behind(e, self._prompt(e.env_seed, "full")) for e in episodes])
         return distillation_loss(teacher.logits, student.logits, c.kl, c.top_k, answers)
+
+    def _score_teacher(self, episodes: list[Episode]):
+        """Teacher-view episodes scored behind :attr:`documents_prefix` where their prompts open with it (only
+        their own tokens are run), else in full."""
+        prefix = self.documents_prefix_ids
+        if prefix and all(e.token_ids[:len(prefix)] == prefix and e.prompt_length > len(prefix) for e in episodes):
+            rows = [_behind(e, e.token_ids[len(prefix):e.prompt_length]) for e in episodes]
+            return self._score(rows, self.documents_prefix)[0]
+        return self._score(episodes, None)[0]
 
     def _score(self, episodes: list[Episode], cartridge: Cartridge | None):
         """The episodes' answer tokens scored (right-padded batch), and those tokens in the same row-major order."""
@@ -227,42 +255,50 @@ class CartridgeDistillTrainer:
         ``env``: a student-view env (``documents="none"``) to measure the cartridge's accuracy on instead; the
         other figures stay on the patient's ``split``.
         """
-        c = self.config
-        count = num_questions(c.env_id, c.env_kwargs, self.patient_id, split)
-        params = SamplingParams(temperature=0.0, max_new_tokens=c.max_new_tokens)
-
-        def run(engine: HFEngine, documents: str, source: gym.Env | None = None) -> tuple[list[Episode], float]:
-            make = (lambda: source) if source is not None else (
-                lambda: make_view(c.env_id, c.env_kwargs, self.patient_id, split, documents))
-            collector = RolloutCollector(engine, self.tokenizer, make, max_turns=1,
-                                         max_episode_tokens=c.max_prompt_tokens)
-            start = time.perf_counter()
-            episodes = collector.collect(range(count), 1, params)
-            seconds = time.perf_counter() - start
-            return episodes, sum(e.num_model_tokens for e in episodes) / max(seconds, 1e-9)
-
-        none, _ = run(self.plain_engine, "none")
-        with_cartridge, cartridge_tps = run(self.student_engine, "none", env)
-        teacher, teacher_tps = run(self.plain_engine, "full")
-        students = [_behind(e, s.token_ids[:s.prompt_length]) for e, s in zip(teacher, none)]
-        teacher_logits = self._score(teacher, None)[0].logits
-        kl_cartridge = distillation_loss(teacher_logits, self._score(students, self.cartridge)[0].logits)[1]
-        kl_none = distillation_loss(teacher_logits, self._score(students, None)[0].logits)[1]
+        reference = self._reference(split)
+        with_cartridge, cartridge_tps = self._greedy_answers(self.student_engine, split, "none", env)
+        kl_cartridge = distillation_loss(reference.teacher_logits,
+                                         self._score(reference.students, self.cartridge)[0].logits)[1]
         document_tokens = len(self._prompt(0, "full")) - len(self._prompt(0, "none"))
         full_bytes = document_tokens * kv_bytes_per_token(self.model)
         return {
-            "eval/accuracy_none": _accuracy(none),
+            "eval/accuracy_none": _accuracy(reference.none),
             "eval/accuracy_cartridge": _accuracy(with_cartridge),
-            "eval/accuracy_teacher": _accuracy(teacher),
+            "eval/accuracy_teacher": _accuracy(reference.teacher),
             "eval/kl_cartridge": kl_cartridge["kl/full"],
-            "eval/kl_none": kl_none["kl/full"],
-            "eval/questions": float(count),
+            "eval/kl_none": reference.kl_none,
+            "eval/questions": float(len(reference.teacher)),
             "eval/cartridge_bytes": float(self.cartridge.nbytes),
             "eval/documents_kv_bytes": float(full_bytes),
             "eval/memory_ratio": full_bytes / self.cartridge.nbytes,
             "eval/tokens_per_s_cartridge": cartridge_tps,
-            "eval/tokens_per_s_documents": teacher_tps,
+            "eval/tokens_per_s_documents": reference.teacher_tokens_per_s,
         }
+
+    def _reference(self, split: str) -> _Reference:
+        """The figures of ``split`` that the cartridge does not change (the model is frozen and answers are
+        greedy): measured at the first evaluation, then reused."""
+        if split not in self._references:
+            none, _ = self._greedy_answers(self.plain_engine, split, "none")
+            teacher, teacher_tps = self._greedy_answers(self.plain_engine, split, "full")
+            students = [_behind(e, s.token_ids[:s.prompt_length]) for e, s in zip(teacher, none)]
+            teacher_logits = self._score_teacher(teacher).logits
+            kl_none = distillation_loss(teacher_logits, self._score(students, None)[0].logits)[1]["kl/full"]
+            self._references[split] = _Reference(none, teacher, students, teacher_logits, kl_none, teacher_tps)
+        return self._references[split]
+
+    def _greedy_answers(self, engine: HFEngine, split: str, documents: str,
+                        source: gym.Env | None = None) -> tuple[list[Episode], float]:
+        """Greedy answers to every question of ``split`` in a view (or of ``source``), and generation tokens/s."""
+        c = self.config
+        make = (lambda: source) if source is not None else (
+            lambda: make_view(c.env_id, c.env_kwargs, self.patient_id, split, documents))
+        collector = RolloutCollector(engine, self.tokenizer, make, max_turns=1, max_episode_tokens=c.max_prompt_tokens)
+        start = time.perf_counter()
+        count = num_questions(c.env_id, c.env_kwargs, self.patient_id, split)
+        episodes = collector.collect(range(count), 1, SamplingParams(temperature=0.0, max_new_tokens=c.max_new_tokens))
+        seconds = time.perf_counter() - start
+        return episodes, sum(e.num_model_tokens for e in episodes) / max(seconds, 1e-9)
 
     # ---------------------------------------------------------------- logging and checkpoints
     def _log(self, metrics: dict[str, Any]) -> None:
@@ -309,6 +345,20 @@ class CartridgeDistillTrainer:
 
     def close(self) -> None:
         """Nothing to release: the envs live for one collection."""
+
+
+@dataclass(frozen=True)
+class _Reference:
+    """A split's figures without the cartridge: greedy answers with no documents (``none``) and with them
+    (``teacher``), the teacher's answers behind the student's prompts, the teacher's logits on them, KL(teacher
+    ‖ no documents), and the teacher's generation tokens/s."""
+
+    none: list[Episode]
+    teacher: list[Episode]
+    students: list[Episode]
+    teacher_logits: torch.Tensor
+    kl_none: float
+    teacher_tokens_per_s: float
 
 
 def _accuracy(episodes: list[Episode]) -> float:
