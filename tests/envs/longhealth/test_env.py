@@ -132,6 +132,8 @@ def test_patient_splits_hold_out_patients_and_question_splits_hold_out_questions
     assert [len(keys[s]) for s in ("train", "validation", "test")] == [60, 20, 20]
     assert not keys["train"] & keys["test"] and not keys["validation"] & keys["test"]
     assert all({p for p, _ in keys[s]} == set(PATIENTS) for s in keys)
+    held_out = {(p.patient_id, q.number) for p, q in make(split="held_out", split_by="question").items}
+    assert held_out == keys["validation"] | keys["test"]  # every question that is not for training
     assert make(split="test", split_seed=1).items != by_patient["test"]
 
 

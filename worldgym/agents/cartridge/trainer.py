@@ -246,8 +246,9 @@ class CartridgeDistillTrainer:
 
     # ---------------------------------------------------------------- evaluation
     @torch.no_grad()
-    def evaluate(self, env: gym.Env | None = None, split: str = "test") -> dict[str, float]:
-        """Greedy answers to the patient's held-out questions (every question of ``split`` once): accuracy
+    def evaluate(self, env: gym.Env | None = None, split: str = "held_out") -> dict[str, float]:
+        """Greedy answers to the patient's held-out questions (every question of ``split`` once; by default the
+        validation and test questions, as the distiller selects nothing on validation): accuracy
         with no documents, with the cartridge, and with the documents in context (the teacher); the KL between
         teacher and student (with and without the cartridge) on the teacher's greedy answers; the cartridge's
         bytes against the KV of the documents; generation tokens/s with the cartridge and with the documents.

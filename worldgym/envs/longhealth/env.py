@@ -83,7 +83,7 @@ class LongHealthQAEnv(gym.Env[str, str]):
 
     ## Arguments
     data_path, panel, num_patients (10), panel_seed (0): the questions' source (see above). task (1-3).
-    documents ("full" or "none"). split ("all", "train", "validation", "test"), split_by ("patient" or
+    documents ("full" or "none"). split ("all", "train", "validation", "test", "held_out"), split_by ("patient" or
     "question"), split_seed: see :mod:`worldgym.envs.longhealth.splits`. patient_ids: only these patients'
     questions (distractors still come from the whole panel). num_distractors (10): other patients' documents
     in tasks 2-3. shuffle_documents: shuffle task 1's documents too (tasks 2-3 always shuffle).

@@ -10,6 +10,9 @@ of the patient ids, question numbers and ``seed``, so the real file and the synt
   20 / 20 the same way, so every patient appears in every split (20 questions -> 12 / 4 / 4 per patient): for
   agents that study a patient's documents (a cartridge) and are tested on unseen questions about the same
   patient.
+
+``"held_out"`` is the validation and test splits together (40%): every question that is not for training, for
+an agent that selects nothing on validation and wants the most questions to measure on (a cartridge).
 """
 
 from __future__ import annotations
@@ -24,9 +27,9 @@ from worldgym.envs.longhealth.schema import Patient, Question
 
 __all__ = ["SPLITS", "SPLIT_BY", "Split", "SplitBy", "split_questions"]
 
-Split = Literal["all", "train", "validation", "test"]
+Split = Literal["all", "train", "validation", "test", "held_out"]
 SplitBy = Literal["patient", "question"]
-SPLITS: tuple[str, ...] = ("all", "train", "validation", "test")
+SPLITS: tuple[str, ...] = ("all", "train", "validation", "test", "held_out")
 SPLIT_BY: tuple[str, ...] = ("patient", "question")
 _HELD_OUT = 0.2  # share of the test split, and of the validation split
 
@@ -42,8 +45,8 @@ def split_questions(patients: Sequence[Patient], split: Split = "all", by: Split
     >>> patients = parse_longhealth(generate_panel(5, seed=0))
     >>> [len(split_questions(patients, s)) for s in ("train", "validation", "test")]
     [60, 20, 20]
-    >>> [len(split_questions(patients, s, by="question")) for s in ("train", "validation", "test")]
-    [60, 20, 20]
+    >>> [len(split_questions(patients, s, by="question")) for s in ("train", "validation", "test", "held_out")]
+    [60, 20, 20, 40]
     """
     if split not in SPLITS:
         raise ValueError(f"split must be one of {list(SPLITS)}, got {split!r}")
@@ -67,5 +70,6 @@ def _part(items: list[T], split: str, rng: np.random.Generator) -> list[T]:
     """``split``'s share of ``items`` after a shuffle: test first, then validation, the rest train."""
     shuffled = [items[int(i)] for i in rng.permutation(len(items))]
     held = round(len(items) * _HELD_OUT)
-    bounds = {"test": (0, held), "validation": (held, 2 * held), "train": (2 * held, len(items))}[split]
+    bounds = {"test": (0, held), "validation": (held, 2 * held), "held_out": (0, 2 * held),
+              "train": (2 * held, len(items))}[split]
     return shuffled[bounds[0]:bounds[1]]
