@@ -227,11 +227,13 @@ class CartridgeDistillTrainer:
         return self._score(episodes, None)[0]
 
     def _score(self, episodes: list[Episode], cartridge: Cartridge | None):
-        """The episodes' answer tokens scored (right-padded batch), and those tokens in the same row-major order."""
+        """The episodes' answer tokens scored (right-padded batch), and those tokens in the same row-major order.
+        The answers to one question share its prompt's forward pass (``group_ids``)."""
         batch = collate_episodes(episodes, self.tokenizer.pad_token_id)
         device = self.config.device
         ids, mask = batch["input_ids"].to(device), batch["action_mask"].to(device)
-        scored = score_tokens(self.model, ids, batch["attention_mask"].to(device), mask, cartridge=cartridge)
+        scored = score_tokens(self.model, ids, batch["attention_mask"].to(device), mask,
+                              group_ids=batch["group_ids"].to(device), cartridge=cartridge)
         return scored, ids[:, 1:][mask.bool()]
 
     def _prompt(self, seed: int, documents: str) -> list[int]:
