@@ -19,7 +19,8 @@ documents (:func:`teacher_warm_start_config` at seed 0, shared by every seed's r
 ``runs/warm_starts``, ~20 min to train once). It does not read: greedy accuracy with the documents is at chance
 (20% / 11% on training / held-out patients, 64 questions each, chance 20%), so its accuracy and recovery figures
 mean nothing; its held-out KL is a real measurement. SmolLM2-135M-Instruct (``--model smollm2-135m``, ``make
-smollm2``) needs no warm-up; its teacher forward over ~2k tokens of documents takes ~3 s on CPU.
+smollm2``) needs no warm-up. The documents' KV (~2.6k tokens with its tokenizer) is computed once per run; the
+teacher then scores only each question and answer behind it.
 
 Each run writes ``benchmarks/results/cartridge/<model>-<mode>-<init>-s<seed>.json`` (its run folder, with a
 checkpoint every ``--eval-every`` steps, is ``runs/cartridge_on_vs_offline/<same name>``: an interrupted run

@@ -121,6 +121,8 @@ def run(args: argparse.Namespace) -> None:
             "eval_episodes": args.episodes, "config": config.to_dict() | {"output_dir": portable(out)},
             "curve": [[m["step"], m["eval/success_rate"]] for m in evals],
             "wm_accuracy_curve": [[m["step"], m.get("eval/wm_token_accuracy")] for m in evals],
+            # a collapsing policy loses the tool-call format: the share of its validation calls that are invalid
+            "invalid_call_rate_curve": [[m["step"], m.get("eval/invalid_call_rate")] for m in evals],
             "tasks_by_step": np.cumsum([0] + [m["rollout/episodes_sampled"] for m in steps]).tolist(),
             "step_seconds": [m["time/step_s"] for m in steps],
             "wm_success_correlation": wm_success_correlation(history),
@@ -263,6 +265,7 @@ def report(args: argparse.Namespace) -> None:
                     "step_time_vs_dapo": float(np.mean(seconds) / np.mean(dapo_seconds)) if dapo_seconds else None,
                     "curves": [p["curve"] for p in runs],
                     "wm_accuracy_curves": [p["wm_accuracy_curve"] for p in runs],
+                    "invalid_call_rate_curves": [p.get("invalid_call_rate_curve") for p in runs],
                     "tasks_by_step": [p["tasks_by_step"] for p in runs],
                     "commands": [p["command"] for p in runs],
                 }

@@ -20,7 +20,8 @@ their documents, cached in ``--distill.warm-start-dir``; ~20 min once on 2 cores
 cartridge then learns a held-out patient. The warm-up is seeded by ``--distill.seed`` (another seed trains
 another teacher). That tiny teacher does not read (about chance accuracy with the documents), so its accuracy
 figures mean nothing; the held-out KL is a real measurement. ``smollm2`` needs no
-warm-up; a teacher forward over the ~2k tokens of documents takes ~3 s on CPU.
+warm-up; the KV of its ~2.6k tokens of documents is computed once, and the teacher scores only each question and
+answer behind it.
 
 ``--data-path FILE`` reads a LongHealth JSON file (the benchmark's ``benchmark_v5.json``, 20 patients with
 5-7k words each) instead of the synthetic panel; its prompts need a model with a long context (and a GPU).
