@@ -66,9 +66,8 @@ MODES: dict[str, dict[str, Any]] = {
     "stacked-capped": {"transfer": "stacked", "auxiliary_grad_ratio": 1.0},
     # added after shared-capped still collapsed (26.6% -> 1.6% by step 16): AdamW divides each coordinate by its
     # own gradient scale, so an auxiliary direction that stays the same step after step moves the weights about
-    # as far as the (noisier) policy gradient does even at ratio 1; the cap 10 and 100 times lower
+    # as far as the (noisier) policy gradient does even at ratio 1; the cap 10 times lower
     "shared-capped-0.1": {"transfer": "shared", "auxiliary_grad_ratio": 0.1},
-    "shared-capped-0.01": {"transfer": "shared", "auxiliary_grad_ratio": 0.01},
 }
 
 
