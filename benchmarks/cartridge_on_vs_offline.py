@@ -64,6 +64,9 @@ GOALS = {"kl_drop": 0.5, "recovery": 0.7, "memory_ratio": 10.0}
 # what the tiny teacher's probe measured (runs/cartridge_probe): it does not read the documents
 TINY_NOTE = ("the tiny teacher does not read: greedy accuracy with the documents 20% / 11% on training / held-out "
              "patients (64 questions each, chance 20%), so accuracy and recovery mean nothing here; the KL is real")
+# accuracy and recovery are read only where the teacher reads: its held-out accuracy with the documents beats both
+# chance (one of 5 options, task 1) and the accuracy without them by this much (2 of 8 questions)
+CHANCE, READING_MARGIN = 0.2, 0.25
 
 # --quick: the panel and warm-up (the budget's flags are set in main)
 QUICK: dict[str, Any] = {"env_kwargs": {"num_patients": 5}, "warmup_episodes": 8, "warmup_epochs": 1}
@@ -194,13 +197,30 @@ def _drop_by_step(parts: list[dict[str, Any]]) -> list[list[float]]:
     return [[step, _mean([d[i] for d in drops])] for i, step in enumerate(steps)]
 
 
+def reads_documents(rows: Any, model: str) -> tuple[bool, str | None]:
+    """Whether a model's teacher reads (mean held-out accuracy with the documents, over every run's last
+    evaluation, >= ``READING_MARGIN`` above both chance and the accuracy without them) and, when it does not, the
+    note that says so."""
+    rows = list(rows)
+    teacher = _mean([a for row in rows for a in row["accuracy"]["teacher"]])
+    none = _mean([a for row in rows for a in row["accuracy"]["none"]])
+    if teacher >= max(none, CHANCE) + READING_MARGIN:
+        return True, None
+    questions = rows[0]["held_out_questions"]
+    if model in TINY_SIZES:
+        return False, TINY_NOTE
+    return False, (f"the teacher does not read: greedy held-out accuracy {teacher:.0%} with the documents vs {none:.0%} "
+                   f"without ({questions} questions, chance 20%), so accuracy and recovery mean nothing here; the KL "
+                   "is real")
+
+
 def goals(rows: dict[str, dict[str, Any]], accuracy_meaningful: bool) -> dict[str, Any]:
     """The issue's goals, read from the on-policy text-init runs (and offline's for the last)."""
     main = rows.get("on_policy/text")
     if main is None:
         return {"status": "no on_policy/text runs"}
     offline = rows.get("offline/text")
-    unmeasurable = None if accuracy_meaningful else "not measurable: " + TINY_NOTE.split(":")[0]
+    unmeasurable = None if accuracy_meaningful else "not measurable: the teacher does not read"
 
     def verdict(met: bool) -> str:
         return "met" if met else "NOT met"
@@ -231,7 +251,7 @@ def report(args: argparse.Namespace) -> None:
         chosen = [p for p in parts if p["model"] == model]
         rows = {f"{mode}/{init}": summarize([p for p in chosen if (p["mode"], p["init"]) == (mode, init)])
                 for mode in MODES for init in INITS if any((p["mode"], p["init"]) == (mode, init) for p in chosen)}
-        meaningful = model not in TINY_SIZES
+        meaningful, note = reads_documents(rows.values(), model)
         summary["models"][model] = {
             "patients": sorted({p["patient_id"] for p in chosen}),
             "budget": {key: chosen[0]["config"][key] for key in ("num_steps", "questions_per_step",
@@ -240,7 +260,7 @@ def report(args: argparse.Namespace) -> None:
             "same_budget": len({(p["config"]["num_steps"], p["config"]["questions_per_step"],
                                  p["config"]["samples_per_question"]) for p in chosen}) == 1,
             "accuracy_meaningful": meaningful,
-            "note": None if meaningful else TINY_NOTE,
+            "note": note,
             "runs": rows,
             "goal_status": goals(rows, meaningful),
         }

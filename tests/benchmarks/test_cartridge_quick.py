@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from benchmarks.cartridge_on_vs_offline import recovery
+from benchmarks.cartridge_on_vs_offline import reads_documents, recovery
 from benchmarks.common import absolute_paths
 
 REPO = Path(__file__).resolve().parents[2]
@@ -56,7 +56,7 @@ def test_runs_and_report(tmp_path: Path) -> None:
     assert offline["memory_ratio"] > 10
     goals = tiny["goal_status"]
     assert goals["memory_ratio>=10"]["status"] == "met"
-    assert goals["recovery>=70%"]["status"].startswith("not measurable: the tiny teacher does not read")
+    assert goals["recovery>=70%"]["status"] == "not measurable: the teacher does not read"
     assert goals["kl_drop>=50%"]["status"] in ("met", "NOT met")
     assert (tmp_path / "cartridge_on_vs_offline.png").stat().st_size > 0
 
@@ -64,3 +64,14 @@ def test_runs_and_report(tmp_path: Path) -> None:
 def test_recovery_is_none_when_the_teacher_adds_nothing() -> None:
     assert recovery(0.2, 0.6, 1.0) == pytest.approx(0.5)
     assert recovery(0.4, 0.6, 0.4) is None and recovery(0.4, 0.6, 0.3) is None
+
+
+def test_accuracy_counts_only_where_the_teacher_reads() -> None:
+    def row(none: float, teacher: float) -> dict[str, Any]:
+        return {"accuracy": {"none": [none], "teacher": [teacher]}, "held_out_questions": 8}
+
+    assert reads_documents([row(0.125, 0.75)], "smollm2-135m") == (True, None)
+    # at chance with the documents (SmolLM2-135M zero-shot: 0 of 8), or no better than without them
+    for rows in ([row(0.125, 0.0)], [row(0.0, 0.25)], [row(0.5, 0.625)]):
+        meaningful, note = reads_documents(rows, "smollm2-135m")
+        assert not meaningful and note.startswith("the teacher does not read: greedy held-out accuracy")
