@@ -12,6 +12,8 @@ cartridge and with the documents.
     python benchmarks/cartridge_on_vs_offline.py run --mode on_policy --init text --seed 0      # resumable
     python benchmarks/cartridge_on_vs_offline.py run --mode offline --init text --seed 0
     python benchmarks/cartridge_on_vs_offline.py run --model smollm2-135m --mode on_policy --seed 0 --steps 40
+    python benchmarks/cartridge_on_vs_offline.py run --model smollm2-135m --teacher-warmup --warmup-episodes 160 \
+        --warmup-epochs 1 --mode on_policy --seed 0 --steps 40
     python benchmarks/cartridge_on_vs_offline.py report
 
 The tiny model is a 0.8M Qwen3 taught the answer format by SFT on the training patients' questions with their
@@ -19,8 +21,12 @@ documents (:func:`teacher_warm_start_config` at seed 0, shared by every seed's r
 ``runs/warm_starts``, ~20 min to train once). It does not read: greedy accuracy with the documents is at chance
 (20% / 11% on training / held-out patients, 64 questions each, chance 20%), so its accuracy and recovery figures
 mean nothing; its held-out KL is a real measurement. SmolLM2-135M-Instruct (``--model smollm2-135m``, ``make
-smollm2``) needs no warm-up. The documents' KV (~2.6k tokens with its tokenizer) is computed once per run; the
-teacher then scores only each question and answer behind it.
+smollm2``) as it is does not answer either: with the documents it echoes the first option (0 of 8 held-out
+questions right), so ``--teacher-warmup`` first teaches it the task through a LoRA adapter (the same SFT, merged
+in; ``--warmup-episodes`` / ``--warmup-epochs``; its runs are reported as ``smollm2-135m+warmup``). The report
+counts accuracy and recovery only for a teacher that reads (held-out accuracy with the documents 25 points above
+chance and above no documents). The documents' KV (~2.6k tokens with SmolLM2's tokenizer) is computed once per
+run; the teacher then scores only each question and answer behind it.
 
 Each run writes ``benchmarks/results/cartridge/<model>-<mode>-<init>-s<seed>.json`` (its run folder, with a
 checkpoint every ``--eval-every`` steps, is ``runs/cartridge_on_vs_offline/<same name>``: an interrupted run
@@ -46,14 +52,9 @@ from typing import Any
 import numpy as np
 
 import worldgym  # noqa: F401  (registers the ids)
-from worldgym.agents.cartridge import (
-    CartridgeDistillConfig,
-    CartridgeDistillTrainer,
-    teacher_warm_start_config,
-)
+from worldgym.agents.cartridge import CartridgeDistillConfig, CartridgeDistillTrainer
 from worldgym.agents.cartridge.views import split_patients
 from worldgym.agents.llm.models import TINY_SIZES
-from worldgym.agents.llm.warm_start import load_or_train_warm_start
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a file: find the benchmarks package
 from benchmarks.common import portable, results_dir, results_parser, set_torch_threads, write_json
@@ -78,9 +79,14 @@ def runs_dir(args: argparse.Namespace) -> Path:
     return results_dir(args) / "runs" if args.quick else Path("runs")
 
 
+def model_label(args: argparse.Namespace) -> str:
+    """The model as the report groups runs: a pretrained model with the teacher warm-up is another teacher."""
+    return f"{args.model}+warmup" if args.teacher_warmup and args.model not in TINY_SIZES else args.model
+
+
 def run_name(args: argparse.Namespace) -> str:
     patient = f"-{args.patient}" if args.patient else ""
-    return f"{args.model}-{args.mode}-{args.init}{patient}-s{args.seed}"
+    return f"{model_label(args)}-{args.mode}-{args.init}{patient}-s{args.seed}"
 
 
 def distill_config(args: argparse.Namespace) -> CartridgeDistillConfig:
@@ -92,20 +98,18 @@ def distill_config(args: argparse.Namespace) -> CartridgeDistillConfig:
         "samples_per_question": args.samples_per_question, "max_new_tokens": args.max_new_tokens,
         "eval_every": args.eval_every, "checkpoint_every": args.eval_every, "seed": args.seed,
         "warm_start_dir": str(runs_dir(args) / "warm_starts"), "device": args.device, "progress": not args.quick,
-        "output_dir": str(runs_dir(args) / "cartridge_on_vs_offline" / run_name(args))}
+        "output_dir": str(runs_dir(args) / "cartridge_on_vs_offline" / run_name(args)),
+        "teacher_warmup": True if args.teacher_warmup else None}
+    settings |= {f"warmup_{key}": getattr(args, f"warmup_{key}") for key in ("episodes", "epochs")
+                 if getattr(args, f"warmup_{key}") is not None}
     return CartridgeDistillConfig(**{**settings, **(QUICK if args.quick else {})})
 
 
 def make_trainer(config: CartridgeDistillConfig, patient: str | None) -> CartridgeDistillTrainer:
-    """A trainer on the first held-out patient (or ``patient``); a tiny model gets seed 0's teacher warm-up,
-    so every seed distils from the same teacher."""
+    """A trainer on the first held-out patient (or ``patient``); a warmed-up teacher is trained with its own seed
+    (``warmup_seed``), so every seed's run distils from the same teacher."""
     patient = patient or split_patients(config.env_id, config.env_kwargs, "test")[0]
-    config = replace(config, patient_id=patient)
-    if config.model not in TINY_SIZES:
-        return CartridgeDistillTrainer(config)
-    warm = load_or_train_warm_start(teacher_warm_start_config(replace(config, seed=0)),
-                                    cache_dir=config.warm_start_dir, progress=config.progress)
-    return CartridgeDistillTrainer(config, model=warm.model, tokenizer=warm.tokenizer)
+    return CartridgeDistillTrainer(replace(config, patient_id=patient))
 
 
 def run(args: argparse.Namespace) -> None:
@@ -119,7 +123,7 @@ def run(args: argparse.Namespace) -> None:
     steps = [row for row in history if "time/step_s" in row]
     name = run_name(args)
     part = {
-        "model": args.model, "mode": args.mode, "init": args.init, "seed": args.seed,
+        "model": model_label(args), "mode": args.mode, "init": args.init, "seed": args.seed,
         "patient_id": trainer.patient_id, "quick": args.quick,
         "config": trainer.config.to_dict() | {"output_dir": portable(trainer.config.output_dir),
                                               "warm_start_dir": portable(trainer.config.warm_start_dir)},
@@ -132,13 +136,20 @@ def run(args: argparse.Namespace) -> None:
                    f"{args.questions_per_step} --samples-per-question {args.samples_per_question} --eval-every "
                    f"{args.eval_every} --offline-steps {args.offline_steps} --max-new-tokens {args.max_new_tokens} "
                    f"--num-tokens {args.num_tokens} --learning-rate {args.learning_rate:g}"
-                   + (f" --patient {args.patient}" if args.patient else "") + (" --quick" if args.quick else ""),
+                   + (f" --patient {args.patient}" if args.patient else "") + _warmup_flags(args)
+                   + (" --quick" if args.quick else ""),
     }
     write_json(parts_dir(args) / f"{name}.json", part)
     first, last = evals[0], evals[-1]
     print(f"{name}: held-out KL {first['eval/kl_cartridge']:.4f} -> {last['eval/kl_cartridge']:.4f} (no documents "
           f"{last['eval/kl_none']:.4f}); accuracy none / cartridge / teacher {last['eval/accuracy_none']:.2f} / "
           f"{last['eval/accuracy_cartridge']:.2f} / {last['eval/accuracy_teacher']:.2f}")
+
+
+def _warmup_flags(args: argparse.Namespace) -> str:
+    flags = " --teacher-warmup" if args.teacher_warmup else ""
+    return flags + "".join(f" --warmup-{key} {getattr(args, f'warmup_{key}')}" for key in ("episodes", "epochs")
+                           if getattr(args, f"warmup_{key}") is not None)
 
 
 def parts_dir(args: argparse.Namespace) -> Path:
@@ -330,6 +341,11 @@ def main(argv: list[str] | None = None) -> None:
     one.add_argument("--num-tokens", type=int, default=64, help="cartridge length")
     one.add_argument("--learning-rate", type=float, default=2e-2)
     one.add_argument("--device", default="cpu")
+    one.add_argument("--teacher-warmup", action="store_true",
+                     help="teach a pretrained model the task first (LoRA SFT with documents, cached; a tiny model "
+                          "always gets it): SmolLM2-135M does not answer without it")
+    one.add_argument("--warmup-episodes", type=int, help="teacher warm-up SFT questions (default: the config's)")
+    one.add_argument("--warmup-epochs", type=int, help="teacher warm-up passes (default: the config's)")
     sub.add_parser("report", help="merge the part JSONs into the results JSON and PNG", parents=common)
     args = parser.parse_args(argv)
     if args.stage == "run" and args.quick:

@@ -19,9 +19,11 @@ the greedy accuracy with no documents, with the cartridge and with the documents
 their documents, cached in ``--distill.warm-start-dir``; ~20 min once on 2 cores, reused afterwards); the
 cartridge then learns a held-out patient. The warm-up is seeded by ``--distill.seed`` (another seed trains
 another teacher). That tiny teacher does not read (about chance accuracy with the documents), so its accuracy
-figures mean nothing; the held-out KL is a real measurement. ``smollm2`` needs no
-warm-up; the KV of its ~2.6k tokens of documents is computed once, and the teacher scores only each question and
-answer behind it.
+figures mean nothing; the held-out KL is a real measurement. ``smollm2`` as it is does not answer either (with the
+documents it echoes the first option: 0 of 8 held-out questions); ``--distill.teacher-warmup True`` (with e.g.
+``--distill.warmup-episodes 160 --distill.warmup-epochs 1``) teaches it the task first through a LoRA adapter
+merged into it (cached). The KV of its ~2.6k tokens of documents is computed once, and the teacher scores only
+each question and answer behind it.
 
 ``--data-path FILE`` reads a LongHealth JSON file (the benchmark's ``benchmark_v5.json``, 20 patients with
 5-7k words each) instead of the synthetic panel; its prompts need a model with a long context (and a GPU).

@@ -138,6 +138,29 @@ def test_a_resumed_run_continues_exactly(tmp_path, tokenizer):
         other.load(tmp_path / "b" / "run" / "checkpoint-last")
 
 
+def test_a_pretrained_teacher_is_warmed_up_through_a_merged_lora_when_asked(tmp_path, tokenizer):
+    """A pretrained model (here a tiny one saved as a checkpoint) learns the task through a LoRA adapter, which is
+    merged in: the distiller's frozen model is a plain model whose weights moved."""
+    from peft import PeftModel
+
+    from worldgym.agents.llm import save_model_and_tokenizer
+
+    folder = tmp_path / "pretrained"
+    save_model_and_tokenizer(build_tiny_model(tokenizer, seed=0), tokenizer, folder)
+    config = CartridgeDistillConfig(model=str(folder), env_kwargs=PANEL, num_tokens=16, teacher_warmup=True,
+                                    warmup_episodes=4, warmup_epochs=1, warm_start_dir=str(tmp_path / "warm"),
+                                    output_dir=str(tmp_path / "run"), progress=False)
+    trainer = CartridgeDistillTrainer(config)
+    assert trainer.config.warms_up_teacher and not isinstance(trainer.model, PeftModel)
+    before = build_tiny_model(tokenizer, seed=0).state_dict()
+    after = trainer.model.state_dict()
+    assert any(not torch.equal(after[name], tensor) for name, tensor in before.items() if name in after)
+    assert len(list((tmp_path / "warm").iterdir())) == 1  # cached
+    assert not CartridgeDistillConfig(model=str(folder)).warms_up_teacher  # a pretrained model: only when asked
+    with pytest.raises(ValueError, match="needs its warm-up"):
+        CartridgeDistillConfig(model="tiny", teacher_warmup=False)
+
+
 def test_config_rejects_bad_settings():
     with pytest.raises(ValueError, match=r"mode='both' is invalid"):
         CartridgeDistillConfig(mode="both")

@@ -18,6 +18,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import torch
+from peft import PeftModel
 from tqdm.auto import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
@@ -39,13 +40,17 @@ from worldgym.jsonl import append_jsonl, read_jsonl, truncate_jsonl
 __all__ = ["CartridgeDistillTrainer", "teacher_warm_start_config"]
 
 def teacher_warm_start_config(config: CartridgeDistillConfig) -> WarmStartConfig:
-    """The documented warm-up of a tiny model (it cannot read documents until taught): SFT on the panel's
-    training patients' questions with their documents in context, answering ``<answer>X</answer>`` (cached by
-    these settings). The cartridge's patient is then one of the held-out patients, whose answers it never saw."""
+    """The documented teacher warm-up (a tiny model cannot answer until taught, nor can SmolLM2-135M): SFT on the
+    panel's training patients' questions with their documents in context, answering ``<answer>X</answer>``
+    (cached by these settings); a tiny model in full (lr 3e-3, batches of 8), a pretrained one through a LoRA
+    adapter (lr 5e-4, batches of 4). The cartridge's patient is then one of the held-out patients, whose answers
+    it never saw."""
+    tiny = config.model in TINY_SIZES
     return WarmStartConfig(
         model=config.model, env_id=config.env_id, env_kwargs={**config.env_kwargs, "split_by": "patient"},
         difficulties=(), episodes_per_difficulty=config.warmup_episodes, epochs=config.warmup_epochs,
-        batch_size=8, learning_rate=3e-3, max_length=config.max_prompt_tokens, seed=config.warmup_seed)
+        batch_size=8 if tiny else 4, learning_rate=3e-3 if tiny else 5e-4, max_length=config.max_prompt_tokens,
+        seed=config.warmup_seed)
 
 
 class CartridgeDistillTrainer:
@@ -99,10 +104,12 @@ class CartridgeDistillTrainer:
                 raise ValueError("CartridgeDistillTrainer got a model but no tokenizer; pass the tokenizer the model "
                                  "was trained with")
             return model, tokenizer
-        if self.config.model in TINY_SIZES:
+        if self.config.warms_up_teacher:
             warm = load_or_train_warm_start(teacher_warm_start_config(self.config),
                                             cache_dir=self.config.warm_start_dir, progress=self.config.progress)
-            return warm.model, warm.tokenizer
+            # a pretrained model's adapter is merged in: the frozen teacher and student are one plain model
+            model = warm.model.merge_and_unload() if isinstance(warm.model, PeftModel) else warm.model
+            return model, warm.tokenizer
         loaded = load_chat_model(self.config.model)
         return loaded.model, loaded.tokenizer
 
