@@ -12,7 +12,7 @@ cartridge and with the documents.
     python benchmarks/cartridge_on_vs_offline.py run --mode on_policy --init text --seed 0      # resumable
     python benchmarks/cartridge_on_vs_offline.py run --mode offline --init text --seed 0
     python benchmarks/cartridge_on_vs_offline.py run --model smollm2-135m --mode on_policy --seed 0 --steps 40
-    python benchmarks/cartridge_on_vs_offline.py run --model smollm2-135m --teacher-warmup --warmup-episodes 160 \
+    python benchmarks/cartridge_on_vs_offline.py run --model smollm2-135m --teacher-warmup --warmup-episodes 64 \
         --warmup-epochs 1 --mode on_policy --seed 0 --steps 40
     python benchmarks/cartridge_on_vs_offline.py report
 

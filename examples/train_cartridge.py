@@ -21,7 +21,7 @@ cartridge then learns a held-out patient. The warm-up is seeded by ``--distill.s
 another teacher). That tiny teacher does not read (about chance accuracy with the documents), so its accuracy
 figures mean nothing; the held-out KL is a real measurement. ``smollm2`` as it is does not answer either (with the
 documents it echoes the first option: 0 of 8 held-out questions); ``--distill.teacher-warmup True`` (with e.g.
-``--distill.warmup-episodes 160 --distill.warmup-epochs 1``) teaches it the task first through a LoRA adapter
+``--distill.warmup-episodes 64 --distill.warmup-epochs 1``) teaches it the task first through a LoRA adapter
 merged into it (cached). The KV of its ~2.6k tokens of documents is computed once, and the teacher scores only
 each question and answer behind it.
 

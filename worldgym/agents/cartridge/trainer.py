@@ -43,13 +43,14 @@ def teacher_warm_start_config(config: CartridgeDistillConfig) -> WarmStartConfig
     """The documented teacher warm-up (a tiny model cannot answer until taught, nor can SmolLM2-135M): SFT on the
     panel's training patients' questions with their documents in context, answering ``<answer>X</answer>``
     (cached by these settings); a tiny model in full (lr 3e-3, batches of 8), a pretrained one through a LoRA
-    adapter (lr 5e-4, batches of 4). The cartridge's patient is then one of the held-out patients, whose answers
-    it never saw."""
+    adapter (lr 3e-4, one chat per step: SmolLM2 on batches of 4 chats of ~2.8k tokens took 11.5 GB and was
+    OOM-killed beside other jobs). The cartridge's patient is then one of the held-out patients, whose answers it
+    never saw."""
     tiny = config.model in TINY_SIZES
     return WarmStartConfig(
         model=config.model, env_id=config.env_id, env_kwargs={**config.env_kwargs, "split_by": "patient"},
         difficulties=(), episodes_per_difficulty=config.warmup_episodes, epochs=config.warmup_epochs,
-        batch_size=8 if tiny else 4, learning_rate=3e-3 if tiny else 5e-4, max_length=config.max_prompt_tokens,
+        batch_size=8 if tiny else 1, learning_rate=3e-3 if tiny else 3e-4, max_length=config.max_prompt_tokens,
         seed=config.warmup_seed)
 
 
