@@ -302,3 +302,20 @@ def test_a_model_with_no_trainable_tensor_is_refused_with_the_reason(tmp_path, t
     model = build_tiny_model(tokenizer, seed=0).requires_grad_(False)  # as peft's merge_and_unload leaves it
     with pytest.raises(ValueError, match="no trainable tensor .*requires_grad_"):
         GRPOTrainer(_config(tmp_path, finetune="full"), model=model, tokenizer=tokenizer)
+
+
+@pytest.mark.parametrize("dynamic_sampling", [True, False])
+def test_a_step_with_no_reward_difference_skips_the_update(tmp_path, model, tokenizer, dynamic_sampling):
+    """Every sampled answer scores the same: every advantage is 0, so the update (a zero loss) is skipped and no
+    weight moves, AdamW's decay included; with a KL term there is something to learn and it runs."""
+    trainer = GRPOTrainer(_config(tmp_path, num_steps=1, weight_decay=0.1, dynamic_sampling=dynamic_sampling),
+                          model=model, tokenizer=tokenizer, make_env=lambda: MathQAEnv(num_problems=30),
+                          reward_fn=lambda episode: 0.5)
+    before = {name: p.detach().clone() for name, p in trainer.trainable.items()}
+    metrics = trainer.train_step()
+    assert metrics["loss/skipped_update"] == 1.0 and "loss/total" not in metrics
+    assert all(torch.equal(p, before[name]) for name, p in trainer.trainable.items())
+    with_kl = GRPOTrainer(_config(tmp_path / "kl", num_steps=1, kl_coef=0.1), model=build_tiny_model(tokenizer, seed=0),
+                          tokenizer=tokenizer, make_env=lambda: MathQAEnv(num_problems=30),
+                          reward_fn=lambda episode: 0.5)
+    assert "loss/skipped_update" not in with_kl.train_step()

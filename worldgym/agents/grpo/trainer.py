@@ -335,7 +335,10 @@ class GRPOTrainer:
         update_start = time.perf_counter()
         if self.config.async_rollouts and self.step + 1 < self.config.num_steps:
             self._pending = self._submit_round(0)
-        update_metrics = (self.parallel or self).update(prepared)
+        if self._nothing_to_learn(prepared):
+            update_metrics = {"loss/skipped_update": 1.0}
+        else:
+            update_metrics = (self.parallel or self).update(prepared)
         self.step += 1
         sync_start = time.perf_counter()
         self._sync_weights()
@@ -357,6 +360,16 @@ class GRPOTrainer:
             "time/sync_s": end - sync_start,
             "time/step_s": end - start,
         }
+
+    def _nothing_to_learn(self, prepared: TrainBatch) -> bool:
+        """Whether an update would compute a zero loss: every advantage is 0 (no group's rewards differed, even
+        after resampling), and no auxiliary objective, KL or entropy term adds anything. The update is skipped
+        then (logged as ``loss/skipped_update``): it would be a full forward and backward pass for AdamW's weight
+        decay alone (641 s of a SmolLM2 d3 step whose 32 sampled episodes all failed). Single learner only: the
+        ranks of a data-parallel one see different shares and must all step."""
+        config = self.config
+        return (self.parallel is None and self.auxiliary_loss is None and config.kl_coef == 0
+                and config.entropy_coef == 0 and not bool(prepared.advantages.any()))
 
     def _sync_weights(self) -> None:
         """The trainer's own engine (validation, in-process rollouts) and the rollout runtime get the current
