@@ -131,11 +131,19 @@ def run_dapo(args: argparse.Namespace) -> None:
 
     def write_part() -> None:  # after every validation: a stopped run keeps its curve so far
         curve = [(m["step"], m["eval/success_rate"]) for m in trainer.history if "eval/success_rate" in m]
+        steps = [m for m in trainer.history if "rollout/success_rate" in m]
         _write_part(args, part_name, {
             "model": args.model, "decoding": args.decoding, "difficulty": args.difficulty, "seed": args.seed,
             "steps": args.steps, "steps_done": trainer.step, "warm_start_key": ws.path.name,
             "max_turns": args.max_turns,
-            "eval_episodes": args.episodes, "curve": curve, "command": command})
+            "eval_episodes": args.episodes, "curve": curve,
+            # per training step: the sampled (first-round) success, the episodes sampled, whether the update had
+            # anything to learn from, and the step's seconds
+            "sampled_success": [m["rollout/success_rate"] for m in steps],
+            "episodes_sampled": [m["rollout/episodes_sampled"] for m in steps],
+            "skipped_updates": [m.get("loss/skipped_update", 0.0) for m in steps],
+            "step_seconds": [m["time/step_s"] for m in steps],
+            "command": command})
         print("validation success by step:", curve)
 
     train_in_chunks(trainer, args.eval_every, write_part)
