@@ -147,7 +147,8 @@ def test_constrained_rollouts_copy_every_marked_argument(csr_sft_model, csr_toke
             assert episode.action_mask[index] == 1
 
 
-def test_grpo_with_constrained_decoding_starts_at_ratio_one(csr_sft_model, csr_tokenizer, tmp_path) -> None:
+def test_grpo_with_constrained_decoding_starts_at_ratio_one(csr_sft_model, csr_tokenizer, tmp_path,
+                                                            parity_reward) -> None:
     import copy
 
     from worldgym.agents.grpo import GRPOConfig, GRPOTrainer
@@ -156,7 +157,8 @@ def test_grpo_with_constrained_decoding_starts_at_ratio_one(csr_sft_model, csr_t
                         max_new_tokens=64, decoding="constrained", finetune="full", prompts_per_step=2,
                         group_size=4, minibatch_size=8, num_steps=1, eval_every=0, progress=False,
                         output_dir=str(tmp_path), learning_rate=1e-9, temperature=0.5)
-    trainer = GRPOTrainer(config, model=copy.deepcopy(csr_sft_model), tokenizer=csr_tokenizer)
+    # a reward that differs within groups: the update runs (with no reward difference it is skipped)
+    trainer = GRPOTrainer(config, model=copy.deepcopy(csr_sft_model), tokenizer=csr_tokenizer, reward_fn=parity_reward)
     metrics = trainer.train_step()
     assert metrics["loss/ratio_mean"] == pytest.approx(1.0, abs=1e-4)
     assert metrics["loss/clip_fraction"] == 0.0
