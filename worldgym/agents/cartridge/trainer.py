@@ -10,6 +10,7 @@ masked to the answer; (5) an Adam step on the cartridge; (6) the next samples co
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -138,11 +139,7 @@ class CartridgeDistillTrainer:
         scores only each question and answer behind it: the same logprobs as a full forward, without re-reading
         thousands of document tokens for every answer."""
         prompts = [self._prompt(seed, "full") for seed in range(self.train_questions)]
-        length = min(len(p) for p in prompts) - 1
-        for prompt in prompts[1:]:
-            differs = [i for i, (a, b) in enumerate(zip(prompts[0][:length], prompt[:length])) if a != b]
-            length = differs[0] if differs else length
-        return prompts[0][:max(length, 0)]
+        return os.path.commonprefix(prompts)[:max(min(len(p) for p in prompts) - 1, 0)]
 
     def _new_cartridge(self) -> Cartridge:
         c = self.config
