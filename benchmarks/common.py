@@ -84,19 +84,29 @@ def train_in_chunks(trainer: Any, every: int, on_chunk: Callable[[], None]) -> N
 
 
 def add_batch_flags(parser: argparse.ArgumentParser) -> None:
-    """``--prompts-per-step`` / ``--group-size``: a GRPO run's batch, when not the model's CSR preset's."""
+    """``--prompts-per-step`` / ``--group-size`` / ``--temperature``: a GRPO run's batch and rollout sampling,
+    when not the model's CSR preset's."""
     parser.add_argument("--prompts-per-step", type=int, help="tasks per step (default: the model's CSR preset)")
     parser.add_argument("--group-size", type=int, help="samples per task (default: the model's CSR preset)")
+    parser.add_argument("--temperature", type=float,
+                        help="sampling temperature of training rollouts (default: the preset's, 1.0)")
 
 
-def batch_settings(args: argparse.Namespace) -> dict[str, int]:
-    """The batch flags given on the command line, as config fields."""
-    return {key: getattr(args, key) for key in ("prompts_per_step", "group_size") if getattr(args, key) is not None}
+def batch_settings(args: argparse.Namespace) -> dict[str, int | float]:
+    """The batch and rollout flags given on the command line, as config fields."""
+    return {key: getattr(args, key) for key in ("prompts_per_step", "group_size", "temperature")
+            if getattr(args, key, None) is not None}
 
 
 def batch_command(args: argparse.Namespace) -> str:
     """The batch flags given, as they were written (for a results file's ``command``)."""
     return "".join(f" --{key.replace('_', '-')} {value}" for key, value in batch_settings(args).items())
+
+
+def temperature_suffix(args: argparse.Namespace) -> str:
+    """``-T<temperature>`` for a run name when ``--temperature`` was given (runs at the preset's keep their
+    names, so a resumed run never mixes two temperatures)."""
+    return "" if getattr(args, "temperature", None) is None else f"-T{args.temperature:g}"
 
 
 def set_torch_threads(default: int) -> None:

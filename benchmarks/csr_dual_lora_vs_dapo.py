@@ -47,6 +47,7 @@ from benchmarks.common import (
     results_dir,
     results_parser,
     set_torch_threads,
+    temperature_suffix,
     train_in_chunks,
     write_json,
 )
@@ -91,7 +92,7 @@ def warm_start(args: argparse.Namespace, model: str) -> WarmStart:
 
 
 def run(args: argparse.Namespace) -> None:
-    name = f"{args.model}-{args.mode}-d{args.difficulty}-s{args.seed}"  # modes hold no "-d<digit>"
+    name = f"{args.model}-{args.mode}-d{args.difficulty}-s{args.seed}{temperature_suffix(args)}"  # modes hold no "-d<digit>"
     out = runs_dir(args) / "csr_dual_lora" / name
     config = dual_lora_config(
         args.model, args.difficulty, **MODES[args.mode], num_steps=args.steps, max_turns=args.max_turns,
@@ -229,6 +230,11 @@ def tasks_to_threshold(part: dict[str, Any], threshold: float) -> tuple[int | No
     return None, None
 
 
+def _setting(part: dict[str, Any]) -> tuple[str, int, float]:
+    """What the runs compared with each other share: model, difficulty and rollout temperature."""
+    return part["model"], part["difficulty"], part["config"].get("temperature", 1.0)
+
+
 def report(args: argparse.Namespace) -> None:
     results = results_dir(args)
     parts = [json.loads(p.read_text()) for p in sorted(parts_dir(args).glob("*.json"))]
@@ -236,39 +242,38 @@ def report(args: argparse.Namespace) -> None:
     summary: dict[str, Any] = {"threshold": args.threshold, "split": "validation", "quick": args.quick, "runs": {},
                                "warm_start_by_difficulty": json.loads(reference.read_text()) if reference.is_file()
                                else {}}
-    for model in sorted({p["model"] for p in parts}):
-        for difficulty in sorted({p["difficulty"] for p in parts if p["model"] == model}):
-            chosen = [p for p in parts if p["model"] == model and p["difficulty"] == difficulty]
-            dapo_seconds = [s for p in chosen if p["mode"] == "dapo" for s in p["step_seconds"]]
-            rows = {}
-            for mode in [m for m in MODES if any(p["mode"] == m for p in chosen)]:
-                runs = sorted((p for p in chosen if p["mode"] == mode), key=lambda p: p["seed"])
-                reached = [tasks_to_threshold(p, args.threshold) for p in runs]
-                seconds = [s for p in runs for s in p["step_seconds"]]
-                rows[mode] = {
-                    "seeds": [p["seed"] for p in runs],
-                    "steps_done": [p.get("steps_done", p["steps"]) for p in runs],
-                    "start_success": [p["curve"][0][1] for p in runs],
-                    "final_success": [p["curve"][-1][1] for p in runs],
-                    "final_success_mean": float(np.mean([p["curve"][-1][1] for p in runs])),
-                    "tasks_to_threshold": [t for t, _ in reached],
-                    "steps_to_threshold": [s for _, s in reached],
-                    "final_wm_token_accuracy": [p["final_eval"].get("eval/wm_token_accuracy") for p in runs],
-                    "final_success_by_difficulty": {
-                        d: [p.get("final_by_difficulty", {}).get(d) for p in runs]
-                        for d in sorted({d for p in runs for d in p.get("final_by_difficulty", {})})},
-                    "wm_success_correlation": [p["wm_success_correlation"] for p in runs],
-                    "aux_grad_norm_ratio_range": [p.get("aux_grad_norm_ratio_range") for p in runs],
-                    "aux_grad_scale_range": [p.get("aux_grad_scale_range") for p in runs],
-                    "seconds_per_step": float(np.mean(seconds)),
-                    "step_time_vs_dapo": float(np.mean(seconds) / np.mean(dapo_seconds)) if dapo_seconds else None,
-                    "curves": [p["curve"] for p in runs],
-                    "wm_accuracy_curves": [p["wm_accuracy_curve"] for p in runs],
-                    "invalid_call_rate_curves": [p.get("invalid_call_rate_curve") for p in runs],
-                    "tasks_by_step": [p["tasks_by_step"] for p in runs],
-                    "commands": [p["command"] for p in runs],
-                }
-            summary["runs"][f"{model}-d{difficulty}"] = rows
+    for model, difficulty, temperature in sorted({_setting(p) for p in parts}):
+        chosen = [p for p in parts if _setting(p) == (model, difficulty, temperature)]
+        dapo_seconds = [s for p in chosen if p["mode"] == "dapo" for s in p["step_seconds"]]
+        rows = {}
+        for mode in [m for m in MODES if any(p["mode"] == m for p in chosen)]:
+            runs = sorted((p for p in chosen if p["mode"] == mode), key=lambda p: p["seed"])
+            reached = [tasks_to_threshold(p, args.threshold) for p in runs]
+            seconds = [s for p in runs for s in p["step_seconds"]]
+            rows[mode] = {
+                "seeds": [p["seed"] for p in runs],
+                "steps_done": [p.get("steps_done", p["steps"]) for p in runs],
+                "start_success": [p["curve"][0][1] for p in runs],
+                "final_success": [p["curve"][-1][1] for p in runs],
+                "final_success_mean": float(np.mean([p["curve"][-1][1] for p in runs])),
+                "tasks_to_threshold": [t for t, _ in reached],
+                "steps_to_threshold": [s for _, s in reached],
+                "final_wm_token_accuracy": [p["final_eval"].get("eval/wm_token_accuracy") for p in runs],
+                "final_success_by_difficulty": {
+                    d: [p.get("final_by_difficulty", {}).get(d) for p in runs]
+                    for d in sorted({d for p in runs for d in p.get("final_by_difficulty", {})})},
+                "wm_success_correlation": [p["wm_success_correlation"] for p in runs],
+                "aux_grad_norm_ratio_range": [p.get("aux_grad_norm_ratio_range") for p in runs],
+                "aux_grad_scale_range": [p.get("aux_grad_scale_range") for p in runs],
+                "seconds_per_step": float(np.mean(seconds)),
+                "step_time_vs_dapo": float(np.mean(seconds) / np.mean(dapo_seconds)) if dapo_seconds else None,
+                "curves": [p["curve"] for p in runs],
+                "wm_accuracy_curves": [p["wm_accuracy_curve"] for p in runs],
+                "invalid_call_rate_curves": [p.get("invalid_call_rate_curve") for p in runs],
+                "tasks_by_step": [p["tasks_by_step"] for p in runs],
+                "commands": [p["command"] for p in runs],
+            }
+        summary["runs"][f"{model}-d{difficulty}" + ("" if temperature == 1.0 else f"-T{temperature:g}")] = rows
     write_json(results / "csr_dual_lora_vs_dapo.json", summary)
     _plot(summary, results / "csr_dual_lora_vs_dapo.png")
     for key, rows in summary["runs"].items():

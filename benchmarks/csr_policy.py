@@ -9,6 +9,7 @@ into ``benchmarks/results/csr_policy.json`` and draws ``csr_policy.png``.
     python benchmarks/csr_policy.py warm-start --model smollm2-135m --decodings free
     python benchmarks/csr_policy.py dapo --model tiny --decoding constrained --difficulty 1 --seed 0
     python benchmarks/csr_policy.py dapo --model smollm2-135m --decoding free --difficulty 3 --seed 0
+    python benchmarks/csr_policy.py sampled --model smollm2-135m --decoding free --difficulty 3  # by temperature
     python benchmarks/csr_policy.py report
 
 ``dapo`` runs are resumable: rerunning the same command continues from the run's last checkpoint
@@ -45,6 +46,7 @@ from benchmarks.common import (
     results_dir,
     results_parser,
     set_torch_threads,
+    temperature_suffix,
     train_in_chunks,
     write_json,
 )
@@ -66,13 +68,15 @@ def warm_start(args: argparse.Namespace) -> WarmStart:
     return load_or_train_warm_start(config, cache_dir=runs_dir(args) / "warm_starts")
 
 
-def evaluate(ws: WarmStart, model: str, difficulty: int, episodes: int, decoding: str) -> dict[str, Any]:
+def evaluate(ws: WarmStart, model: str, difficulty: int, episodes: int, decoding: str, split: str = "validation",
+             temperature: float = 0.0, max_turns: int = MAX_TURNS) -> dict[str, Any]:
     engine = CSR_PRESETS[model].engine(ws.model, ws.tokenizer)
-    kwargs = {"split": "validation", "difficulty": difficulty}
+    kwargs = {"split": split, "difficulty": difficulty}
     start = time.perf_counter()
     metrics, _ = evaluate_chat_policy(engine, ws.tokenizer, lambda: make_text_env("CSRPhone-v0", kwargs, True),
-                                      episodes, MAX_TURNS, CSR_PRESETS[model].max_new_tokens, decoding,
-                                      max_episode_tokens=CSR_PRESETS[model].max_episode_tokens)
+                                      episodes, max_turns, CSR_PRESETS[model].max_new_tokens, decoding,
+                                      max_episode_tokens=CSR_PRESETS[model].max_episode_tokens,
+                                      temperature=temperature)
     return {"success": metrics["eval/success_rate"], "copy_probe": metrics.get("eval/copy_probe"),
             "episodes": episodes, "seconds": time.perf_counter() - start}
 
@@ -112,7 +116,7 @@ def run_warm_start(args: argparse.Namespace) -> None:
 def run_dapo(args: argparse.Namespace) -> None:
     preset = CSR_PRESETS[args.model]
     ws = warm_start(args)
-    name = f"{args.model}-{args.decoding}-d{args.difficulty}-t{args.max_turns}-s{args.seed}"
+    name = f"{args.model}-{args.decoding}-d{args.difficulty}-t{args.max_turns}-s{args.seed}{temperature_suffix(args)}"
     quick = {"prompts_per_step": 2, "group_size": 2, "progress": False} if args.quick else {}
     overrides = batch_settings(args) | quick
     config = preset.grpo_config(args.difficulty, decoding=args.decoding, num_steps=args.steps,
@@ -124,7 +128,8 @@ def run_dapo(args: argparse.Namespace) -> None:
     resumed = trainer.resume_latest()
     if resumed is not None:
         print(f"resumed from {resumed} at step {trainer.step}")
-    part_name = f"{args.model}-dapo-{args.decoding}-d{args.difficulty}-t{args.max_turns}-s{args.seed}"
+    part_name = (f"{args.model}-dapo-{args.decoding}-d{args.difficulty}-t{args.max_turns}-s{args.seed}"
+                 + temperature_suffix(args))
     command = (f"python benchmarks/csr_policy.py dapo --model {args.model} --decoding {args.decoding} "
                f"--difficulty {args.difficulty} --seed {args.seed} --steps {args.steps} --max-turns {args.max_turns} "
                f"--eval-every {args.eval_every} --episodes {args.episodes}" + batch_command(args) + _quick(args))
@@ -135,7 +140,7 @@ def run_dapo(args: argparse.Namespace) -> None:
         _write_part(args, part_name, {
             "model": args.model, "decoding": args.decoding, "difficulty": args.difficulty, "seed": args.seed,
             "steps": args.steps, "steps_done": trainer.step, "warm_start_key": ws.path.name,
-            "max_turns": args.max_turns,
+            "max_turns": args.max_turns, "temperature": trainer.config.temperature,
             "eval_episodes": args.episodes, "curve": curve,
             # per training step: the sampled (first-round) success, the episodes sampled, whether the update had
             # anything to learn from, and the step's seconds
@@ -147,6 +152,30 @@ def run_dapo(args: argparse.Namespace) -> None:
         print("validation success by step:", curve)
 
     train_in_chunks(trainer, args.eval_every, write_part)
+
+
+def run_sampled(args: argparse.Namespace) -> None:
+    """Success of the warm start's *sampled* episodes on training-split tasks, at each temperature: how often a
+    DAPO group at that temperature holds a success to learn from (greedy validation success says less)."""
+    ws = warm_start(args)
+    ws.model.eval()
+    name = f"{args.model}-sampled-{args.decoding}-d{args.difficulty}-t{args.max_turns}"
+    path = results_dir(args) / "csr_policy" / f"{name}.json"
+    part: dict[str, Any] = json.loads(path.read_text()) if path.is_file() else {}
+    if part.get("key") != ws.path.name:
+        part = {}
+    part.update({"key": ws.path.name, "model": args.model, "decoding": args.decoding, "split": "train",
+                 "difficulty": args.difficulty, "max_turns": args.max_turns, "episodes": args.episodes,
+                 "command": f"python benchmarks/csr_policy.py sampled --model {args.model} --decoding "
+                            f"{args.decoding} --difficulty {args.difficulty} --max-turns {args.max_turns} "
+                            f"--episodes {args.episodes} --temperatures "
+                            + " ".join(f"{t:g}" for t in args.temperatures) + _quick(args)})
+    rows = part.setdefault("by_temperature", {})
+    for temperature in args.temperatures:
+        rows[f"{temperature:g}"] = evaluate(ws, args.model, args.difficulty, args.episodes, args.decoding,
+                                            split="train", temperature=temperature, max_turns=args.max_turns)
+        print(args.model, f"d{args.difficulty} T={temperature:g}", rows[f"{temperature:g}"])
+        _write_part(args, name, part)
 
 
 def run_report(args: argparse.Namespace) -> None:
@@ -178,8 +207,13 @@ def run_report(args: argparse.Namespace) -> None:
                     "start": [r["curve"][0][1] for r in chosen], "curves": [r["curve"] for r in chosen],
                     "steps_done": [r.get("steps_done", r["steps"]) for r in chosen],
                     "steps": [r["steps"] for r in chosen],
-                    "max_turns": sorted({r.get("max_turns", MAX_TURNS) for r in chosen})}
+                    "max_turns": sorted({r.get("max_turns", MAX_TURNS) for r in chosen}),
+                    "temperatures": sorted({r.get("temperature", 1.0) for r in chosen})}
             entry.setdefault("dapo", {})[decoding] = {"success": by_difficulty}
+        for part in (p for name, p in parts.items() if name.startswith(f"{model}-sampled-")):
+            if part.get("key") == key:  # sampled success of the reported warm start, by temperature
+                entry.setdefault("sampled_train_success", {}).setdefault(part["decoding"], {})[
+                    str(part["difficulty"])] = {t: row["success"] for t, row in part["by_temperature"].items()}
         if entry:
             report[model] = entry
     write_json(results / "csr_policy.json", report)
@@ -235,6 +269,8 @@ def _apply_quick(args: argparse.Namespace) -> None:
         args.difficulties = [1]
     if args.stage == "dapo":
         args.steps, args.eval_every, args.max_turns = 1, 1, 4
+    if args.stage == "sampled":
+        args.max_turns = 4
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -260,11 +296,20 @@ def main(argv: list[str] | None = None) -> None:
                            "is the warm start under the same limit)")
     dapo.add_argument("--episodes", type=int, default=64, help="validation episodes per evaluation")
     add_batch_flags(dapo)
+    sampled = sub.add_parser("sampled", help="the warm start's sampled success on training tasks, by temperature",
+                             parents=common)
+    sampled.add_argument("--model", choices=sorted(CSR_PRESETS), required=True)
+    sampled.add_argument("--decoding", choices=["free", "constrained"], required=True)
+    sampled.add_argument("--difficulty", type=int, choices=DIFFICULTIES, required=True)
+    sampled.add_argument("--temperatures", type=float, nargs="+", default=[1.0, 0.7])
+    sampled.add_argument("--max-turns", type=int, default=MAX_TURNS)
+    sampled.add_argument("--episodes", type=int, default=32, help="sampled episodes per temperature")
     sub.add_parser("report", help="merge the stages into csr_policy.json and csr_policy.png", parents=common)
     args = parser.parse_args(argv)
     _apply_quick(args)
     set_torch_threads(max(1, min(2, os.cpu_count() or 1)))
-    {"random": run_random, "warm-start": run_warm_start, "dapo": run_dapo, "report": run_report}[args.stage](args)
+    {"random": run_random, "warm-start": run_warm_start, "dapo": run_dapo, "sampled": run_sampled,
+     "report": run_report}[args.stage](args)
 
 
 if __name__ == "__main__":

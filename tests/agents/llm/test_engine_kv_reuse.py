@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import pytest
 import torch
+from peft import LoraConfig, get_peft_model
 
 from worldgym.agents.grpo.trainer import make_text_env
+from worldgym.agents.llm.adapters import merged_trainable_tokens
 from worldgym.agents.llm.engines import HFEngine, SamplingParams
 from worldgym.agents.llm.engines.prefix_cache import PrefixKVCache
 from worldgym.agents.llm.losses import token_logprobs
@@ -196,3 +198,41 @@ def test_store_evicts_the_least_recently_used_entry():
     assert store.num_tokens <= 6
     with pytest.raises(ValueError, match="2 tokens but KV for 3"):
         store.put([1, 2], torch.zeros(1, 2, 1, 3, 4))
+
+
+def _with_trainable_tokens(model, tokenizer):
+    """A LoRA with trainable embedding rows (as the pretrained models' added special tokens get), the rows moved
+    away from the base so that merging them in or not changes what the model computes."""
+    rows = list(range(3, 40, 3))  # tokens the tiny model says often
+    lora = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM",
+                      trainable_token_indices=rows)
+    peft_model = get_peft_model(model, lora)
+    with torch.no_grad():
+        for name, parameter in peft_model.named_parameters():
+            if "trainable_tokens_delta" in name:
+                parameter.mul_(-2.0)
+    return peft_model, rows
+
+
+def test_merged_trainable_tokens_is_exact_and_restores_the_base(csr_model, csr_tokenizer):
+    weight = csr_model.get_input_embeddings().weight  # the base embedding (tied to the LM head)
+    base = weight.detach().clone()
+    model, rows = _with_trainable_tokens(csr_model, csr_tokenizer)
+    ids = torch.tensor([list(range(2, 60))])
+    with torch.no_grad():
+        expected = model(ids).logits
+        with merged_trainable_tokens(model) as merged:
+            assert merged >= 1 and not torch.equal(weight[rows], base[rows])
+            inside = model(ids).logits
+    assert torch.equal(inside, expected)
+    assert torch.equal(weight, base)  # the original rows are back, bit for bit
+
+
+def test_generation_with_trainable_tokens_keeps_its_kv_and_the_trainers_logprobs(csr_model, csr_tokenizer):
+    model, _ = _with_trainable_tokens(csr_model, csr_tokenizer)
+    engine = _engine(model, csr_tokenizer, reuse=True)
+    episodes = _collect(engine, csr_tokenizer, seeds=[0, 1])
+    assert engine.kv_cache.stats.hit_rows > 0  # merging the rows in and out did not count as a weight update
+    _assert_logprobs_match_a_forward(model, episodes, temperature=1.0)
+    plain = _collect(_engine(model, csr_tokenizer, reuse=False, min_shared_prefix=0), csr_tokenizer, seeds=[0, 1])
+    assert [e.token_ids for e in plain] == [e.token_ids for e in episodes]

@@ -4,6 +4,10 @@ Two PEFT behaviours trip trainers that hold several adapters (peft 0.21): ``set_
 it does not activate as not trainable, and ``add_adapter`` adds a frozen adapter. A trainer that collects its
 trainable parameters once, or runs two forwards with different adapters before one backward, then silently
 trains one adapter only. :func:`activate_adapters` switches and keeps the named adapters trainable.
+
+A third costs time: PEFT's trainable-token layers (the embedding rows of added special tokens, LoRA's
+``trainable_token_indices``) rebuild the whole embedding matrix on every forward, twice per decoding step with
+tied embeddings. :func:`merged_trainable_tokens` writes those rows in once for a block of generation.
 """
 
 from __future__ import annotations
@@ -13,11 +17,13 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
+import torch
 from peft import PeftModel
+from peft.tuners.trainable_tokens.layer import TrainableTokensLayer
 from peft.utils import get_peft_model_state_dict
 from safetensors.torch import save_file
 
-__all__ = ["activate_adapters", "active_adapters", "save_adapter_flat", "using_adapters"]
+__all__ = ["activate_adapters", "active_adapters", "merged_trainable_tokens", "save_adapter_flat", "using_adapters"]
 
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
 
@@ -48,6 +54,35 @@ def using_adapters(model: PeftModel, names: Sequence[str], trainable: Sequence[s
         yield
     finally:
         activate_adapters(model, previous, trainable)
+
+
+@contextmanager
+def merged_trainable_tokens(model: torch.nn.Module) -> Iterator[int]:
+    """Run a block (generation, no backward) with the active adapters' trainable token rows merged into the base
+    embedding (and tied LM head); yields how many layers were merged.
+
+    Exact: merging copies the trained rows in and unmerging copies the saved original rows back, so forwards
+    inside the block compute what they compute outside it, without a ``vocab x hidden`` copy per forward. PEFT
+    writes through ``weight.data``, so the parameters' autograd version counters do not move (an engine that
+    watches them for updates keeps its KV cache). Layers already merged, or whose adapters are disabled, are
+    left as they are.
+    """
+    layers = [
+        module for module in model.modules()
+        if isinstance(module, TrainableTokensLayer) and not module.merged and not module.disable_adapters
+        and any(name in module.token_indices for name in module.active_adapters)
+    ]
+    merged: list[TrainableTokensLayer] = []
+    try:
+        with torch.no_grad():
+            for layer in layers:
+                layer.merge(adapter_names=[n for n in layer.active_adapters if n in layer.token_indices])
+                merged.append(layer)
+        yield len(merged)
+    finally:
+        with torch.no_grad():
+            for layer in reversed(merged):  # tied layers share one weight: restore in reverse order
+                layer.unmerge()
 
 
 def save_adapter_flat(model: PeftModel, name: str, path: str | Path) -> Path:

@@ -1,4 +1,4 @@
-"""Greedy evaluation of an LLM policy on a text env: success rate, mean reward and the copy probe."""
+"""Evaluation of an LLM policy on a text env (greedy, or sampled): success rate, mean reward and the copy probe."""
 
 from __future__ import annotations
 
@@ -58,12 +58,16 @@ def evaluate_chat_policy(
     decoding: Literal["free", "constrained"] = "free",
     first_seed: int = VALIDATION_SEEDS_START,
     max_episode_tokens: int = 4096,
+    temperature: float = 0.0,
+    sampling_seed: int = 0,
 ) -> tuple[dict[str, float], list[Episode]]:
-    """Greedy episodes on the seeds ``first_seed, first_seed + 1, ...``: :func:`episode_metrics` and the
-    episodes themselves. ``max_episode_tokens``: an episode is truncated where its next reply could pass this
-    (give a trainer's own ``config.max_episode_tokens`` to score what its validation scores)."""
+    """Episodes on the seeds ``first_seed, first_seed + 1, ...``: :func:`episode_metrics` and the episodes
+    themselves. Greedy by default; ``temperature > 0`` samples (reproducibly from ``sampling_seed``), e.g. to
+    see how often a policy's training rollouts would succeed. ``max_episode_tokens``: an episode is truncated
+    where its next reply could pass this (give a trainer's own ``config.max_episode_tokens`` to score what its
+    validation scores)."""
     collector = RolloutCollector(engine, tokenizer, make_env, max_turns=max_turns, decoding=decoding,
                                  max_episode_tokens=max_episode_tokens)
-    params = SamplingParams(temperature=0.0, max_new_tokens=max_new_tokens)
+    params = SamplingParams(temperature=temperature, max_new_tokens=max_new_tokens, seed=sampling_seed)
     episodes = collector.collect(range(first_seed, first_seed + num_episodes), 1, params)
     return episode_metrics(episodes), episodes

@@ -17,6 +17,7 @@ import torch
 from peft import PeftModel
 from transformers import Cache, DynamicCache, LogitsProcessorList, PreTrainedModel
 
+from worldgym.agents.llm.adapters import merged_trainable_tokens
 from worldgym.agents.llm.cartridge import Cartridge
 from worldgym.agents.llm.constrained import CopyArgumentsProcessor, CopyConstraint, mask_logits
 from worldgym.agents.llm.engines.base import Generation, SamplingParams
@@ -208,7 +209,10 @@ class HFEngine:
         was_training = self.model.training
         self.model.eval()
         try:
-            with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []):
+            with (
+                merged_trainable_tokens(self.model),
+                torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []),
+            ):
                 torch.manual_seed(params.seed)
                 for start in range(0, len(jobs), self.batch_size):
                     chunk = jobs[start : start + self.batch_size]
