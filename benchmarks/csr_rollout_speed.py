@@ -11,6 +11,7 @@ off / on, the same seeds are played greedily to the end (16 turns at most, the e
 CPU seconds and the load average are recorded too (the machine's cores may be shared with other jobs).
 
     OMP_WAIT_POLICY=PASSIVE python benchmarks/csr_rollout_speed.py --model tiny --episodes 4
+    OMP_WAIT_POLICY=PASSIVE python benchmarks/csr_rollout_speed.py --model smollm2-135m --warm-start
     OMP_WAIT_POLICY=PASSIVE python benchmarks/csr_rollout_speed.py --model smollm2-135m --adapter runs/x/adapter
     OMP_WAIT_POLICY=PASSIVE python benchmarks/csr_rollout_speed.py --quick   # 2 episodes, d1, batch 2
 
@@ -19,7 +20,8 @@ Writes ``csr_rollout_speed.json`` (``csr_rollout_speed_<model>.json`` for anothe
 
 ``--model tiny`` is a randomly initialised tiny Qwen3 with a tokenizer trained on the env's text (quick, for
 checking the machinery); ``--model smollm2-135m`` is SmolLM2-135M-Instruct (``make smollm2``), optionally with
-a PEFT adapter on top.
+a PEFT adapter on top (``--adapter``: one trained on the plain model) or as the CSR policy's warm start
+(``--warm-start``: the preset's SFT, with the library's added special tokens; cached, shipped or trained).
 """
 
 from __future__ import annotations
@@ -65,8 +67,15 @@ def make_env_factory(difficulty: int) -> Callable[[], gym.Env]:
     return lambda: make_text_env("CSRPhone-v0", {"difficulty": difficulty}, True)
 
 
-def load_model(name: str, adapter: Path | None, seed: int) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    """The benchmarked model (in eval mode, a PEFT adapter on top if given) and its chat tokenizer."""
+def load_model(name: str, adapter: Path | None, seed: int,
+               warm_start: bool = False) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """The benchmarked model (in eval mode; a PEFT adapter on top, or the CSR preset's warm start, if asked) and
+    its chat tokenizer."""
+    if warm_start:
+        from worldgym.agents.llm.warm_start import load_or_train_warm_start
+
+        loaded = load_or_train_warm_start(CSR_PRESETS[name].warm_start)
+        return loaded.model.eval(), loaded.tokenizer
     if name == "tiny":
         from worldgym.agents.llm import build_tiny_model, env_text_corpus, train_chat_tokenizer
 
@@ -139,7 +148,10 @@ def same_episodes(a: list[Episode], b: list[Episode]) -> tuple[bool, float]:
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], parents=[results_parser()])
     parser.add_argument("--model", default="tiny", help="'tiny' or 'smollm2-135m'")
-    parser.add_argument("--adapter", type=Path, default=None, help="a PEFT adapter folder to load on top")
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument("--adapter", type=Path, default=None, help="a PEFT adapter folder to load on top")
+    source.add_argument("--warm-start", action="store_true",
+                        help="the model's CSR warm start (runs/warm_starts, or shipped with the package)")
     parser.add_argument("--episodes", type=int, default=16, help="episodes per configuration")
     parser.add_argument("--difficulties", type=int, nargs="+", default=[1, 3])
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 16])
@@ -166,7 +178,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
             print(f"skipped: {args.model} is not installed here (see worldgym.agents.llm.pretrained)")
             return None
     torch.set_num_threads(args.threads)
-    model, tokenizer = load_model(args.model, args.adapter, args.seed)
+    model, tokenizer = load_model(args.model, args.adapter, args.seed, args.warm_start)
     counter = PositionCounter(model)
     params = SamplingParams(temperature=0.0, max_new_tokens=args.max_new_tokens)
     seeds = list(range(args.seed, args.seed + args.episodes))
@@ -174,6 +186,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
         "env": "CSRPhone-v0 (ParseToolCall), greedy",
         "model": args.model,
         "adapter": portable(args.adapter) if args.adapter else None,
+        "warm_start": CSR_PRESETS[args.model].warm_start.key() if args.warm_start else None,
         "quick": args.quick,
         "settings": {k: getattr(args, k) for k in
                      ("episodes", "difficulties", "batch_sizes", "max_new_tokens", "max_episode_tokens", "seed",

@@ -93,9 +93,9 @@ def test_ztoken_ppo(tmp_path: Path) -> None:
 
 
 def test_csr_rollout_speed(tmp_path: Path) -> None:
-    run("csr_rollout_speed.py", results=tmp_path)
+    run("csr_rollout_speed.py", "--warm-start", results=tmp_path)  # the tiny warm start ships with the package
     data = load(tmp_path / "csr_rollout_speed.json")
-    assert data["model"] == "tiny" and data["adapter"] is None
+    assert data["model"] == "tiny" and data["adapter"] is None and data["warm_start"].startswith("tiny-CSRPhone")
     runs = {run["kv_reuse"]: run for run in data["runs"]}
     assert len(data["runs"]) == 2 and set(runs) == {False, True}
     assert all(run["episodes"] == 2 and run["episodes_per_s"] > 0 and run["same_episodes"] for run in runs.values())
