@@ -185,7 +185,9 @@ def _csr_policy(data: Results) -> str:
             parts.append(f"{model} warm start ({decoding}) {_pcts(ws['success'])}")
         for decoding, runs in entry.get("dapo", {}).items():
             for difficulty, row in runs["success"].items():
-                parts.append(f"{model} DAPO ({decoding}, d{difficulty}, {_plural(len(row['seeds']), 'seed')}"
+                temperatures = row.get("temperatures", [1.0])
+                at = "" if temperatures == [1.0] else ", T " + "/".join(f"{t:g}" for t in temperatures)
+                parts.append(f"{model} DAPO ({decoding}, d{difficulty}{at}, {_plural(len(row['seeds']), 'seed')}"
                              f"{_stopped_runs(row)}) {_pct_span(row['start'])} -> {_pct_span(row['seeds'])}")
     return "; ".join(parts)
 
@@ -212,7 +214,7 @@ def _csr_rollout_speed(tiny: Results, smollm2: Results | None) -> str:
 
     text = f"tiny random model: {speedups(tiny)}"
     if smollm2 is not None:
-        adapter = " + LoRA" if smollm2["adapter"] else ""
+        adapter = " + LoRA" if smollm2["adapter"] or smollm2.get("warm_start") else ""
         text = f"SmolLM2{adapter}: {speedups(smollm2)}; {text}"
     return "KV cache kept across turns vs re-read: " + text
 
