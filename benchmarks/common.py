@@ -104,9 +104,10 @@ def batch_command(args: argparse.Namespace) -> str:
 
 
 def temperature_suffix(args: argparse.Namespace) -> str:
-    """``-T<temperature>`` for a run name when ``--temperature`` was given (runs at the preset's keep their
-    names, so a resumed run never mixes two temperatures)."""
-    return "" if getattr(args, "temperature", None) is None else f"-T{args.temperature:g}"
+    """``-T<temperature>`` for a run name when ``--temperature`` sets another than the presets' 1.0 (runs at 1.0
+    keep their names), so a resumed run never mixes two temperatures."""
+    temperature = getattr(args, "temperature", None)
+    return "" if temperature is None or temperature == 1.0 else f"-T{temperature:g}"
 
 
 def set_torch_threads(default: int) -> None:
