@@ -95,7 +95,7 @@ def add_batch_flags(parser: argparse.ArgumentParser) -> None:
 def batch_settings(args: argparse.Namespace) -> dict[str, int | float]:
     """The batch and rollout flags given on the command line, as config fields."""
     return {key: getattr(args, key) for key in ("prompts_per_step", "group_size", "temperature")
-            if getattr(args, key, None) is not None}
+            if getattr(args, key) is not None}
 
 
 def batch_command(args: argparse.Namespace) -> str:
@@ -103,10 +103,9 @@ def batch_command(args: argparse.Namespace) -> str:
     return "".join(f" --{key.replace('_', '-')} {value}" for key, value in batch_settings(args).items())
 
 
-def temperature_suffix(args: argparse.Namespace) -> str:
-    """``-T<temperature>`` for a run name when ``--temperature`` sets another than the presets' 1.0 (runs at 1.0
-    keep their names), so a resumed run never mixes two temperatures."""
-    temperature = getattr(args, "temperature", None)
+def temperature_suffix(temperature: float | None) -> str:
+    """``-T<temperature>`` for a run or report name when a rollout temperature other than the presets' 1.0 is
+    set (``None`` and 1.0 keep the plain name), so a resumed run never mixes two temperatures."""
     return "" if temperature is None or temperature == 1.0 else f"-T{temperature:g}"
 
 

@@ -92,7 +92,8 @@ def warm_start(args: argparse.Namespace, model: str) -> WarmStart:
 
 
 def run(args: argparse.Namespace) -> None:
-    name = f"{args.model}-{args.mode}-d{args.difficulty}-s{args.seed}{temperature_suffix(args)}"  # modes hold no "-d<digit>"
+    # modes hold no "-d<digit>"
+    name = f"{args.model}-{args.mode}-d{args.difficulty}-s{args.seed}{temperature_suffix(args.temperature)}"
     out = runs_dir(args) / "csr_dual_lora" / name
     config = dual_lora_config(
         args.model, args.difficulty, **MODES[args.mode], num_steps=args.steps, max_turns=args.max_turns,
@@ -273,7 +274,7 @@ def report(args: argparse.Namespace) -> None:
                 "tasks_by_step": [p["tasks_by_step"] for p in runs],
                 "commands": [p["command"] for p in runs],
             }
-        summary["runs"][f"{model}-d{difficulty}" + ("" if temperature == 1.0 else f"-T{temperature:g}")] = rows
+        summary["runs"][f"{model}-d{difficulty}{temperature_suffix(temperature)}"] = rows
     write_json(results / "csr_dual_lora_vs_dapo.json", summary)
     _plot(summary, results / "csr_dual_lora_vs_dapo.png")
     for key, rows in summary["runs"].items():

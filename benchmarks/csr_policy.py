@@ -116,7 +116,8 @@ def run_warm_start(args: argparse.Namespace) -> None:
 def run_dapo(args: argparse.Namespace) -> None:
     preset = CSR_PRESETS[args.model]
     ws = warm_start(args)
-    name = f"{args.model}-{args.decoding}-d{args.difficulty}-t{args.max_turns}-s{args.seed}{temperature_suffix(args)}"
+    run = f"{args.decoding}-d{args.difficulty}-t{args.max_turns}-s{args.seed}{temperature_suffix(args.temperature)}"
+    name = f"{args.model}-{run}"
     quick = {"prompts_per_step": 2, "group_size": 2, "progress": False} if args.quick else {}
     overrides = batch_settings(args) | quick
     config = preset.grpo_config(args.difficulty, decoding=args.decoding, num_steps=args.steps,
@@ -128,8 +129,7 @@ def run_dapo(args: argparse.Namespace) -> None:
     resumed = trainer.resume_latest()
     if resumed is not None:
         print(f"resumed from {resumed} at step {trainer.step}")
-    part_name = (f"{args.model}-dapo-{args.decoding}-d{args.difficulty}-t{args.max_turns}-s{args.seed}"
-                 + temperature_suffix(args))
+    part_name = f"{args.model}-dapo-{run}"
     command = (f"python benchmarks/csr_policy.py dapo --model {args.model} --decoding {args.decoding} "
                f"--difficulty {args.difficulty} --seed {args.seed} --steps {args.steps} --max-turns {args.max_turns} "
                f"--eval-every {args.eval_every} --episodes {args.episodes}" + batch_command(args) + _quick(args))
@@ -172,9 +172,10 @@ def run_sampled(args: argparse.Namespace) -> None:
                             + " ".join(f"{t:g}" for t in args.temperatures) + _quick(args)})
     rows = part.setdefault("by_temperature", {})
     for temperature in args.temperatures:
-        rows[f"{temperature:g}"] = evaluate(ws, args.model, args.difficulty, args.episodes, args.decoding,
-                                            split="train", temperature=temperature, max_turns=args.max_turns)
-        print(args.model, f"d{args.difficulty} T={temperature:g}", rows[f"{temperature:g}"])
+        key = f"{temperature:g}"
+        rows[key] = evaluate(ws, args.model, args.difficulty, args.episodes, args.decoding, split="train",
+                             temperature=temperature, max_turns=args.max_turns)
+        print(args.model, f"d{args.difficulty} T={key}", rows[key])
         _write_part(args, name, part)
 
 

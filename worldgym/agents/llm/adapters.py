@@ -67,17 +67,16 @@ def merged_trainable_tokens(model: torch.nn.Module) -> Iterator[int]:
     watches them for updates keeps its KV cache). Layers already merged, or whose adapters are disabled, are
     left as they are.
     """
-    layers = [
-        module for module in model.modules()
-        if isinstance(module, TrainableTokensLayer) and not module.merged and not module.disable_adapters
-        and any(name in module.token_indices for name in module.active_adapters)
-    ]
+    layers = [module for module in model.modules()
+              if isinstance(module, TrainableTokensLayer) and not module.merged and not module.disable_adapters]
     merged: list[TrainableTokensLayer] = []
     try:
         with torch.no_grad():
             for layer in layers:
-                layer.merge(adapter_names=[n for n in layer.active_adapters if n in layer.token_indices])
-                merged.append(layer)
+                names = [name for name in layer.active_adapters if name in layer.token_indices]
+                if names:
+                    layer.merge(adapter_names=names)
+                    merged.append(layer)
         yield len(merged)
     finally:
         with torch.no_grad():
