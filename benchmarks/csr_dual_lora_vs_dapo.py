@@ -145,9 +145,13 @@ def _range(values: Any) -> list[float] | None:
     return [min(present), max(present)] if present else None
 
 
+STEP_TIMES = ("time/step_s", "time/rollout_s", "time/update_s")
+
+
 def step_time(args: argparse.Namespace) -> None:
-    """Seconds per training step of one mode (no validation), from the warm start; run the modes one after the
-    other on a quiet machine (or A/B with a process timer) so their ratio is not another job's noise."""
+    """Seconds per training step of one mode (no validation), from the warm start, appended to the mode's
+    ``runs`` (its means over them beside); alternate the modes on a quiet machine (or A/B with a process
+    timer) so their ratio is not another job's noise."""
     ws = warm_start(args, args.model)
     config = dual_lora_config(args.model, args.difficulty, **MODES[args.mode], num_steps=args.steps,
                               max_turns=args.max_turns, eval_every=0, seed=args.seed,
@@ -156,10 +160,12 @@ def step_time(args: argparse.Namespace) -> None:
     trainer = DualLoRATrainer(config, model=ws.model, tokenizer=ws.tokenizer,
                               make_engine=lambda policy: engine(args.model, policy, ws.tokenizer))
     steps = [trainer.train_step() for _ in range(args.steps)]
-    row = {key: float(np.mean([m[key] for m in steps])) for key in ("time/step_s", "time/rollout_s", "time/update_s")}
+    row = {key: float(np.mean([m[key] for m in steps])) for key in STEP_TIMES}
     path = results_dir(args) / "csr_dual_lora_step_time.json"
     table = json.loads(path.read_text()) if path.is_file() else {}
-    table[f"{args.model}-{args.mode}"] = row | {"steps": args.steps, "seed": args.seed}
+    key = f"{args.model}-{args.mode}"
+    runs = table.get(key, {}).get("runs", []) + [row | {"steps": args.steps, "seed": args.seed}]
+    table[key] = {"runs": runs} | {name: float(np.mean([run[name] for run in runs])) for name in STEP_TIMES}
     write_json(path, table)
     print(args.mode, row)
 

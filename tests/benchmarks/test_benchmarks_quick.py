@@ -141,7 +141,11 @@ def test_csr_policy_every_stage(tmp_path: Path) -> None:
 
 def test_csr_dual_lora_vs_dapo_run_and_report(tmp_path: Path) -> None:
     run("csr_dual_lora_vs_dapo.py", "run", "--mode", "dapo", results=tmp_path)  # the command line, once
-    run_stages("csr_dual_lora_vs_dapo.py", ("run", "--mode", "separate"), ("report",), results=tmp_path)
+    run_stages("csr_dual_lora_vs_dapo.py", ("run", "--mode", "separate"), ("report",),
+               *[("step-time", "--mode", "dapo", "--steps", "1")] * 2, results=tmp_path)
+    timing = load(tmp_path / "csr_dual_lora_step_time.json")["tiny-dapo"]  # every run kept, and their mean
+    assert len(timing["runs"]) == 2
+    assert timing["time/step_s"] == pytest.approx(sum(run["time/step_s"] for run in timing["runs"]) / 2)
     part = load(tmp_path / "csr_dual_lora" / "tiny-separate-d1-s0.json")
     assert part["command"].endswith("--quick") and part["config"]["output_dir"] == "tiny-separate-d1-s0"  # no tmp path
     assert [step for step, _ in part["curve"]] == [0, 2] and len(part["step_seconds"]) == 2

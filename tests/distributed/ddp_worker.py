@@ -3,7 +3,9 @@ and the trainer and batch that the single-process reference builds the same way.
 
 from __future__ import annotations
 
-from contextlib import nullcontext
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from datetime import timedelta
 from pathlib import Path
 
@@ -27,6 +29,28 @@ ROWS, MINIBATCH, PROMPT = 8, 4, 5
 TRAINED = [2**k for k in range(ROWS)]  # 1..128 tokens: no two disjoint sets of rows train as many tokens
 WORLD_SIZE = 2
 LEARNER_SETTINGS = {"fsdp": {"share_prompt_prefix": False}}  # config settings a learner needs
+
+
+@contextmanager
+def group_member(rank: int, out_dir: str) -> Iterator[None]:
+    """Run the body as ``rank`` of the process group already joined, then leave it so that no rank tears its
+    connections down under a peer: a barrier once every rank's work is done, the group destroyed, and rank 0
+    (the host of the group's TCP store) exits only after every other rank has left (a marker file each).
+    Leaving without that once killed rank 1 with SIGABRT ("terminate called without an active exception")."""
+    succeeded = False
+    try:
+        yield
+        dist.barrier()
+        succeeded = True
+    finally:
+        dist.destroy_process_group()
+    left = Path(out_dir) / f".rank{rank}-left"
+    left.touch()
+    deadline = time.monotonic() + 60
+    while rank == 0 and succeeded and time.monotonic() < deadline:
+        if all((Path(out_dir) / f".rank{other}-left").exists() for other in range(WORLD_SIZE)):
+            break
+        time.sleep(0.05)
 
 
 def make_trainer(tokenizer: PreTrainedTokenizerBase, finetune: str, aggregation: str, kl_coef: float,
@@ -102,7 +126,7 @@ def run_rank(rank: int, port: int, tokenizer_dir: str, out_dir: str, backend: st
         torch.cuda.set_device(rank)
     dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=WORLD_SIZE,
                             timeout=timedelta(seconds=60))
-    try:
+    with group_member(rank, out_dir):
         tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
         results = {}
         for finetune, aggregation, kl_coef in CASES:
@@ -111,8 +135,6 @@ def run_rank(rank: int, port: int, tokenizer_dir: str, out_dir: str, backend: st
             results[finetune, aggregation] = result(trainer, metrics)
         if rank == 0:
             torch.save(results, Path(out_dir) / "ddp.pt")
-    finally:
-        dist.destroy_process_group()
 
 
 # ---------------------------------------------------------------- microbatches under a data-parallel learner
@@ -149,7 +171,7 @@ def run_microbatch_rank(rank: int, port: int, tokenizer_dir: str, out_dir: str, 
     """One rank: every ``MICRO_CASES`` update with ``learner`` in microbatches; rank 0 saves the whole
     weights, gradients and metrics, and every rank's forward sizes."""
     torchrun_environment(rank, port)
-    try:
+    with group_member(rank, out_dir):
         tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
         results = {}
         for case in MICRO_CASES:
@@ -164,8 +186,6 @@ def run_microbatch_rank(rank: int, port: int, tokenizer_dir: str, out_dir: str, 
                              "metrics": metrics, "forward_rows": every_rank}
         if rank == 0:
             torch.save(results, Path(out_dir) / "micro.pt")
-    finally:
-        dist.destroy_process_group()
 
 
 def token_parity(episode: Episode) -> float:
@@ -201,7 +221,7 @@ def run_loop_rank(rank: int, port: int, out_dir: str) -> None:
     """One rank of a ``learner="ddp"`` training run, joined the way torchrun does it (environment variables);
     rank 0 saves the weights and every step's metrics."""
     torchrun_environment(rank, port)
-    try:
+    with group_member(rank, out_dir):
         trainer = loop_trainer(f"{out_dir}/run", "ddp")
         history = trainer.train()
         if rank == 0:
@@ -209,8 +229,6 @@ def run_loop_rank(rank: int, port: int, out_dir: str) -> None:
             torch.save({"weights": weights, "history": history}, Path(out_dir) / "loop.pt")
         else:
             assert not trainer.is_main and history and not (Path(out_dir) / "run" / "checkpoint-last").exists()
-    finally:
-        dist.destroy_process_group()
 
 
 # ---------------------------------------------------------------- the dual-LoRA world model under DDP
@@ -295,12 +313,10 @@ def whole_grads(trainer: GRPOTrainer) -> dict[str, torch.Tensor]:
 def run_dual_lora_rank(rank: int, port: int, tokenizer_dir: str, out_dir: str, learner: str = "ddp") -> None:
     """One rank of every ``DUAL_CASES`` run with ``learner``; rank 0 saves the results."""
     torchrun_environment(rank, port)
-    try:
+    with group_member(rank, out_dir):
         tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
         results = {case: dual_lora_run(tokenizer, case, f"{out_dir}/{case}{rank}", learner,
                                        **LEARNER_SETTINGS.get(learner, {}))
                    for case in DUAL_CASES}
         if rank == 0:
             torch.save(results, Path(out_dir) / "dual_lora.pt")
-    finally:
-        dist.destroy_process_group()

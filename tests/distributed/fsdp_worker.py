@@ -10,7 +10,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.tensor import DTensor
 
-from ddp_worker import loop_trainer, torchrun_environment, whole_weights
+from ddp_worker import group_member, loop_trainer, torchrun_environment, whole_weights
 
 # case -> loop_trainer overrides: LoRA validated after every step (rank 0 generates alone, twice a step), and
 # full fine-tuning with a KL term to the frozen reference and activation checkpointing
@@ -28,7 +28,7 @@ def _is_sharded(parameter: torch.Tensor) -> bool:
 def run_rank(rank: int, port: int, out_dir: str) -> None:
     """One rank: every ``LOOP_CASES`` run and the resume check; rank 0 saves the results."""
     torchrun_environment(rank, port)
-    try:
+    with group_member(rank, out_dir):
         results = {}
         for case, overrides in LOOP_CASES.items():
             trainer = loop_trainer(f"{out_dir}/{case}", "fsdp", **overrides)
@@ -37,8 +37,6 @@ def run_rank(rank: int, port: int, out_dir: str) -> None:
         results["resume"] = _straight_and_resumed(rank, Path(out_dir))
         if rank == 0:
             torch.save(results, Path(out_dir) / "fsdp.pt")
-    finally:
-        dist.destroy_process_group()
 
 
 def _straight_and_resumed(rank: int, out_dir: Path) -> dict[str, dict[str, torch.Tensor]]:
