@@ -23,7 +23,10 @@ documents (:func:`teacher_warm_start_config` at seed 0, shared by every seed's r
 mean nothing; its held-out KL is a real measurement. SmolLM2-135M-Instruct (``--model smollm2-135m``, ``make
 smollm2``) as it is does not answer either: with the documents it echoes the first option (0 of 8 held-out
 questions right), so ``--teacher-warmup`` first teaches it the task through a LoRA adapter (the same SFT, merged
-in; ``--warmup-episodes`` / ``--warmup-epochs``; its runs are reported as ``smollm2-135m+warmup``). The report
+in; ``--warmup-episodes`` / ``--warmup-epochs``; its runs are reported as ``smollm2-135m+warmup``).
+``--warmup-patients N`` warms it up on the training patients of another panel of N patients (none of them the
+cartridge's; runs reported as ``smollm2-135m+warmup-Np``), and ``--warmup-batch-size`` batches one patient's
+questions so their documents are read once per step. The report
 counts accuracy and recovery only for a teacher that reads (held-out accuracy with the documents 25 points above
 chance and above no documents). The documents' KV (~2.6k tokens with SmolLM2's tokenizer) is computed once per
 run; the teacher then scores only each question and answer behind it.
@@ -45,6 +48,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -53,7 +57,9 @@ import numpy as np
 
 import worldgym  # noqa: F401  (registers the ids)
 from worldgym.agents.cartridge import CartridgeDistillConfig, CartridgeDistillTrainer
-from worldgym.agents.cartridge.views import split_patients
+from worldgym.agents.cartridge.views import QuestionBySeed, split_patients
+from worldgym.agents.grpo.trainer import make_text_env
+from worldgym.agents.llm.evaluation import evaluate_chat_policy
 from worldgym.agents.llm.models import TINY_SIZES
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a file: find the benchmarks package
@@ -71,6 +77,8 @@ CHANCE, READING_MARGIN = 0.2, 0.25
 
 # --quick: the panel and warm-up (the budget's flags are set in main)
 QUICK: dict[str, Any] = {"env_kwargs": {"num_patients": 5}, "warmup_episodes": 8, "warmup_epochs": 1}
+WARMUP_FLAGS = ("episodes", "epochs", "batch_size", "patients")  # --warmup-* flags, config fields but patients
+WARMUP_PANEL_SEED = 1  # --warmup-patients draws the warm-up's patients from another panel
 
 
 def runs_dir(args: argparse.Namespace) -> Path:
@@ -81,7 +89,9 @@ def runs_dir(args: argparse.Namespace) -> Path:
 
 def model_label(args: argparse.Namespace) -> str:
     """The model as the report groups runs: a pretrained model with the teacher warm-up is another teacher."""
-    return f"{args.model}+warmup" if args.teacher_warmup and args.model not in TINY_SIZES else args.model
+    if not args.teacher_warmup or args.model in TINY_SIZES:
+        return args.model
+    return f"{args.model}+warmup" + (f"-{args.warmup_patients}p" if args.warmup_patients else "")
 
 
 def run_name(args: argparse.Namespace) -> str:
@@ -89,20 +99,28 @@ def run_name(args: argparse.Namespace) -> str:
     return f"{model_label(args)}-{args.mode}-{args.init}{patient}-s{args.seed}"
 
 
+def teacher_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """The model, the panel and the teacher's warm-up: what the ``teacher`` stage and every run share."""
+    settings: dict[str, Any] = {
+        "model": args.model, "env_kwargs": {"num_patients": 20}, "max_new_tokens": args.max_new_tokens,
+        "device": args.device, "progress": not args.quick, "warm_start_dir": str(runs_dir(args) / "warm_starts"),
+        "teacher_warmup": True if args.teacher_warmup else None}
+    settings |= {f"warmup_{key}": getattr(args, f"warmup_{key}") for key in WARMUP_FLAGS
+                 if getattr(args, f"warmup_{key}") is not None and key != "patients"}
+    if args.warmup_patients:  # another panel (panel_seed 1): none of its patients is the cartridge's
+        settings["warmup_env_kwargs"] = {"num_patients": args.warmup_patients, "panel_seed": WARMUP_PANEL_SEED}
+    return settings | (QUICK if args.quick else {})
+
+
 def distill_config(args: argparse.Namespace) -> CartridgeDistillConfig:
     """The run's settings: the same budget for every mode and init."""
     settings: dict[str, Any] = {
-        "model": args.model, "env_kwargs": {"num_patients": 20}, "num_tokens": args.num_tokens, "init": args.init,
-        "learning_rate": args.learning_rate, "mode": args.mode, "offline_steps": args.offline_steps,
-        "num_steps": args.steps, "questions_per_step": args.questions_per_step,
-        "samples_per_question": args.samples_per_question, "max_new_tokens": args.max_new_tokens,
-        "eval_every": args.eval_every, "checkpoint_every": args.eval_every, "seed": args.seed,
-        "warm_start_dir": str(runs_dir(args) / "warm_starts"), "device": args.device, "progress": not args.quick,
-        "output_dir": str(runs_dir(args) / "cartridge_on_vs_offline" / run_name(args)),
-        "teacher_warmup": True if args.teacher_warmup else None}
-    settings |= {f"warmup_{key}": getattr(args, f"warmup_{key}") for key in ("episodes", "epochs")
-                 if getattr(args, f"warmup_{key}") is not None}
-    return CartridgeDistillConfig(**{**settings, **(QUICK if args.quick else {})})
+        "num_tokens": args.num_tokens, "init": args.init, "learning_rate": args.learning_rate, "mode": args.mode,
+        "offline_steps": args.offline_steps, "num_steps": args.steps, "questions_per_step": args.questions_per_step,
+        "samples_per_question": args.samples_per_question, "eval_every": args.eval_every,
+        "checkpoint_every": args.eval_every, "seed": args.seed,
+        "output_dir": str(runs_dir(args) / "cartridge_on_vs_offline" / run_name(args))}
+    return CartridgeDistillConfig(**teacher_settings(args), **settings)
 
 
 def make_trainer(config: CartridgeDistillConfig, patient: str | None) -> CartridgeDistillTrainer:
@@ -146,10 +164,41 @@ def run(args: argparse.Namespace) -> None:
           f"{last['eval/accuracy_cartridge']:.2f} / {last['eval/accuracy_teacher']:.2f}")
 
 
+def teacher(args: argparse.Namespace) -> None:
+    """Whether a run's teacher reads, on more questions than a run's 8 held-out ones: greedy accuracy on the first
+    ``--questions`` questions of the panel's test patients (no warm-up trains on them) with and without the
+    documents, and with them on the questions the warm-up trained on (its panel's training patients)."""
+    config = CartridgeDistillConfig(**teacher_settings(args),
+                                    output_dir=str(runs_dir(args) / "cartridge_teacher" / model_label(args)))
+    trainer = make_trainer(config, args.patient)  # warms the teacher up (cached) as a run would
+    warmup_panel = config.env_kwargs if config.warmup_env_kwargs is None else config.warmup_env_kwargs
+    views = {"held_out_documents": (config.env_kwargs, "test", "full"),
+             "held_out_none": (config.env_kwargs, "test", "none"),
+             "train_documents": (warmup_panel, "train", "full")}
+    accuracy, questions = {}, {}
+    start = time.perf_counter()
+    for name, (panel, split, documents) in views.items():
+        kwargs = {**panel, "split": split, "split_by": "patient", "documents": documents}
+        env = make_text_env(config.env_id, kwargs, False)
+        questions[name] = min(args.questions, len(env.unwrapped.items))
+        env.close()
+        metrics, _ = evaluate_chat_policy(trainer.plain_engine, trainer.tokenizer,
+                                          lambda kwargs=kwargs: QuestionBySeed(make_text_env(config.env_id, kwargs, False)),
+                                          questions[name], 1, config.max_new_tokens, first_seed=0,
+                                          max_episode_tokens=config.max_prompt_tokens)
+        accuracy[name] = metrics["eval/success_rate"]
+        print(f"{model_label(args)} {name}: {accuracy[name]:.3f} ({questions[name]} questions)")
+    part = {"model": model_label(args), "accuracy": accuracy, "questions": questions, "chance": CHANCE,
+            "seconds": time.perf_counter() - start, "quick": args.quick,
+            "command": f"python benchmarks/cartridge_on_vs_offline.py teacher --model {args.model} --questions "
+                       f"{args.questions}" + _warmup_flags(args) + (" --quick" if args.quick else "")}
+    write_json(results_dir(args) / "cartridge_teacher" / f"{model_label(args)}.json", part)
+
+
 def _warmup_flags(args: argparse.Namespace) -> str:
     flags = " --teacher-warmup" if args.teacher_warmup else ""
-    return flags + "".join(f" --warmup-{key} {getattr(args, f'warmup_{key}')}" for key in ("episodes", "epochs")
-                           if getattr(args, f"warmup_{key}") is not None)
+    return flags + "".join(f" --warmup-{key.replace('_', '-')} {getattr(args, f'warmup_{key}')}"
+                           for key in WARMUP_FLAGS if getattr(args, f"warmup_{key}") is not None)
 
 
 def parts_dir(args: argparse.Namespace) -> Path:
@@ -208,16 +257,21 @@ def _drop_by_step(parts: list[dict[str, Any]]) -> list[list[float]]:
     return [[step, _mean([d[i] for d in drops])] for i, step in enumerate(steps)]
 
 
-def reads_documents(rows: Any, model: str) -> tuple[bool, str | None]:
-    """Whether a model's teacher reads (mean held-out accuracy with the documents, over every run's last
-    evaluation, >= ``READING_MARGIN`` above both chance and the accuracy without them) and, when it does not, the
-    note that says so."""
+def reads_documents(rows: Any, model: str, measured: dict[str, Any] | None = None) -> tuple[bool, str | None]:
+    """Whether a model's teacher reads (held-out accuracy with the documents >= ``READING_MARGIN`` above both
+    chance and the accuracy without them) and, when it does not, the note that says so. Judged on the ``teacher``
+    stage's figures (``measured``: more questions) when there are some, else on the mean of every run's last
+    evaluation."""
     rows = list(rows)
-    teacher = _mean([a for row in rows for a in row["accuracy"]["teacher"]])
-    none = _mean([a for row in rows for a in row["accuracy"]["none"]])
+    if measured is not None:
+        teacher, none = measured["accuracy"]["held_out_documents"], measured["accuracy"]["held_out_none"]
+        questions = measured["questions"]["held_out_documents"]
+    else:
+        teacher = _mean([a for row in rows for a in row["accuracy"]["teacher"]])
+        none = _mean([a for row in rows for a in row["accuracy"]["none"]])
+        questions = rows[0]["held_out_questions"]
     if teacher >= max(none, CHANCE) + READING_MARGIN:
         return True, None
-    questions = rows[0]["held_out_questions"]
     if model in TINY_SIZES:
         return False, TINY_NOTE
     return False, (f"the teacher does not read: greedy held-out accuracy {teacher:.0%} with the documents vs {none:.0%} "
@@ -257,12 +311,14 @@ def goals(rows: dict[str, dict[str, Any]], accuracy_meaningful: bool) -> dict[st
 
 def report(args: argparse.Namespace) -> None:
     parts = [json.loads(p.read_text()) for p in sorted(parts_dir(args).glob("*.json"))]
-    summary: dict[str, Any] = {"quick": args.quick, "goals": GOALS, "models": {}}
+    teachers = {part["model"]: part for part in map(json.loads, map(Path.read_text, sorted(
+        (results_dir(args) / "cartridge_teacher").glob("*.json"))))}
+    summary: dict[str, Any] = {"quick": args.quick, "goals": GOALS, "teachers": teachers, "models": {}}
     for model in sorted({p["model"] for p in parts}):
         chosen = [p for p in parts if p["model"] == model]
         rows = {f"{mode}/{init}": summarize([p for p in chosen if (p["mode"], p["init"]) == (mode, init)])
                 for mode in MODES for init in INITS if any((p["mode"], p["init"]) == (mode, init) for p in chosen)}
-        meaningful, note = reads_documents(rows.values(), model)
+        meaningful, note = reads_documents(rows.values(), model, teachers.get(model))
         summary["models"][model] = {
             "patients": sorted({p["patient_id"] for p in chosen}),
             "budget": {key: chosen[0]["config"][key] for key in ("num_steps", "questions_per_step",
@@ -277,6 +333,8 @@ def report(args: argparse.Namespace) -> None:
         }
     write_json(results_dir(args) / "cartridge_on_vs_offline.json", summary)
     _plot(summary, results_dir(args) / "cartridge_on_vs_offline.png")
+    for model, part in teachers.items():
+        print(f"teacher {model}: greedy accuracy {part['accuracy']} on {part['questions']} questions")
     for model, entry in summary["models"].items():
         for key, row in entry["runs"].items():
             print(f"{model} {key:17s} KL drop {100 * row['kl_drop_mean']:.1f}% (vs no documents "
@@ -326,33 +384,46 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="stage", required=True)
     common = [results_parser()]
-    one = sub.add_parser("run", help="distil one cartridge (resumable); writes its part JSON", parents=common)
-    one.add_argument("--model", default="tiny", help="tiny, smollm2-135m, or another load_chat_model name")
+    model = argparse.ArgumentParser(add_help=False)  # the model, its teacher and the patient
+    model.add_argument("--model", default="tiny", help="tiny, smollm2-135m, or another load_chat_model name")
+    model.add_argument("--patient", default=None, help="patient id (default: the panel's first held-out patient)")
+    model.add_argument("--max-new-tokens", type=int, default=16)
+    model.add_argument("--device", default="cpu")
+    model.add_argument("--teacher-warmup", action="store_true",
+                       help="teach a pretrained model the task first (LoRA SFT with documents, cached; a tiny model "
+                            "always gets it): SmolLM2-135M does not answer without it")
+    model.add_argument("--warmup-episodes", type=int, help="teacher warm-up SFT questions (default: the config's)")
+    model.add_argument("--warmup-epochs", type=int, help="teacher warm-up passes (default: the config's)")
+    model.add_argument("--warmup-batch-size", type=int,
+                       help="teacher warm-up questions per step (default: the config's; a pretrained model's "
+                            "batches hold one patient's questions and read the documents once)")
+    model.add_argument("--warmup-patients", type=int,
+                       help="warm the teacher up on the training patients of another panel of this many patients "
+                            f"(panel_seed {WARMUP_PANEL_SEED}; default: the distillation panel's training patients)")
+    one = sub.add_parser("run", help="distil one cartridge (resumable); writes its part JSON",
+                         parents=[*common, model])
     one.add_argument("--mode", choices=MODES, required=True)
     one.add_argument("--init", choices=INITS, default="text")
     one.add_argument("--seed", type=int, default=0)
-    one.add_argument("--patient", default=None, help="patient id (default: the panel's first held-out patient)")
     one.add_argument("--steps", type=int, default=80)
     one.add_argument("--questions-per-step", type=int, default=4)
     one.add_argument("--samples-per-question", type=int, default=2)
-    one.add_argument("--max-new-tokens", type=int, default=16)
     one.add_argument("--eval-every", type=int, default=10)
     one.add_argument("--offline-steps", type=int, default=20, help="hybrid: offline steps before going on-policy")
     one.add_argument("--num-tokens", type=int, default=64, help="cartridge length")
     one.add_argument("--learning-rate", type=float, default=2e-2)
-    one.add_argument("--device", default="cpu")
-    one.add_argument("--teacher-warmup", action="store_true",
-                     help="teach a pretrained model the task first (LoRA SFT with documents, cached; a tiny model "
-                          "always gets it): SmolLM2-135M does not answer without it")
-    one.add_argument("--warmup-episodes", type=int, help="teacher warm-up SFT questions (default: the config's)")
-    one.add_argument("--warmup-epochs", type=int, help="teacher warm-up passes (default: the config's)")
+    reads = sub.add_parser("teacher", help="the teacher's greedy accuracy with and without the documents",
+                           parents=[*common, model])
+    reads.add_argument("--questions", type=int, default=64, help="questions per view (at most all of them)")
     sub.add_parser("report", help="merge the part JSONs into the results JSON and PNG", parents=common)
     args = parser.parse_args(argv)
     if args.stage == "run" and args.quick:
         args.steps, args.eval_every, args.offline_steps, args.num_tokens = 2, 1, 1, 8
         args.questions_per_step, args.samples_per_question, args.max_new_tokens = 1, 1, 4
+    if args.stage == "teacher" and args.quick:
+        args.questions, args.max_new_tokens = 2, 4
     set_torch_threads(1)
-    {"run": run, "report": report}[args.stage](args)
+    {"run": run, "teacher": teacher, "report": report}[args.stage](args)
 
 
 if __name__ == "__main__":

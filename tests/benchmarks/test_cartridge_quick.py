@@ -1,5 +1,5 @@
 """``benchmarks/cartridge_on_vs_offline.py --quick``: three runs (on-policy and offline with text init, on-policy
-with random init) and the report, into ``tmp_path``; part and report JSON hold the budget, figures and goals."""
+with random init), the teacher's accuracy and the report, into ``tmp_path``; part and report JSON hold the budget, figures and goals."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from benchmarks.common import absolute_paths
 
 REPO = Path(__file__).resolve().parents[2]
 STAGES = (("run", "--mode", "on_policy"), ("run", "--mode", "offline", "--seed", "1"),
-          ("run", "--mode", "on_policy", "--init", "random"), ("report",))
+          ("run", "--mode", "on_policy", "--init", "random"), ("teacher",), ("report",))
 
 
 def load(path: Path) -> dict[str, Any]:
@@ -54,6 +54,9 @@ def test_runs_and_report(tmp_path: Path) -> None:
     assert offline["kl_drop"] == [pytest.approx(1 - last["kl_cartridge"] / first["kl_cartridge"])]
     assert offline["memory_ratio"] == pytest.approx(last["documents_kv_bytes"] / last["cartridge_bytes"])
     assert offline["memory_ratio"] > 10
+    teacher = data["teachers"]["tiny"]
+    assert set(teacher["accuracy"]) == {"held_out_documents", "held_out_none", "train_documents"}
+    assert all(0 <= a <= 1 for a in teacher["accuracy"].values()) and teacher["questions"]["held_out_none"] == 2
     goals = tiny["goal_status"]
     assert goals["memory_ratio>=10"]["status"] == "met"
     assert goals["recovery>=70%"]["status"] == "not measurable: the teacher does not read"
@@ -75,3 +78,9 @@ def test_accuracy_counts_only_where_the_teacher_reads() -> None:
     for rows in ([row(0.125, 0.0)], [row(0.0, 0.25)], [row(0.5, 0.625)]):
         meaningful, note = reads_documents(rows, "smollm2-135m")
         assert not meaningful and note.startswith("the teacher does not read: greedy held-out accuracy")
+    # the teacher stage's figures (more questions) decide when there are some
+    measured = {"accuracy": {"held_out_documents": 0.6, "held_out_none": 0.2}, "questions": {"held_out_documents": 64}}
+    assert reads_documents([row(0.125, 0.0)], "smollm2-135m", measured) == (True, None)
+    meaningful, note = reads_documents([row(0.125, 0.75)], "smollm2-135m", {**measured, "accuracy": {
+        "held_out_documents": 0.3, "held_out_none": 0.2}})
+    assert not meaningful and "(64 questions" in note

@@ -161,6 +161,35 @@ def test_a_pretrained_teacher_is_warmed_up_through_a_merged_lora_when_asked(tmp_
         CartridgeDistillConfig(model="tiny", teacher_warmup=False)
 
 
+def test_a_pretrained_teacher_warms_up_on_another_panel_in_batches_that_read_the_documents_once(tmp_path,
+                                                                                             tokenizer):
+    """warmup_env_kwargs: the warm-up's questions come from another panel's training patients, batched by
+    patient (the documents run once per batch); a warm-up panel that trains on the cartridge's patient is
+    refused before any training."""
+    from worldgym.agents.cartridge.trainer import teacher_warm_start_config
+    from worldgym.agents.llm import save_model_and_tokenizer
+    from worldgym.errors import CartridgeError
+
+    folder = tmp_path / "pretrained"
+    save_model_and_tokenizer(build_tiny_model(tokenizer, seed=0), tokenizer, folder)
+    settings = dict(model=str(folder), env_kwargs=PANEL, num_tokens=16, teacher_warmup=True, warmup_episodes=6,
+                    warmup_epochs=1, warmup_batch_size=3, warm_start_dir=str(tmp_path / "warm"),
+                    output_dir=str(tmp_path / "run"), progress=False)
+    other_panel = {"num_patients": 5, "panel_seed": 1, "task": 1}
+    config = CartridgeDistillConfig(**settings, warmup_env_kwargs=other_panel)
+    warm = teacher_warm_start_config(config)
+    assert warm.env_kwargs == {**other_panel, "split_by": "patient"} and warm.batch_size == 3
+    assert warm.shared_prefix_tokens > 0
+    assert teacher_warm_start_config(dataclasses.replace(config, warmup_batch_size=None)).shared_prefix_tokens == 0
+    trainer = CartridgeDistillTrainer(config)
+    summary = next((tmp_path / "warm").iterdir()) / "warm_start.json"
+    assert summary.is_file() and trainer.patient_id == "patient_03"
+    bigger_same_panel = {"num_patients": 20, "task": 1}  # patient_01 falls in its training split
+    with pytest.raises(CartridgeError, match="trains the teacher on patient patient_01's documents"):
+        CartridgeDistillTrainer(dataclasses.replace(config, warmup_env_kwargs=bigger_same_panel,
+                                                    patient_id="patient_01"))
+
+
 def test_config_rejects_bad_settings():
     with pytest.raises(ValueError, match=r"mode='both' is invalid"):
         CartridgeDistillConfig(mode="both")

@@ -233,3 +233,52 @@ def test_sft_with_activation_checkpointing_takes_the_same_steps_and_switches_it_
         runs.append(sft_train(model, tokenizer, chats, config))
         assert not model.is_gradient_checkpointing
     assert runs[0] == pytest.approx(runs[1], rel=1e-5)
+
+
+def _chats_about_two_documents(count: int) -> list:
+    """MathQA expert chats behind one of two long system messages (two patients' documents, say)."""
+    chats = collect_expert_chats(lambda: MathQAEnv(num_problems=count), _math_expert, range(count))
+    documents = [" ".join(f"{i + 50 * k} + {i}" for i in range(30 + 5 * k)) for k in range(2)]
+    for index, chat in enumerate(chats):
+        chat.messages.insert(0, {"role": "system", "content": documents[index % 2]})
+    return chats
+
+
+def test_sft_batches_chats_that_share_an_opening_and_runs_it_once(model, tokenizer):
+    """shared_prefix_tokens: every batch comes from one family of chats with the same opening, every chat is
+    trained once per epoch, and the batch's loss and gradients equal the plain pass's while the decoder reads
+    fewer tokens."""
+    from worldgym.agents.llm.sft import _encode, _family_batches, _pad, _prefix_families, assistant_token_loss
+
+    chats = _chats_about_two_documents(10)
+    examples = [_encode(tokenizer, chat, 4096) for chat in chats]
+    families = _prefix_families([ids for ids, _ in examples], 64)
+    assert sorted(map(sorted, families)) == [[0, 2, 4, 6, 8], [1, 3, 5, 7, 9]]
+    batches = _family_batches(families, 3, torch.Generator().manual_seed(0))
+    assert sorted(i for batch in batches for i in batch) == list(range(10)) and len(batches) == 4
+    assert all(len({i % 2 for i in batch}) == 1 for batch in batches)
+
+    read: list[int] = []
+    model.get_input_embeddings().register_forward_hook(lambda module, args, out: read.append(args[0].numel()))
+    input_ids, attention, labels = _pad([examples[i] for i in families[0]], tokenizer.pad_token_id)
+    results = []
+    for group_ids in (None, torch.zeros(len(families[0]), dtype=torch.long)):
+        model.zero_grad(set_to_none=True)
+        loss = assistant_token_loss(model, input_ids, attention, labels, group_ids)
+        loss.backward()
+        results.append((loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}))
+    (plain, plain_grads), (shared, shared_grads) = results
+    torch.testing.assert_close(shared, plain, rtol=1e-5, atol=1e-6)
+    for name, grad in plain_grads.items():
+        torch.testing.assert_close(shared_grads[name], grad, rtol=1e-4, atol=1e-6, msg=name)
+    assert read[1] + read[2] < 0.6 * read[0]  # prefix pass + continuations vs every row in full
+
+
+def test_sft_with_a_shared_opening_learns_and_refuses_settings_that_cannot_share(model, tokenizer):
+    chats = _chats_about_two_documents(8)
+    config = SFTConfig(epochs=10, batch_size=3, learning_rate=3e-3, progress=False, shared_prefix_tokens=64)
+    losses = sft_train(model, tokenizer, chats, config)
+    assert len(losses) == 10 * 4 and losses[-1] < 0.5 * losses[0]  # families of 4: batches of 3 and 1
+    for conflict in ({"bucket_by_length": True}, {"activation_checkpointing": True}):
+        with pytest.raises(ValueError, match="shared_prefix_tokens=64 is invalid: batches come from families"):
+            SFTConfig(shared_prefix_tokens=64, **conflict)

@@ -57,6 +57,14 @@ class CartridgeDistillConfig:
             (it echoes the first option): its accuracy figures need the warm-up.
         warmup_episodes: the teacher warm-up's SFT questions (with documents) of the training patients.
         warmup_epochs: the warm-up's passes over them.
+        warmup_env_kwargs: the panel whose training patients the warm-up's questions come from (None:
+            env_kwargs). Another panel gives the teacher more patients to learn reading from, e.g.
+            ``{"num_patients": 60, "panel_seed": 1, "task": 1}``; one whose training patients include the
+            cartridge's patient's documents is refused.
+        warmup_batch_size: questions per warm-up step (None: 8 for a tiny model, 1 for a pretrained one). A
+            pretrained model's batches above 1 hold questions about one patient, and their documents run once
+            per batch (:class:`SFTConfig` ``shared_prefix_tokens``): without that, SmolLM2 on 4 chats of ~2.8k
+            tokens took 11.5 GB and was OOM-killed.
         warmup_seed: the warm-up's seed (its own, so runs of several seeds distil with one teacher).
         warm_start_dir: where warm-ups are cached.
         output_dir: run folder (metrics.jsonl, checkpoints, cartridge).
@@ -89,6 +97,8 @@ class CartridgeDistillConfig:
     warmup_episodes: int = 480
     warmup_epochs: int = 3
     warmup_seed: int = 0
+    warmup_env_kwargs: dict[str, Any] | None = None
+    warmup_batch_size: int | None = None
     warm_start_dir: str = "runs/warm_starts"
     output_dir: str = "runs/cartridge"
     checkpoint_every: int = 0
@@ -110,9 +120,12 @@ class CartridgeDistillConfig:
             check_range(name, getattr(self, name), 0, None)
         check_field(self.mode != "hybrid" or 0 < self.offline_steps < self.num_steps, "offline_steps",
                     self.offline_steps, f"use 1..{self.num_steps - 1} for mode='hybrid' (then on-policy steps)")
-        reserved = sorted({"split", "split_by", "documents", "patient_ids"} & set(self.env_kwargs))
-        check_field(not reserved, "env_kwargs", self.env_kwargs,
-                    f"drop {reserved}: the distiller sets them (student and teacher views, question split)")
+        for name in ("env_kwargs", "warmup_env_kwargs"):
+            reserved = sorted({"split", "split_by", "documents", "patient_ids"} & set(getattr(self, name) or {}))
+            check_field(not reserved, name, getattr(self, name),
+                        f"drop {reserved}: the distiller sets them (student and teacher views, splits)")
+        if self.warmup_batch_size is not None:
+            check_positive_int("warmup_batch_size", self.warmup_batch_size)
         check_device("device", self.device)
         check_field(self.teacher_warmup is not False or self.model not in TINY_SIZES, "teacher_warmup",
                     self.teacher_warmup, f"a tiny model ({self.model!r}) is built from config and needs its warm-up "

@@ -25,7 +25,9 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from worldgym.agents.cartridge.config import CartridgeDistillConfig
 from worldgym.agents.cartridge.losses import distillation_loss
-from worldgym.agents.cartridge.views import make_view, num_questions, patient_documents, split_patients
+from worldgym.agents.cartridge.views import (
+    make_view, num_questions, patient_documents, split_documents, split_patients,
+)
 from worldgym.agents.llm.cartridge import Cartridge, kv_bytes_per_token
 from worldgym.agents.llm.engines import HFEngine
 from worldgym.agents.llm.engines.base import SamplingParams
@@ -40,6 +42,11 @@ from worldgym.jsonl import append_jsonl, read_jsonl, truncate_jsonl
 
 __all__ = ["CartridgeDistillTrainer", "teacher_warm_start_config"]
 
+# teacher prompts that open with this many identical tokens are about one patient (the chat template's opening
+# is shorter; the documents begin with the patient's name and dates)
+DOCUMENTS_OPENING_TOKENS = 256
+
+
 def teacher_warm_start_config(config: CartridgeDistillConfig) -> WarmStartConfig:
     """The documented teacher warm-up (a tiny model cannot answer until taught, nor can SmolLM2-135M): SFT on the
     panel's training patients' questions with their documents in context, answering ``<answer>X</answer>``
@@ -48,11 +55,13 @@ def teacher_warm_start_config(config: CartridgeDistillConfig) -> WarmStartConfig
     OOM-killed beside other jobs). The cartridge's patient is then one of the held-out patients, whose answers it
     never saw."""
     tiny = config.model in TINY_SIZES
+    batch_size = config.warmup_batch_size or (8 if tiny else 1)
+    panel = config.env_kwargs if config.warmup_env_kwargs is None else config.warmup_env_kwargs
     return WarmStartConfig(
-        model=config.model, env_id=config.env_id, env_kwargs={**config.env_kwargs, "split_by": "patient"},
+        model=config.model, env_id=config.env_id, env_kwargs={**panel, "split_by": "patient"},
         difficulties=(), episodes_per_difficulty=config.warmup_episodes, epochs=config.warmup_epochs,
-        batch_size=8 if tiny else 1, learning_rate=3e-3 if tiny else 3e-4, max_length=config.max_prompt_tokens,
-        seed=config.warmup_seed)
+        batch_size=batch_size, learning_rate=3e-3 if tiny else 3e-4, max_length=config.max_prompt_tokens,
+        seed=config.warmup_seed, shared_prefix_tokens=0 if tiny or batch_size == 1 else DOCUMENTS_OPENING_TOKENS)
 
 
 class CartridgeDistillTrainer:
@@ -107,6 +116,7 @@ class CartridgeDistillTrainer:
                                  "was trained with")
             return model, tokenizer
         if self.config.warms_up_teacher:
+            self._check_warmup_panel()
             warm = load_or_train_warm_start(teacher_warm_start_config(self.config),
                                             cache_dir=self.config.warm_start_dir, progress=self.config.progress)
             # a pretrained model's adapter is merged in: the frozen teacher and student are one plain model
@@ -119,6 +129,19 @@ class CartridgeDistillTrainer:
         """The first patient of the panel's patient-level test split: one the teacher warm-up (which trains on the
         train split) never saw, whichever model is used, so runs with and without a warm-up distil the same one."""
         return split_patients(self.config.env_id, self.config.env_kwargs, "test")[0]
+
+    def _check_warmup_panel(self) -> None:
+        """Refuse a warm-up panel whose training patients include this patient's documents (the teacher would
+        have learnt its answers)."""
+        c = self.config
+        if c.warmup_env_kwargs is None:  # the panel's own training patients: the default patient is a test one
+            return
+        patient = self.config.patient_id or self._default_patient()
+        documents = split_documents(c.env_id, {**c.env_kwargs, "patient_ids": [patient]}, "all")
+        if documents & split_documents(c.env_id, c.warmup_env_kwargs, "train"):
+            raise CartridgeError(
+                f"warmup_env_kwargs={c.warmup_env_kwargs} trains the teacher on patient {patient}'s documents: "
+                "warm up on another panel (another panel_seed) or distil a patient outside its training split")
 
     def _check_documents_fit(self) -> None:
         """Refuse a patient whose documents leave no room for the question and the answer in the teacher's

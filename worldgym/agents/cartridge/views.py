@@ -9,7 +9,7 @@ import gymnasium as gym
 
 from worldgym.agents.grpo.trainer import make_text_env
 
-__all__ = ["QuestionBySeed", "make_view", "num_questions", "patient_documents", "split_patients"]
+__all__ = ["QuestionBySeed", "make_view", "num_questions", "patient_documents", "split_documents", "split_patients"]
 
 
 class QuestionBySeed(gym.Wrapper):
@@ -55,5 +55,14 @@ def split_patients(env_id: str, env_kwargs: dict[str, Any], split: str) -> list[
     env = make_text_env(env_id, {**env_kwargs, "split": split, "split_by": "patient"}, False)
     try:
         return list(dict.fromkeys(patient.patient_id for patient, _ in env.unwrapped.items))
+    finally:
+        env.close()
+
+
+def split_documents(env_id: str, env_kwargs: dict[str, Any], split: str) -> set[str]:
+    """Every document text of a patient-level ``split``'s patients (``env_kwargs`` may name the patients)."""
+    env = make_text_env(env_id, {**env_kwargs, "split": split, "split_by": "patient"}, False)
+    try:
+        return {text for patient, _ in env.unwrapped.items for text in patient.texts.values()}
     finally:
         env.close()

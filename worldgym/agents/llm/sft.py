@@ -12,7 +12,7 @@ from tqdm.auto import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from worldgym.agents.llm.scoring import score_tokens
-from worldgym.config import check_positive_int, check_range
+from worldgym.config import check_field, check_positive_int, check_range
 
 __all__ = ["Chat", "ExpertPolicy", "SFTConfig", "collect_expert_chats", "sft_train"]
 
@@ -46,6 +46,12 @@ class SFTConfig:
         activation_checkpointing: recompute each layer's activations in the backward pass instead of keeping
             them (for long chats on a real model: SmolLM2's attention weights of 4 chats x ~2k tokens x 30 layers
             took ~17 GB; same loss, ~30% more compute); switched off again when training ends.
+        shared_prefix_tokens: when > 0, chats that open with the same ``shared_prefix_tokens`` tokens or more
+            (questions about one patient's documents) are batched together, and each batch's common opening
+            runs once, forward and backward (:func:`score_tokens` with ``group_ids``: the same loss up to float
+            rounding, and the long opening's cost paid once per batch instead of once per chat). Batches are
+            drawn within such families, shuffled every epoch. Not with ``bucket_by_length`` or
+            ``activation_checkpointing`` (the shared pass needs the KV cache, which checkpointing drops).
     """
 
     epochs: int = 3
@@ -57,11 +63,17 @@ class SFTConfig:
     seed: int = 0
     progress: bool = True
     activation_checkpointing: bool = False
+    shared_prefix_tokens: int = 0
 
     def __post_init__(self) -> None:
         for name in ("epochs", "batch_size", "max_length"):
             check_positive_int(name, getattr(self, name))
         check_range("learning_rate", self.learning_rate, 0, None, low_open=True)
+        check_range("shared_prefix_tokens", self.shared_prefix_tokens, 0, None)
+        check_field(not self.shared_prefix_tokens or not (self.bucket_by_length or self.activation_checkpointing),
+                    "shared_prefix_tokens", self.shared_prefix_tokens,
+                    "batches come from families of chats that share an opening: set bucket_by_length and "
+                    "activation_checkpointing to False (checkpointing drops the KV cache the shared pass needs)")
 
 
 def collect_expert_chats(
@@ -106,11 +118,13 @@ def sft_train(
     returns the loss of every optimizer step."""
     config = config or SFTConfig()
     examples = [_encode(tokenizer, chat, config.max_length) for chat in chats]
+    families = _prefix_families([ids for ids, _ in examples], config.shared_prefix_tokens)
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=config.learning_rate)
     generator = torch.Generator().manual_seed(config.seed)
     device = next(model.parameters()).device
-    steps = config.epochs * -(-len(examples) // config.batch_size)
+    groups = families or [examples]  # a family's batches never mix in another's chats
+    steps = config.epochs * sum(-(-len(group) // config.batch_size) for group in groups)
     losses: list[float] = []
     model.train()
     if config.activation_checkpointing:
@@ -118,10 +132,11 @@ def sft_train(
     try:
         with tqdm(total=steps, desc="sft", disable=not config.progress) as bar:
             for _ in range(config.epochs):
-                for batch in _batches([len(ids) for ids, _ in examples], config, generator):
+                for batch in _batches(examples, families, config, generator):
                     input_ids, attention, labels = _pad([examples[i] for i in batch], tokenizer.pad_token_id)
+                    group_ids = torch.zeros(len(batch), dtype=torch.long) if families else None
                     loss = assistant_token_loss(model, input_ids.to(device), attention.to(device),
-                                                labels.to(device))
+                                                labels.to(device), group_ids)
                     optimizer.zero_grad(set_to_none=True)
                     loss.backward()
                     torch.nn.utils.clip_grad_norm_(params, config.grad_clip)
@@ -136,21 +151,54 @@ def sft_train(
 
 
 def assistant_token_loss(
-    model: PreTrainedModel, input_ids: torch.Tensor, attention: torch.Tensor, labels: torch.Tensor
+    model: PreTrainedModel, input_ids: torch.Tensor, attention: torch.Tensor, labels: torch.Tensor,
+    group_ids: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Mean cross-entropy of the labelled (assistant) tokens, the LM head run only where a label follows: the
     ``[B, T, V]`` logits of a whole batch of long chats (4 x 4096 x 49k floats for SmolLM2, plus their gradient)
-    took SFT to ~20 GB and an OOM kill."""
+    took SFT to ~20 GB and an OOM kill. ``group_ids``: rows of a group run their common opening once
+    (:func:`score_tokens`)."""
     targets = labels[:, 1:] != -100
-    scored = score_tokens(model, input_ids, attention, targets.long())
+    scored = score_tokens(model, input_ids, attention, targets.long(), group_ids=group_ids)
     return -scored.logprobs.sum() / targets.sum()
 
 
-def _batches(lengths: list[int], config: SFTConfig, generator: torch.Generator) -> list[list[int]]:
+def _batches(examples: list[tuple[list[int], list[int]]], families: list[list[int]], config: SFTConfig,
+             generator: torch.Generator) -> list[list[int]]:
+    """One epoch's batches of example indices."""
+    if families:
+        return _family_batches(families, config.batch_size, generator)
     if config.bucket_by_length:
-        return _length_bucketed_batches(lengths, config.batch_size, generator)
-    order = torch.randperm(len(lengths), generator=generator).tolist()
+        return _length_bucketed_batches([len(ids) for ids, _ in examples], config.batch_size, generator)
+    order = torch.randperm(len(examples), generator=generator).tolist()
     return [order[i : i + config.batch_size] for i in range(0, len(order), config.batch_size)]
+
+
+def _prefix_families(sequences: list[list[int]], min_shared: int) -> list[list[int]]:
+    """Indices of ``sequences`` grouped so that sequences opening with the same ``min_shared`` tokens or more
+    share a family (sorted, then cut where neighbours share fewer); ``[]`` when ``min_shared`` is 0.
+
+    >>> _prefix_families([[1, 2, 3], [4, 5], [1, 2, 9], [1, 7]], 2)
+    [[0, 2], [3], [1]]
+    """
+    if not min_shared:
+        return []
+    order = sorted(range(len(sequences)), key=sequences.__getitem__)
+    families: list[list[int]] = []
+    for previous, index in zip([None, *order], order):
+        if previous is None or sequences[previous][:min_shared] != sequences[index][:min_shared]:
+            families.append([])
+        families[-1].append(index)
+    return families
+
+
+def _family_batches(families: list[list[int]], batch_size: int, generator: torch.Generator) -> list[list[int]]:
+    """Batches of at most ``batch_size`` indices, each from one family (shuffled within it), in random order."""
+    batches = []
+    for family in families:
+        shuffled = [family[i] for i in torch.randperm(len(family), generator=generator).tolist()]
+        batches += [shuffled[i : i + batch_size] for i in range(0, len(shuffled), batch_size)]
+    return [batches[i] for i in torch.randperm(len(batches), generator=generator).tolist()]
 
 
 def _length_bucketed_batches(

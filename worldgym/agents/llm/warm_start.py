@@ -49,6 +49,9 @@ class WarmStartConfig:
             special tokens added to its vocabulary).
         extra_special_tokens: more atomic tokens to reserve (e.g. a world model's markers).
         seed: expert episodes, model init and batch order.
+        shared_prefix_tokens: batch chats that open with this many identical tokens together and run their
+            common opening once per batch (:class:`SFTConfig`; e.g. questions about one patient's long
+            documents); 0: batches of similar length, and a pretrained model's activations recomputed.
     """
 
     model: str = "smollm2-135m"
@@ -64,6 +67,7 @@ class WarmStartConfig:
     lora_alpha: int = 32
     extra_special_tokens: tuple[str, ...] = ()
     seed: int = 0
+    shared_prefix_tokens: int = 0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "difficulties", tuple(self.difficulties))
@@ -71,6 +75,7 @@ class WarmStartConfig:
         for name in ("episodes_per_difficulty", "epochs", "batch_size", "lora_rank", "lora_alpha"):
             check_positive_int(name, getattr(self, name))
         check_range("learning_rate", self.learning_rate, 0, None, low_open=True)
+        check_range("shared_prefix_tokens", self.shared_prefix_tokens, 0, None)
         check_field("split" not in self.env_kwargs and "difficulty" not in self.env_kwargs, "env_kwargs",
                     self.env_kwargs, "drop 'split' and 'difficulty': expert chats always come from the train "
                     "split, at each of the config's difficulties")
@@ -81,8 +86,12 @@ class WarmStartConfig:
         return "full" if self.model in TINY_SIZES else "lora"
 
     def key(self) -> str:
-        """A readable cache key: model, env and a hash of every setting."""
-        digest = hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:12]
+        """A readable cache key: model, env and a hash of every setting (``shared_prefix_tokens`` only when set,
+        so the warm starts cached before it existed keep their keys)."""
+        settings = asdict(self)
+        if not self.shared_prefix_tokens:
+            del settings["shared_prefix_tokens"]
+        digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:12]
         return f"{self.model.replace('/', '_')}-{self.env_id}-{digest}"
 
 
@@ -183,8 +192,10 @@ def load_or_train_warm_start(
     log(f"warm start {config.key()}: {len(chats)} expert chats, {tokens} tokens")
     losses = sft_train(model, tokenizer, chats, SFTConfig(
         epochs=config.epochs, batch_size=config.batch_size, learning_rate=config.learning_rate,
-        max_length=config.max_length, seed=config.seed, bucket_by_length=True, progress=progress,
-        activation_checkpointing=config.finetune == "lora"))  # a real model's long chats: keep memory bounded
+        max_length=config.max_length, seed=config.seed, progress=progress,
+        shared_prefix_tokens=config.shared_prefix_tokens, bucket_by_length=not config.shared_prefix_tokens,
+        # a real model's long chats: keep memory bounded (a shared opening runs once per batch instead)
+        activation_checkpointing=config.finetune == "lora" and not config.shared_prefix_tokens))
     summary = {"chats": len(chats), "tokens": tokens, "seconds": time.perf_counter() - start,
                "loss_first": losses[0], "loss_last": losses[-1], "losses": losses}
     _save(path, config, model, tokenizer, summary)
