@@ -171,7 +171,7 @@ def teacher(args: argparse.Namespace) -> None:
     config = CartridgeDistillConfig(**teacher_settings(args),
                                     output_dir=str(runs_dir(args) / "cartridge_teacher" / model_label(args)))
     trainer = make_trainer(config, args.patient)  # warms the teacher up (cached) as a run would
-    warmup_panel = config.env_kwargs if config.warmup_env_kwargs is None else config.warmup_env_kwargs
+    warmup_panel = config.warmup_env_kwargs or config.env_kwargs
     views = {"held_out_documents": (config.env_kwargs, "test", "full"),
              "held_out_none": (config.env_kwargs, "test", "none"),
              "train_documents": (warmup_panel, "train", "full")}

@@ -57,7 +57,7 @@ class CartridgeDistillConfig:
             (it echoes the first option): its accuracy figures need the warm-up.
         warmup_episodes: the teacher warm-up's SFT questions (with documents) of the training patients.
         warmup_epochs: the warm-up's passes over them.
-        warmup_env_kwargs: the panel whose training patients the warm-up's questions come from (None:
+        warmup_env_kwargs: the panel whose training patients the warm-up's questions come from (empty:
             env_kwargs). Another panel gives the teacher more patients to learn reading from, e.g.
             ``{"num_patients": 60, "panel_seed": 1, "task": 1}``; one whose training patients include the
             cartridge's patient's documents is refused.
@@ -97,7 +97,7 @@ class CartridgeDistillConfig:
     warmup_episodes: int = 480
     warmup_epochs: int = 3
     warmup_seed: int = 0
-    warmup_env_kwargs: dict[str, Any] | None = None
+    warmup_env_kwargs: dict[str, Any] = field(default_factory=dict)
     warmup_batch_size: int | None = None
     warm_start_dir: str = "runs/warm_starts"
     output_dir: str = "runs/cartridge"
@@ -121,7 +121,7 @@ class CartridgeDistillConfig:
         check_field(self.mode != "hybrid" or 0 < self.offline_steps < self.num_steps, "offline_steps",
                     self.offline_steps, f"use 1..{self.num_steps - 1} for mode='hybrid' (then on-policy steps)")
         for name in ("env_kwargs", "warmup_env_kwargs"):
-            reserved = sorted({"split", "split_by", "documents", "patient_ids"} & set(getattr(self, name) or {}))
+            reserved = sorted({"split", "split_by", "documents", "patient_ids"} & set(getattr(self, name)))
             check_field(not reserved, name, getattr(self, name),
                         f"drop {reserved}: the distiller sets them (student and teacher views, splits)")
         if self.warmup_batch_size is not None:

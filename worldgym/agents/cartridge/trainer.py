@@ -56,7 +56,7 @@ def teacher_warm_start_config(config: CartridgeDistillConfig) -> WarmStartConfig
     never saw."""
     tiny = config.model in TINY_SIZES
     batch_size = config.warmup_batch_size or (8 if tiny else 1)
-    panel = config.env_kwargs if config.warmup_env_kwargs is None else config.warmup_env_kwargs
+    panel = config.warmup_env_kwargs or config.env_kwargs
     return WarmStartConfig(
         model=config.model, env_id=config.env_id, env_kwargs={**panel, "split_by": "patient"},
         difficulties=(), episodes_per_difficulty=config.warmup_episodes, epochs=config.warmup_epochs,
@@ -134,7 +134,7 @@ class CartridgeDistillTrainer:
         """Refuse a warm-up panel whose training patients include this patient's documents (the teacher would
         have learnt its answers)."""
         c = self.config
-        if c.warmup_env_kwargs is None:  # the panel's own training patients: the default patient is a test one
+        if not c.warmup_env_kwargs:  # the panel's own training patients: the default patient is a test one
             return
         patient = self.config.patient_id or self._default_patient()
         documents = split_documents(c.env_id, {**c.env_kwargs, "patient_ids": [patient]}, "all")
