@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -113,3 +114,38 @@ def test_smollm2_loads_with_tool_tokens_and_a_lora_over_them():
     model(ids, labels=ids).loss.backward()
     grads = {n: p.grad for n, p in model.named_parameters() if p.requires_grad}
     assert any("trainable_tokens_delta" in n and g is not None and g.abs().sum() > 0 for n, g in grads.items())
+
+
+def test_warm_start_chats_with_injected_mistakes_train_on_the_recovery_only():
+    """mistake_rate: some expert turns are typical mistakes marked untrained, the episodes still succeed, and SFT's
+    assistant mask leaves exactly those messages out; the key of a warm start without mistakes is unchanged."""
+    from worldgym.agents.llm.sft import _encode
+
+    plain = WarmStartConfig(model="tiny", difficulties=(3,), episodes_per_difficulty=6)
+    noisy = WarmStartConfig(**{**plain.__dict__, "mistake_rate": 0.3})
+    assert noisy.key() != plain.key()
+    assert plain.key() == WarmStartConfig(**{k: v for k, v in plain.__dict__.items() if k != "mistake_rate"}).key()
+    chats = expert_chats(noisy)
+    assert sum(chat.reward == 1.0 for chat in chats) >= 5
+    untrained = [m for chat in chats for m in chat.messages if m.get("train") is False]
+    assert untrained and all(m["role"] == "assistant" for m in untrained)
+
+    chat = next(c for c in chats if any(m.get("train") is False for m in c.messages))
+    tokenizer = train_chat_tokenizer([m["content"] for c in chats for m in c.messages], vocab_size=600,
+                                     tool_format="signatures")
+    ids, mask = _encode(tokenizer, chat, 100_000)
+    every = dataclasses.replace(chat, messages=[{k: v for k, v in m.items() if k != "train"} for m in chat.messages])
+    _, mask_every = _encode(tokenizer, every, 100_000)
+    runs, run = [], []  # each assistant message's token positions, in order
+    for i, bit in enumerate(mask_every):
+        if bit:
+            run.append(i)
+        elif run:
+            runs, run = runs + [run], []
+    assistant = [m for m in chat.messages if m["role"] == "assistant"]
+    assert len(runs + ([run] if run else [])) == len(assistant)
+    for positions, message in zip(runs + ([run] if run else []), assistant):
+        assert all(mask[i] == message.get("train", True) for i in positions)  # untrained messages' runs only
+    assert sum(mask) < sum(mask_every) and len(ids) == len(mask_every)
+    with pytest.raises(ValueError, match="only CSRPhone-v0's expert injects mistakes"):
+        WarmStartConfig(env_id="LongHealthQA-v0", difficulties=(), mistake_rate=0.1)

@@ -14,10 +14,15 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from worldgym.agents.llm.scoring import score_tokens
 from worldgym.config import check_field, check_positive_int, check_range
 
-__all__ = ["Chat", "ExpertPolicy", "SFTConfig", "collect_expert_chats", "sft_train"]
+__all__ = ["Chat", "ExpertPolicy", "SFTConfig", "Untrained", "collect_expert_chats", "sft_train"]
 
 # An expert sees the env (to read privileged state such as the answer), the observation and the info dict.
 ExpertPolicy = Callable[[gym.Env, str, dict[str, Any]], str]
+
+
+class Untrained(str):
+    """An expert's action that is executed but not learnt from, e.g. a mistake injected so that the chat shows
+    the expert's recovery from it (DART-style noise): its assistant message gets ``"train": False``."""
 
 
 @dataclass
@@ -83,7 +88,8 @@ def collect_expert_chats(
     max_turns: int = 16,
     system_prompt: str | None = None,
 ) -> list[Chat]:
-    """Run ``policy`` once per seed and record each episode as a chat (tool results as ``tool`` turns)."""
+    """Run ``policy`` once per seed and record each episode as a chat (tool results as ``tool`` turns; an
+    :class:`Untrained` action's message is marked ``"train": False``)."""
     env = make_env()
     chats = []
     for seed in env_seeds:
@@ -96,9 +102,10 @@ def collect_expert_chats(
         total = 0.0
         for _ in range(max_turns):
             action = policy(env, observation, info)
-            observation, reward, terminated, truncated, info = env.step(action)
+            observation, reward, terminated, truncated, info = env.step(str(action))
             total += float(reward)
-            messages.append({"role": "assistant", "content": action})
+            messages.append({"role": "assistant", "content": str(action)}
+                            | ({"train": False} if isinstance(action, Untrained) else {}))
             if terminated or truncated:
                 break
             messages.append({"role": "tool" if tools else "user", "content": str(observation)})
@@ -221,12 +228,30 @@ def _encode(tokenizer: PreTrainedTokenizerBase, chat: Chat, max_length: int) -> 
     ids, mask = list(encoded["input_ids"]), list(encoded["assistant_masks"])
     if not any(mask):
         raise ValueError("a chat has no assistant tokens; the chat template needs {% generation %} blocks")
+    _mask_untrained_messages(mask, [m for m in chat.messages if m["role"] == "assistant"])
     if not any(mask[:max_length]):  # every label would be ignored: the loss would be NaN
         raise ValueError(
             f"a chat of {len(ids)} tokens has no assistant token within the first max_length={max_length}; "
             "raise SFTConfig.max_length"
         )
     return ids[:max_length], mask[:max_length]
+
+
+def _mask_untrained_messages(mask: list[int], assistant_messages: list[dict[str, Any]]) -> None:
+    """Zero, in place, the assistant-mask run of every assistant message marked ``"train": False`` (the runs of
+    ones are the assistant messages, in order)."""
+    if all(message.get("train", True) for message in assistant_messages):
+        return
+    starts = [i for i, bit in enumerate(mask) if bit and (i == 0 or not mask[i - 1])]
+    if len(starts) != len(assistant_messages):
+        raise ValueError(f"the chat template marks {len(starts)} assistant spans for {len(assistant_messages)} "
+                         "assistant messages, so untrained messages cannot be told apart")
+    for start, message in zip(starts, assistant_messages):
+        if not message.get("train", True):
+            end = start
+            while end < len(mask) and mask[end]:
+                mask[end] = 0
+                end += 1
 
 
 def _pad(examples: list[tuple[list[int], list[int]]], pad_id: int) -> tuple[torch.Tensor, ...]:

@@ -17,13 +17,14 @@ from pathlib import Path
 from typing import Any, Literal
 
 import gymnasium as gym
+import numpy as np
 import torch
 from peft import LoraConfig, PeftModel, get_peft_model
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from worldgym.agents.llm.models import TINY_SIZES, build_tiny_model
 from worldgym.agents.llm.pretrained import load_chat_model
-from worldgym.agents.llm.sft import Chat, ExpertPolicy, SFTConfig, collect_expert_chats, sft_train
+from worldgym.agents.llm.sft import Chat, ExpertPolicy, SFTConfig, Untrained, collect_expert_chats, sft_train
 from worldgym.agents.llm.tokenizer import train_chat_tokenizer
 from worldgym.config import check_field, check_positive_int, check_range
 
@@ -52,6 +53,8 @@ class WarmStartConfig:
         shared_prefix_tokens: batch chats that open with this many identical tokens together and run their
             common opening once per batch (:class:`SFTConfig`; e.g. questions about one patient's long
             documents); 0: batches of similar length, and a pretrained model's activations recomputed.
+        mistake_rate: CSRPhone-v0 only: the share of the expert's turns replaced by a typical mistake that is
+            not trained on, so the chats teach recovering from it (:class:`CSRTextExpert`).
     """
 
     model: str = "smollm2-135m"
@@ -68,6 +71,7 @@ class WarmStartConfig:
     extra_special_tokens: tuple[str, ...] = ()
     seed: int = 0
     shared_prefix_tokens: int = 0
+    mistake_rate: float = 0.0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "difficulties", tuple(self.difficulties))
@@ -76,6 +80,9 @@ class WarmStartConfig:
             check_positive_int(name, getattr(self, name))
         check_range("learning_rate", self.learning_rate, 0, None, low_open=True)
         check_range("shared_prefix_tokens", self.shared_prefix_tokens, 0, None)
+        check_range("mistake_rate", self.mistake_rate, 0, 1, high_open=True)
+        check_field(not self.mistake_rate or self.env_id == "CSRPhone-v0", "mistake_rate", self.mistake_rate,
+                    "only CSRPhone-v0's expert injects mistakes: use 0")
         check_field("split" not in self.env_kwargs and "difficulty" not in self.env_kwargs, "env_kwargs",
                     self.env_kwargs, "drop 'split' and 'difficulty': expert chats always come from the train "
                     "split, at each of the config's difficulties")
@@ -86,11 +93,12 @@ class WarmStartConfig:
         return "full" if self.model in TINY_SIZES else "lora"
 
     def key(self) -> str:
-        """A readable cache key: model, env and a hash of every setting (``shared_prefix_tokens`` only when set,
-        so the warm starts cached before it existed keep their keys)."""
+        """A readable cache key: model, env and a hash of every setting (the settings added later only when set,
+        so the warm starts cached before them keep their keys)."""
         settings = asdict(self)
-        if not self.shared_prefix_tokens:
-            del settings["shared_prefix_tokens"]
+        for name in ("shared_prefix_tokens", "mistake_rate"):
+            if not settings[name]:
+                del settings[name]
         digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:12]
         return f"{self.model.replace('/', '_')}-{self.env_id}-{digest}"
 
@@ -108,20 +116,36 @@ class WarmStart:
 
 class CSRTextExpert:
     """CSRPhone-v0's scripted expert writing Hermes text, name first (a model picks the tool, then writes its
-    arguments); a new episode starts at every reset (``tools`` in info)."""
+    arguments); a new episode starts at every reset (``tools`` in info).
 
-    def __init__(self) -> None:
+    ``mistake_rate``: the share of turns where a typical agent mistake (:meth:`ExpertPolicy.mistake`) is executed
+    instead, as an :class:`Untrained` action: the chat then shows the expert recovering from it, the states a
+    cloned policy's own slips lead to (DART-style noise, Laskey et al. 2017), and SFT learns only the recovery.
+    """
+
+    def __init__(self, mistake_rate: float = 0.0, seed: int = 0) -> None:
         from worldgym.envs.csr_phone.policies import ExpertPolicy
 
         self._new_policy = ExpertPolicy
         self._policy = ExpertPolicy()
+        self.mistake_rate = mistake_rate
+        self._rng = np.random.default_rng(seed)
 
     def __call__(self, env: gym.Env, observation: str, info: dict[str, Any]) -> str:
         if "tools" in info:
             self._policy = self._new_policy()
             self._policy.reset(observation, info)
         call = self._policy.act(observation, info)
-        return f"<tool_call>\n{json.dumps({'name': call.name, 'arguments': call.arguments})}\n</tool_call>"
+        if self.mistake_rate and self._rng.random() < self.mistake_rate:
+            mistake = self._policy.mistake(call, self._rng)
+            if mistake is not None:
+                self._policy.executed(mistake)
+                return Untrained(_hermes(mistake))
+        return _hermes(call)
+
+
+def _hermes(call: Any) -> str:
+    return f"<tool_call>\n{json.dumps({'name': call.name, 'arguments': call.arguments})}\n</tool_call>"
 
 
 class MultipleChoiceExpert:
@@ -143,7 +167,8 @@ def expert_chats(config: WarmStartConfig, expert: ExpertPolicy | None = None) ->
 
     if expert is None and config.env_id not in EXPERTS:
         raise ValueError(f"no scripted expert for {config.env_id!r}; pass expert= (known: {sorted(EXPERTS)})")
-    expert = expert or EXPERTS[config.env_id]()
+    if expert is None:
+        expert = CSRTextExpert(config.mistake_rate, config.seed) if config.mistake_rate else EXPERTS[config.env_id]()
     chats: list[Chat] = []
     levels: tuple[int | None, ...] = config.difficulties or (None,)  # () : an env without difficulty levels
     for difficulty in levels:

@@ -52,12 +52,16 @@ class ExpertPolicy:
 
     It keeps a stack of departments to visit: the named department (or Customer Service, which routes), then
     every prerequisite a CSR names on top. Authentication values it has read are offered on every call.
+
+    It can also recover from calls it did not choose (:meth:`executed`, :meth:`mistake`): a reply from a number
+    that is not the department it means to reach is ignored, and it carries on with its plan.
     """
 
     def __init__(self) -> None:
         self._fields: dict[str, str] = {}
         self._company = ""
         self._directory: dict[str, str] = {}
+        self._other_numbers: list[str] = []  # the search's numbers of other (similarly named) companies
         self._auth: dict[str, str] = {}
         self._stack: list[str] = []
         self._wanted: list[str] = []
@@ -69,12 +73,12 @@ class ExpertPolicy:
         self._fields = _field_phrases(info)
         self._company = prompt.get("Company", "")
         self._stack = [prompt.get("Department", ROUTER_DEPARTMENT)]
-        self._directory, self._auth, self._wanted, self._last = {}, {}, [], None
+        self._directory, self._other_numbers, self._auth, self._wanted, self._last = {}, [], {}, [], None
 
     def act(self, observation: str, info: dict[str, Any]) -> ToolCall:
         """Digest the last result, then: search first, fetch requested fields, else call the stack top."""
         if self._last is not None:
-            self._digest(self._last.name, observation, info.get("response_type", ""))
+            self._digest(self._last, observation, info.get("response_type", ""))
         if not self._directory:
             call = ToolCall("search_company", {"company": self._company})
         elif self._wanted:
@@ -85,14 +89,40 @@ class ExpertPolicy:
         self._last = call
         return call
 
-    def _digest(self, tool: str, observation: str, response_type: str) -> None:
-        if tool == "search_company":
+    def executed(self, call: ToolCall) -> None:
+        """Record that ``call`` ran instead of the one :meth:`act` returned: its result is the one digested next."""
+        self._last = call
+
+    def mistake(self, call: ToolCall, rng: np.random.Generator) -> ToolCall | None:
+        """A typical agent mistake in place of ``call`` (the next correct call), or None when none fits: dialling
+        a similarly named company's number, dialling the last number again, or calling without fetching the
+        details a representative asked for. None of them changes the task's state, so the expert's plan still
+        holds after it (run it through :meth:`executed`)."""
+        options: list[ToolCall] = []
+        if call.name == "make_phone_call" and self._other_numbers:
+            number = self._other_numbers[int(rng.integers(len(self._other_numbers)))]
+            options.append(ToolCall("make_phone_call", {**call.arguments, "phone_number": number}))
+        last = self._last
+        if (call.name == "make_phone_call" and last is not None and last.name == "make_phone_call"
+                and last.arguments.get("phone_number") != call.arguments["phone_number"]):
+            options.append(last)
+        if call.name == "auth_info_form" and self._stack[-1] in self._directory:
+            options.append(ToolCall("make_phone_call", {"phone_number": self._directory[self._stack[-1]],
+                                                        "auth_info": dict(self._auth)}))
+        return options[int(rng.integers(len(options)))] if options else None
+
+    def _digest(self, call: ToolCall, observation: str, response_type: str) -> None:
+        if call.name == "search_company":
             self._directory = _read_directory(observation, self._company)
-        elif tool == "auth_info_form":
+            known = set(self._directory.values())
+            self._other_numbers = [n for n in _PHONE_NUMBER.findall(observation) if n not in known]
+        elif call.name == "auth_info_form":
             self._auth.update(_FORM_LINE.findall(observation))
-            self._wanted = []
-        elif tool == "make_phone_call":
-            self._digest_reply(observation, response_type)
+            self._wanted = [key for key in self._wanted if key not in self._auth]
+        elif call.name == "make_phone_call":
+            # only the department it means to reach moves the plan (a mistaken call's reply is ignored)
+            if call.arguments.get("phone_number") == self._directory.get(self._stack[-1], ""):
+                self._digest_reply(observation, response_type)
 
     def _digest_reply(self, reply: str, response_type: str) -> None:
         called = self._stack[-1]
