@@ -7,6 +7,7 @@ into ``benchmarks/results/csr_policy.json`` and draws ``csr_policy.png``.
     python benchmarks/csr_policy.py random                                  # RandomPolicy, d1-d5 (seconds)
     python benchmarks/csr_policy.py warm-start --model tiny                 # SFT (cached) + eval, free/constrained
     python benchmarks/csr_policy.py warm-start --model smollm2-135m --decodings free
+    python benchmarks/csr_policy.py warm-start --model smollm2-135m --decodings free --mistake-rate 0.15  # DART
     python benchmarks/csr_policy.py dapo --model tiny --decoding constrained --difficulty 1 --seed 0
     python benchmarks/csr_policy.py dapo --model smollm2-135m --decoding free --difficulty 3 --seed 0
     python benchmarks/csr_policy.py sampled --model smollm2-135m --decoding free --difficulty 3  # by temperature
@@ -63,6 +64,8 @@ def runs_dir(args: argparse.Namespace) -> Path:
 
 def warm_start(args: argparse.Namespace) -> WarmStart:
     config = CSR_PRESETS[args.model].warm_start
+    if getattr(args, "mistake_rate", 0.0):  # the preset's warm start, its chats with injected mistakes
+        config = replace(config, mistake_rate=args.mistake_rate)
     if args.quick:  # a few expert chats at d1, one epoch: trains in about a second
         config = replace(config, difficulties=(1,), episodes_per_difficulty=8, epochs=1)
     return load_or_train_warm_start(config, cache_dir=runs_dir(args) / "warm_starts")
@@ -97,7 +100,8 @@ def run_warm_start(args: argparse.Namespace) -> None:
     so difficulties can be run in separate invocations (and an interrupted run keeps what it measured)."""
     ws = warm_start(args)
     ws.model.eval()
-    path = results_dir(args) / "csr_policy" / f"{args.model}-warm_start.json"
+    name = f"{args.model}-warm_start" + (f"-mistakes{args.mistake_rate:g}" if args.mistake_rate else "")
+    path = results_dir(args) / "csr_policy" / f"{name}.json"
     part: dict[str, Any] = json.loads(path.read_text()) if path.is_file() else {}
     if part.get("key") != ws.path.name:  # rows of another warm start are not merged with this one's
         part = {}
@@ -110,7 +114,7 @@ def run_warm_start(args: argparse.Namespace) -> None:
             probes = [r["copy_probe"] for r in rows.values() if r["copy_probe"] is not None]
             part[decoding] = {"success": {d: r["success"] for d, r in sorted(rows.items())},
                               "copy_probe": float(np.mean(probes)) if probes else None, "by_difficulty": rows}
-            _write_part(args, f"{args.model}-warm_start", part)
+            _write_part(args, name, part)
 
 
 def run_dapo(args: argparse.Namespace) -> None:
@@ -190,6 +194,9 @@ def run_report(args: argparse.Namespace) -> None:
         if f"{model}-warm_start" in parts:
             ws = parts[f"{model}-warm_start"]
             entry["warm_start"] = {d: ws[d] for d in ("free", "constrained") if d in ws}
+        for name in (n for n in parts if n.startswith(f"{model}-warm_start-mistakes")):  # DART-style chats
+            entry.setdefault("warm_start_with_mistakes", {})[name.rsplit("-mistakes", 1)[1]] = {
+                d: parts[name][d] for d in ("free", "constrained") if d in parts[name]}
         runs = [p for name, p in parts.items() if name.startswith(f"{model}-dapo-")]
         key = parts.get(f"{model}-warm_start", {}).get("key")
         others = [p for p in runs if p.get("warm_start_key", key) != key]  # (runs before the key was recorded
@@ -222,6 +229,9 @@ def run_report(args: argparse.Namespace) -> None:
     for model in CSR_PRESETS:
         for decoding, entry in report.get(model, {}).get("warm_start", {}).items():
             print(f"{model} warm start ({decoding}):", entry["success"], "copy probe", entry["copy_probe"])
+        for rate, by_decoding in report.get(model, {}).get("warm_start_with_mistakes", {}).items():
+            for decoding, entry in by_decoding.items():
+                print(f"{model} warm start, mistakes {rate} ({decoding}):", entry["success"])
         for decoding, runs in report.get(model, {}).get("dapo", {}).items():
             for difficulty, row in runs["success"].items():
                 print(f"{model} DAPO ({decoding}) d{difficulty}: start {row['start']} -> {row['seeds']} "
@@ -285,6 +295,9 @@ def main(argv: list[str] | None = None) -> None:
     warm.add_argument("--decodings", nargs="+", choices=["free", "constrained"], default=["free", "constrained"])
     warm.add_argument("--difficulties", type=int, nargs="+", default=list(DIFFICULTIES))
     warm.add_argument("--episodes", type=int, default=64, help="validation episodes per difficulty")
+    warm.add_argument("--mistake-rate", type=float, default=0.0,
+                      help="train the warm start on expert chats with this share of injected, untrained mistakes "
+                           "(WarmStartConfig.mistake_rate; its own cache and part file)")
     dapo = sub.add_parser("dapo", help="DAPO from the warm start on the 0/1 reward (resumable)", parents=common)
     dapo.add_argument("--model", choices=sorted(CSR_PRESETS), required=True)
     dapo.add_argument("--decoding", choices=["free", "constrained"], required=True)
