@@ -257,6 +257,8 @@ def report(args: argparse.Namespace) -> None:
             runs = sorted((p for p in chosen if p["mode"] == mode), key=lambda p: p["seed"])
             reached = [tasks_to_threshold(p, args.threshold) for p in runs]
             seconds = [s for p in runs for s in p["step_seconds"]]
+            by_difficulty = {d: [p.get("final_by_difficulty", {}).get(d) for p in runs]
+                             for d in sorted({d for p in runs for d in p.get("final_by_difficulty", {})})}
             rows[mode] = {
                 "seeds": [p["seed"] for p in runs],
                 "steps_done": [p.get("steps_done", p["steps"]) for p in runs],
@@ -266,9 +268,9 @@ def report(args: argparse.Namespace) -> None:
                 "tasks_to_threshold": [t for t, _ in reached],
                 "steps_to_threshold": [s for _, s in reached],
                 "final_wm_token_accuracy": [p["final_eval"].get("eval/wm_token_accuracy") for p in runs],
-                "final_success_by_difficulty": {
-                    d: [p.get("final_by_difficulty", {}).get(d) for p in runs]
-                    for d in sorted({d for p in runs for d in p.get("final_by_difficulty", {})})},
+                "final_success_by_difficulty": by_difficulty,
+                "final_success_by_difficulty_mean": {  # over the runs that have it
+                    d: float(np.mean([v for v in values if v is not None])) for d, values in by_difficulty.items()},
                 "wm_success_correlation": [p["wm_success_correlation"] for p in runs],
                 "aux_grad_norm_ratio_range": [p.get("aux_grad_norm_ratio_range") for p in runs],
                 "aux_grad_scale_range": [p.get("aux_grad_scale_range") for p in runs],
