@@ -8,6 +8,8 @@ into ``benchmarks/results/csr_policy.json`` and draws ``csr_policy.png``.
     python benchmarks/csr_policy.py warm-start --model tiny                 # SFT (cached) + eval, free/constrained
     python benchmarks/csr_policy.py warm-start --model smollm2-135m --decodings free
     python benchmarks/csr_policy.py warm-start --model smollm2-135m --decodings free --mistake-rate 0.15  # DART
+    python benchmarks/csr_policy.py warm-start --model smollm2-135m --decodings free --difficulties 3 \
+        --mistake-rate 0.2 --continue-on 3          # the preset's warm start, trained on at d3 with mistakes
     python benchmarks/csr_policy.py dapo --model tiny --decoding constrained --difficulty 1 --seed 0
     python benchmarks/csr_policy.py dapo --model smollm2-135m --decoding free --difficulty 3 --seed 0
     python benchmarks/csr_policy.py sampled --model smollm2-135m --decoding free --difficulty 3  # by temperature
@@ -64,11 +66,20 @@ def runs_dir(args: argparse.Namespace) -> Path:
 
 def warm_start(args: argparse.Namespace) -> WarmStart:
     config = CSR_PRESETS[args.model].warm_start
-    if getattr(args, "mistake_rate", 0.0):  # the preset's warm start, its chats with injected mistakes
-        config = replace(config, mistake_rate=args.mistake_rate)
     if args.quick:  # a few expert chats at d1, one epoch: trains in about a second
         config = replace(config, difficulties=(1,), episodes_per_difficulty=8, epochs=1)
+    if getattr(args, "continue_on", None):  # the preset's warm start trained on, on these difficulties' chats
+        load_or_train_warm_start(config, cache_dir=runs_dir(args) / "warm_starts")  # (trained first if need be)
+        config = replace(config, continue_from=config.key(), difficulties=tuple(args.continue_on))
+    if getattr(args, "mistake_rate", 0.0):  # its chats with injected, untrained mistakes
+        config = replace(config, mistake_rate=args.mistake_rate)
     return load_or_train_warm_start(config, cache_dir=runs_dir(args) / "warm_starts")
+
+
+def warm_start_label(args: argparse.Namespace) -> str:
+    """The part-file name of the warm start ``args`` select (the preset's, or one with mistakes / continued)."""
+    return (f"{args.model}-warm_start" + (f"-mistakes{args.mistake_rate:g}" if args.mistake_rate else "")
+            + ("-continued-d" + "".join(map(str, args.continue_on)) if args.continue_on else ""))
 
 
 def evaluate(ws: WarmStart, model: str, difficulty: int, episodes: int, decoding: str, split: str = "validation",
@@ -100,7 +111,7 @@ def run_warm_start(args: argparse.Namespace) -> None:
     so difficulties can be run in separate invocations (and an interrupted run keeps what it measured)."""
     ws = warm_start(args)
     ws.model.eval()
-    name = f"{args.model}-warm_start" + (f"-mistakes{args.mistake_rate:g}" if args.mistake_rate else "")
+    name = warm_start_label(args)
     path = results_dir(args) / "csr_policy" / f"{name}.json"
     part: dict[str, Any] = json.loads(path.read_text()) if path.is_file() else {}
     if part.get("key") != ws.path.name:  # rows of another warm start are not merged with this one's
@@ -194,8 +205,8 @@ def run_report(args: argparse.Namespace) -> None:
         if f"{model}-warm_start" in parts:
             ws = parts[f"{model}-warm_start"]
             entry["warm_start"] = {d: ws[d] for d in ("free", "constrained") if d in ws}
-        for name in (n for n in parts if n.startswith(f"{model}-warm_start-mistakes")):  # DART-style chats
-            entry.setdefault("warm_start_with_mistakes", {})[name.rsplit("-mistakes", 1)[1]] = {
+        for name in (n for n in parts if n.startswith(f"{model}-warm_start-")):  # mistakes, continued
+            entry.setdefault("other_warm_starts", {})[name.removeprefix(f"{model}-warm_start-")] = {
                 d: parts[name][d] for d in ("free", "constrained") if d in parts[name]}
         runs = [p for name, p in parts.items() if name.startswith(f"{model}-dapo-")]
         key = parts.get(f"{model}-warm_start", {}).get("key")
@@ -229,9 +240,9 @@ def run_report(args: argparse.Namespace) -> None:
     for model in CSR_PRESETS:
         for decoding, entry in report.get(model, {}).get("warm_start", {}).items():
             print(f"{model} warm start ({decoding}):", entry["success"], "copy probe", entry["copy_probe"])
-        for rate, by_decoding in report.get(model, {}).get("warm_start_with_mistakes", {}).items():
+        for label, by_decoding in report.get(model, {}).get("other_warm_starts", {}).items():
             for decoding, entry in by_decoding.items():
-                print(f"{model} warm start, mistakes {rate} ({decoding}):", entry["success"])
+                print(f"{model} warm start {label} ({decoding}):", entry["success"])
         for decoding, runs in report.get(model, {}).get("dapo", {}).items():
             for difficulty, row in runs["success"].items():
                 print(f"{model} DAPO ({decoding}) d{difficulty}: start {row['start']} -> {row['seeds']} "
@@ -298,6 +309,9 @@ def main(argv: list[str] | None = None) -> None:
     warm.add_argument("--mistake-rate", type=float, default=0.0,
                       help="train the warm start on expert chats with this share of injected, untrained mistakes "
                            "(WarmStartConfig.mistake_rate; its own cache and part file)")
+    warm.add_argument("--continue-on", type=int, nargs="+", choices=DIFFICULTIES,
+                      help="go on training the preset's warm start on these difficulties' expert chats (with "
+                           "--mistake-rate's mistakes) instead of training one from the model")
     dapo = sub.add_parser("dapo", help="DAPO from the warm start on the 0/1 reward (resumable)", parents=common)
     dapo.add_argument("--model", choices=sorted(CSR_PRESETS), required=True)
     dapo.add_argument("--decoding", choices=["free", "constrained"], required=True)

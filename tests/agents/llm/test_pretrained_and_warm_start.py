@@ -149,3 +149,25 @@ def test_warm_start_chats_with_injected_mistakes_train_on_the_recovery_only():
     assert sum(mask) < sum(mask_every) and len(ids) == len(mask_every)
     with pytest.raises(ValueError, match="only CSRPhone-v0's expert injects mistakes"):
         WarmStartConfig(env_id="LongHealthQA-v0", difficulties=(), mistake_rate=0.1)
+
+
+def test_a_warm_start_continues_another_on_new_chats(tmp_path):
+    """continue_from: the base warm start's weights and tokenizer go on training on the new config's chats (here
+    d2 with mistakes); a missing base or one of another model is refused."""
+    base = WarmStartConfig(model="tiny", difficulties=(1,), episodes_per_difficulty=4, epochs=1, batch_size=4)
+    first = load_or_train_warm_start(base, cache_dir=tmp_path, progress=False, log=lambda _: None)
+    more = WarmStartConfig(**{**base.__dict__, "difficulties": (2,), "mistake_rate": 0.3,
+                              "continue_from": base.key()})
+    second = load_or_train_warm_start(more, cache_dir=tmp_path, progress=False, log=lambda _: None)
+    assert second.path.name == more.key() != base.key() and second.summary["chats"] == 4
+    assert second.tokenizer.get_vocab() == first.tokenizer.get_vocab()
+    moved = [not torch.equal(a, b) for a, b in zip(first.model.state_dict().values(),
+                                                   second.model.state_dict().values())]
+    assert any(moved)
+    assert load_or_train_warm_start(more, cache_dir=tmp_path, progress=False).summary == second.summary  # cached
+    with pytest.raises(FileNotFoundError, match="continue_from='nope': no such warm start"):
+        load_or_train_warm_start(WarmStartConfig(**{**more.__dict__, "continue_from": "nope"}), cache_dir=tmp_path,
+                                 progress=False, log=lambda _: None)
+    with pytest.raises(ValueError, match="is a warm start of 'tiny', not of 'small'"):
+        load_or_train_warm_start(WarmStartConfig(**{**more.__dict__, "model": "small"}), cache_dir=tmp_path,
+                                 progress=False, log=lambda _: None)

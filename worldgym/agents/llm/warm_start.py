@@ -55,6 +55,9 @@ class WarmStartConfig:
             documents); 0: batches of similar length, and a pretrained model's activations recomputed.
         mistake_rate: CSRPhone-v0 only: the share of the expert's turns replaced by a typical mistake that is
             not trained on, so the chats teach recovering from it (:class:`CSRTextExpert`).
+        continue_from: the key of a cached (or shipped) warm start of the same model to go on training (its
+            weights, adapter and tokenizer) on these chats, e.g. the harder difficulties with mistakes; empty:
+            start from the model itself.
     """
 
     model: str = "smollm2-135m"
@@ -72,6 +75,7 @@ class WarmStartConfig:
     seed: int = 0
     shared_prefix_tokens: int = 0
     mistake_rate: float = 0.0
+    continue_from: str = ""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "difficulties", tuple(self.difficulties))
@@ -96,7 +100,7 @@ class WarmStartConfig:
         """A readable cache key: model, env and a hash of every setting (the settings added later only when set,
         so the warm starts cached before them keep their keys)."""
         settings = asdict(self)
-        for name in ("shared_prefix_tokens", "mistake_rate"):
+        for name in ("shared_prefix_tokens", "mistake_rate", "continue_from"):
             if not settings[name]:
                 del settings[name]
         digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:12]
@@ -203,7 +207,10 @@ def load_or_train_warm_start(
             return _load(folder, config)
     start = time.perf_counter()
     chats = expert_chats(config, expert)
-    if config.finetune == "full":
+    if config.continue_from:
+        base = _load_key(config.continue_from, Path(cache_dir), config.model)
+        model, tokenizer = base.model, base.tokenizer
+    elif config.finetune == "full":
         corpus = [m["content"] for chat in chats for m in chat.messages]
         corpus += [json.dumps(t) for t in (chats[0].tools or [])]
         tokenizer = train_chat_tokenizer(corpus, vocab_size=2000, extra_special_tokens=config.extra_special_tokens,
@@ -252,11 +259,27 @@ def _save(path: Path, config: WarmStartConfig, model: PreTrainedModel, tokenizer
     partial.rename(path)
 
 
+def _load_key(key: str, cache_dir: Path, model: str) -> WarmStart:
+    """The warm start cached (or shipped) under ``key``, which must be of ``model``."""
+    for folder in (cache_dir / key, PACKAGED_WARM_STARTS / key):
+        if (folder / "warm_start.json").is_file():
+            saved = _saved_config(json.loads((folder / "warm_start.json").read_text()))
+            if saved.model != model:
+                raise ValueError(f"continue_from={key!r} is a warm start of {saved.model!r}, not of {model!r}")
+            return _load(folder, saved)
+    raise FileNotFoundError(f"continue_from={key!r}: no such warm start in {cache_dir} or among the shipped ones "
+                            f"({PACKAGED_WARM_STARTS}); train it first")
+
+
+def _saved_config(record: dict[str, Any]) -> WarmStartConfig:
+    return WarmStartConfig(**{**record["config"], "difficulties": tuple(record["config"]["difficulties"])})
+
+
 def _load(path: Path, config: WarmStartConfig) -> WarmStart:
     record = json.loads((path / "warm_start.json").read_text())
     if record.get("format_version") != _FORMAT_VERSION:
         raise ValueError(f"{path}: warm start format {record.get('format_version')}, expected {_FORMAT_VERSION}")
-    saved = WarmStartConfig(**{**record["config"], "difficulties": tuple(record["config"]["difficulties"])})
+    saved = _saved_config(record)
     if saved != config:
         raise ValueError(f"{path} holds a warm start of other settings: {asdict(saved)}")
     if config.finetune == "full":
