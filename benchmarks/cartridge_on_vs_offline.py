@@ -57,6 +57,7 @@ import numpy as np
 
 import worldgym  # noqa: F401  (registers the ids)
 from worldgym.agents.cartridge import CartridgeDistillConfig, CartridgeDistillTrainer
+from worldgym.agents.cartridge.trainer import teacher_warm_start_config
 from worldgym.agents.cartridge.views import QuestionBySeed, split_patients
 from worldgym.agents.grpo.trainer import make_text_env
 from worldgym.agents.llm.evaluation import evaluate_chat_policy
@@ -189,10 +190,20 @@ def teacher(args: argparse.Namespace) -> None:
         accuracy[name] = metrics["eval/success_rate"]
         print(f"{model_label(args)} {name}: {accuracy[name]:.3f} ({questions[name]} questions)")
     part = {"model": model_label(args), "accuracy": accuracy, "questions": questions, "chance": CHANCE,
-            "seconds": time.perf_counter() - start, "quick": args.quick,
+            "seconds": time.perf_counter() - start, "quick": args.quick, "warmup": warmup_summary(config),
             "command": f"python benchmarks/cartridge_on_vs_offline.py teacher --model {args.model} --questions "
                        f"{args.questions}" + _warmup_flags(args) + (" --quick" if args.quick else "")}
     write_json(results_dir(args) / "cartridge_teacher" / f"{model_label(args)}.json", part)
+
+
+def warmup_summary(config: CartridgeDistillConfig) -> dict[str, Any] | None:
+    """What the teacher's warm-up recorded (chats, tokens, seconds, first and last loss, every loss), or None
+    without one."""
+    if not config.warms_up_teacher:
+        return None
+    warm = teacher_warm_start_config(config)
+    record = json.loads((Path(config.warm_start_dir) / warm.key() / "warm_start.json").read_text())
+    return {"key": warm.key(), **record["summary"]}
 
 
 def _warmup_flags(args: argparse.Namespace) -> str:

@@ -233,8 +233,14 @@ def _cartridge(data: Results) -> str:
                 f"{key} {'n/a' if row['recovery_of_means'] is None else _pct(row['recovery_of_means'])}"
                 for key, row in runs.items())
         else:
-            text += "; accuracy not meaningful (the tiny teacher does not read)"
+            text += "; accuracy not meaningful (the teacher does not read)"
         parts.append(text)
+    for model, teacher in data.get("teachers", {}).items():
+        accuracy = teacher["accuracy"]
+        parts.append(f"teacher {model}: greedy held-out accuracy {_pct(accuracy['held_out_documents'])} with the "
+                     f"documents, {_pct(accuracy['held_out_none'])} without, {_pct(accuracy['train_documents'])} on "
+                     f"its warm-up's questions ({teacher['questions']['held_out_documents']} questions each, chance "
+                     f"{_pct(teacher['chance'])})")
     return "; ".join(parts)
 
 
