@@ -183,6 +183,9 @@ def _csr_policy(data: Results) -> str:
             continue
         for decoding, ws in entry.get("warm_start", {}).items():
             parts.append(f"{model} warm start ({decoding}) {_pcts(ws['success'])}")
+        for label, by_decoding in entry.get("other_warm_starts", {}).items():
+            for decoding, ws in by_decoding.items():
+                parts.append(f"{model} warm start {label} ({decoding}) {_pcts(ws['success'])}")
         for decoding, runs in entry.get("dapo", {}).items():
             for difficulty, row in runs["success"].items():
                 temperatures = row.get("temperatures", [1.0])
