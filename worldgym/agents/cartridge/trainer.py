@@ -83,9 +83,9 @@ class CartridgeDistillTrainer:
         tokenizer: PreTrainedTokenizerBase | None = None,
     ) -> None:
         self.config = config
+        self.patient_id = config.patient_id or self._default_patient()
         self.model, self.tokenizer = self._model_and_tokenizer(model, tokenizer)
         self.model.requires_grad_(False).eval().to(config.device)
-        self.patient_id = config.patient_id or self._default_patient()
         self.documents = patient_documents(config.env_id, config.env_kwargs, self.patient_id)
         self._check_documents_fit()
         self.cartridge = self._new_cartridge().to(config.device)
@@ -136,12 +136,12 @@ class CartridgeDistillTrainer:
         c = self.config
         if not c.warmup_env_kwargs:  # the panel's own training patients: the default patient is a test one
             return
-        patient = self.config.patient_id or self._default_patient()
-        documents = split_documents(c.env_id, {**c.env_kwargs, "patient_ids": [patient]}, "all")
+        documents = split_documents(c.env_id, {**c.env_kwargs, "patient_ids": [self.patient_id]}, "all")
         if documents & split_documents(c.env_id, c.warmup_env_kwargs, "train"):
             raise CartridgeError(
-                f"warmup_env_kwargs={c.warmup_env_kwargs} trains the teacher on patient {patient}'s documents: "
-                "warm up on another panel (another panel_seed) or distil a patient outside its training split")
+                f"warmup_env_kwargs={c.warmup_env_kwargs} trains the teacher on patient {self.patient_id}'s "
+                "documents: warm up on another panel (another panel_seed) or distil a patient outside its "
+                "training split")
 
     def _check_documents_fit(self) -> None:
         """Refuse a patient whose documents leave no room for the question and the answer in the teacher's

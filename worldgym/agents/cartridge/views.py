@@ -52,17 +52,18 @@ def patient_documents(env_id: str, env_kwargs: dict[str, Any], patient_id: str) 
 
 def split_patients(env_id: str, env_kwargs: dict[str, Any], split: str) -> list[str]:
     """The patients of a patient-level ``split``, in panel order."""
-    env = make_text_env(env_id, {**env_kwargs, "split": split, "split_by": "patient"}, False)
-    try:
-        return list(dict.fromkeys(patient.patient_id for patient, _ in env.unwrapped.items))
-    finally:
-        env.close()
+    return list(dict.fromkeys(patient.patient_id for patient, _ in _patient_split(env_id, env_kwargs, split)))
 
 
 def split_documents(env_id: str, env_kwargs: dict[str, Any], split: str) -> set[str]:
     """Every document text of a patient-level ``split``'s patients (``env_kwargs`` may name the patients)."""
+    return {text for patient, _ in _patient_split(env_id, env_kwargs, split) for text in patient.texts.values()}
+
+
+def _patient_split(env_id: str, env_kwargs: dict[str, Any], split: str) -> list[tuple[Any, Any]]:
+    """The (patient, question) items of a patient-level ``split``."""
     env = make_text_env(env_id, {**env_kwargs, "split": split, "split_by": "patient"}, False)
     try:
-        return {text for patient, _ in env.unwrapped.items for text in patient.texts.values()}
+        return list(env.unwrapped.items)
     finally:
         env.close()

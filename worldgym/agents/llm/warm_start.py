@@ -202,9 +202,9 @@ def load_or_train_warm_start(
     """The warm start with these settings, from ``cache_dir/<config.key()>``, else from the package's shipped warm
     starts (:data:`PACKAGED_WARM_STARTS`), else trained (and saved to ``cache_dir``) now."""
     path = Path(cache_dir) / config.key()
-    for folder in (path, PACKAGED_WARM_STARTS / config.key()):
-        if (folder / "warm_start.json").is_file():
-            return _load(folder, config)
+    folder = _cached_folder(config.key(), Path(cache_dir))
+    if folder is not None:
+        return _load(folder, config)
     start = time.perf_counter()
     chats = expert_chats(config, expert)
     if config.continue_from:
@@ -261,14 +261,22 @@ def _save(path: Path, config: WarmStartConfig, model: PreTrainedModel, tokenizer
 
 def _load_key(key: str, cache_dir: Path, model: str) -> WarmStart:
     """The warm start cached (or shipped) under ``key``, which must be of ``model``."""
+    folder = _cached_folder(key, cache_dir)
+    if folder is None:
+        raise FileNotFoundError(f"continue_from={key!r}: no such warm start in {cache_dir} or among the shipped "
+                                f"ones ({PACKAGED_WARM_STARTS}); train it first")
+    saved = _saved_config(json.loads((folder / "warm_start.json").read_text()))
+    if saved.model != model:
+        raise ValueError(f"continue_from={key!r} is a warm start of {saved.model!r}, not of {model!r}")
+    return _load(folder, saved)
+
+
+def _cached_folder(key: str, cache_dir: Path) -> Path | None:
+    """The complete warm start saved under ``key`` in ``cache_dir``, else among the shipped ones, else None."""
     for folder in (cache_dir / key, PACKAGED_WARM_STARTS / key):
         if (folder / "warm_start.json").is_file():
-            saved = _saved_config(json.loads((folder / "warm_start.json").read_text()))
-            if saved.model != model:
-                raise ValueError(f"continue_from={key!r} is a warm start of {saved.model!r}, not of {model!r}")
-            return _load(folder, saved)
-    raise FileNotFoundError(f"continue_from={key!r}: no such warm start in {cache_dir} or among the shipped ones "
-                            f"({PACKAGED_WARM_STARTS}); train it first")
+            return folder
+    return None
 
 
 def _saved_config(record: dict[str, Any]) -> WarmStartConfig:

@@ -84,10 +84,17 @@ class ExpertPolicy:
         elif self._wanted:
             call = ToolCall("auth_info_form", {"fields": self._wanted})
         else:
-            number = self._directory.get(self._stack[-1], "")
-            call = ToolCall("make_phone_call", {"phone_number": number, "auth_info": dict(self._auth)})
+            call = self._call_top()
         self._last = call
         return call
+
+    def _top_number(self) -> str:
+        """The number of the department it means to reach ("" when the search did not list it)."""
+        return self._directory.get(self._stack[-1], "")
+
+    def _call_top(self) -> ToolCall:
+        """A call to the department it means to reach, offering every value it has read."""
+        return ToolCall("make_phone_call", {"phone_number": self._top_number(), "auth_info": dict(self._auth)})
 
     def executed(self, call: ToolCall) -> None:
         """Record that ``call`` ran instead of the one :meth:`act` returned: its result is the one digested next."""
@@ -106,9 +113,8 @@ class ExpertPolicy:
         if (call.name == "make_phone_call" and last is not None and last.name == "make_phone_call"
                 and last.arguments.get("phone_number") != call.arguments["phone_number"]):
             options.append(last)
-        if call.name == "auth_info_form" and self._stack[-1] in self._directory:
-            options.append(ToolCall("make_phone_call", {"phone_number": self._directory[self._stack[-1]],
-                                                        "auth_info": dict(self._auth)}))
+        if call.name == "auth_info_form" and self._top_number():
+            options.append(self._call_top())
         return options[int(rng.integers(len(options)))] if options else None
 
     def _digest(self, call: ToolCall, observation: str, response_type: str) -> None:
@@ -121,7 +127,7 @@ class ExpertPolicy:
             self._wanted = [key for key in self._wanted if key not in self._auth]
         elif call.name == "make_phone_call":
             # only the department it means to reach moves the plan (a mistaken call's reply is ignored)
-            if call.arguments.get("phone_number") == self._directory.get(self._stack[-1], ""):
+            if call.arguments.get("phone_number") == self._top_number():
                 self._digest_reply(observation, response_type)
 
     def _digest_reply(self, reply: str, response_type: str) -> None:
