@@ -39,7 +39,7 @@ import numpy as np
 import worldgym  # noqa: F401  (registers the ids)
 from worldgym.agents.grpo import CSR_PRESETS, GRPOTrainer, make_text_env
 from worldgym.agents.llm.evaluation import evaluate_chat_policy
-from worldgym.agents.llm.warm_start import WarmStart, load_or_train_warm_start
+from worldgym.agents.llm.warm_start import WarmStart, is_cached, load_or_train_warm_start
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a file: find the benchmarks package
 from benchmarks.common import (
@@ -68,18 +68,32 @@ def warm_start(args: argparse.Namespace) -> WarmStart:
     config = CSR_PRESETS[args.model].warm_start
     if args.quick:  # a few expert chats at d1, one epoch: trains in about a second
         config = replace(config, difficulties=(1,), episodes_per_difficulty=8, epochs=1)
-    if getattr(args, "continue_on", None):  # the preset's warm start trained on, on these difficulties' chats
-        load_or_train_warm_start(config, cache_dir=runs_dir(args) / "warm_starts")  # (trained first if need be)
-        config = replace(config, continue_from=config.key(), difficulties=tuple(args.continue_on))
-    if getattr(args, "mistake_rate", 0.0):  # its chats with injected, untrained mistakes
+    cache = runs_dir(args) / "warm_starts"
+    base = config
+    if args.continue_on:  # the preset's warm start trained on, on these difficulties' chats
+        config = replace(config, continue_from=base.key(), difficulties=tuple(args.continue_on))
+    if args.mistake_rate:  # its chats with injected, untrained mistakes
         config = replace(config, mistake_rate=args.mistake_rate)
-    return load_or_train_warm_start(config, cache_dir=runs_dir(args) / "warm_starts")
+    if config.continue_from and not is_cached(config, cache):
+        load_or_train_warm_start(base, cache_dir=cache)  # the warm start to continue, trained first if need be
+    return load_or_train_warm_start(config, cache_dir=cache)
+
+
+def warm_start_suffix(args: argparse.Namespace) -> str:
+    """Names of the warm start ``args`` select: "" for the preset's, else e.g. ``-mistakes0.2-continued-d3``."""
+    return ((f"-mistakes{args.mistake_rate:g}" if args.mistake_rate else "")
+            + ("-continued-d" + "".join(map(str, args.continue_on)) if args.continue_on else ""))
 
 
 def warm_start_label(args: argparse.Namespace) -> str:
     """The part-file name of the warm start ``args`` select (the preset's, or one with mistakes / continued)."""
-    return (f"{args.model}-warm_start" + (f"-mistakes{args.mistake_rate:g}" if args.mistake_rate else "")
-            + ("-continued-d" + "".join(map(str, args.continue_on)) if args.continue_on else ""))
+    return f"{args.model}-warm_start{warm_start_suffix(args)}"
+
+
+def warm_start_command(args: argparse.Namespace) -> str:
+    """The warm-start flags given, as they were written (for a results file's ``command``)."""
+    return ((f" --mistake-rate {args.mistake_rate:g}" if args.mistake_rate else "")
+            + (" --continue-on " + " ".join(map(str, args.continue_on)) if args.continue_on else ""))
 
 
 def evaluate(ws: WarmStart, model: str, difficulty: int, episodes: int, decoding: str, split: str = "validation",
@@ -131,7 +145,8 @@ def run_warm_start(args: argparse.Namespace) -> None:
 def run_dapo(args: argparse.Namespace) -> None:
     preset = CSR_PRESETS[args.model]
     ws = warm_start(args)
-    run = f"{args.decoding}-d{args.difficulty}-t{args.max_turns}-s{args.seed}{temperature_suffix(args.temperature)}"
+    run = (f"{args.decoding}-d{args.difficulty}-t{args.max_turns}-s{args.seed}{temperature_suffix(args.temperature)}"
+           + warm_start_suffix(args))
     name = f"{args.model}-{run}"
     quick = {"prompts_per_step": 2, "group_size": 2, "progress": False} if args.quick else {}
     overrides = batch_settings(args) | quick
@@ -147,7 +162,8 @@ def run_dapo(args: argparse.Namespace) -> None:
     part_name = f"{args.model}-dapo-{run}"
     command = (f"python benchmarks/csr_policy.py dapo --model {args.model} --decoding {args.decoding} "
                f"--difficulty {args.difficulty} --seed {args.seed} --steps {args.steps} --max-turns {args.max_turns} "
-               f"--eval-every {args.eval_every} --episodes {args.episodes}" + batch_command(args) + _quick(args))
+               f"--eval-every {args.eval_every} --episodes {args.episodes}" + batch_command(args)
+               + warm_start_command(args) + _quick(args))
 
     def write_part() -> None:  # after every validation: a stopped run keeps its curve so far
         curve = [(m["step"], m["eval/success_rate"]) for m in trainer.history if "eval/success_rate" in m]
@@ -155,6 +171,7 @@ def run_dapo(args: argparse.Namespace) -> None:
         _write_part(args, part_name, {
             "model": args.model, "decoding": args.decoding, "difficulty": args.difficulty, "seed": args.seed,
             "steps": args.steps, "steps_done": trainer.step, "warm_start_key": ws.path.name,
+            "warm_start": warm_start_label(args),
             "max_turns": args.max_turns, "temperature": trainer.config.temperature,
             "eval_episodes": args.episodes, "curve": curve,
             # per training step: the sampled (first-round) success, the episodes sampled, whether the update had
@@ -174,7 +191,7 @@ def run_sampled(args: argparse.Namespace) -> None:
     DAPO group at that temperature holds a success to learn from (greedy validation success says less)."""
     ws = warm_start(args)
     ws.model.eval()
-    name = f"{args.model}-sampled-{args.decoding}-d{args.difficulty}-t{args.max_turns}"
+    name = f"{args.model}-sampled-{args.decoding}-d{args.difficulty}-t{args.max_turns}{warm_start_suffix(args)}"
     path = results_dir(args) / "csr_policy" / f"{name}.json"
     part: dict[str, Any] = json.loads(path.read_text()) if path.is_file() else {}
     if part.get("key") != ws.path.name:
@@ -184,7 +201,8 @@ def run_sampled(args: argparse.Namespace) -> None:
                  "command": f"python benchmarks/csr_policy.py sampled --model {args.model} --decoding "
                             f"{args.decoding} --difficulty {args.difficulty} --max-turns {args.max_turns} "
                             f"--episodes {args.episodes} --temperatures "
-                            + " ".join(f"{t:g}" for t in args.temperatures) + _quick(args)})
+                            + " ".join(f"{t:g}" for t in args.temperatures) + warm_start_command(args)
+                            + _quick(args)})
     rows = part.setdefault("by_temperature", {})
     for temperature in args.temperatures:
         key = f"{temperature:g}"
@@ -205,49 +223,70 @@ def run_report(args: argparse.Namespace) -> None:
         if f"{model}-warm_start" in parts:
             ws = parts[f"{model}-warm_start"]
             entry["warm_start"] = {d: ws[d] for d in ("free", "constrained") if d in ws}
-        for name in (n for n in parts if n.startswith(f"{model}-warm_start-")):  # mistakes, continued
-            entry.setdefault("other_warm_starts", {})[name.removeprefix(f"{model}-warm_start-")] = {
-                d: parts[name][d] for d in ("free", "constrained") if d in parts[name]}
+        others = {name.removeprefix(f"{model}-warm_start-"): name  # with mistakes, continued
+                  for name in parts if name.startswith(f"{model}-warm_start-")}
+        for label, name in others.items():
+            entry.setdefault("other_warm_starts", {})[label] = {"warm_start": {  # (an entry of the model's shape)
+                d: parts[name][d] for d in ("free", "constrained") if d in parts[name]}}
+        # DAPO runs and sampled success go with the warm start they started from (by its key)
+        targets = {parts.get(f"{model}-warm_start", {}).get("key"): entry}
+        for label, name in others.items():
+            targets[parts[name].get("key")] = entry["other_warm_starts"][label]
         runs = [p for name, p in parts.items() if name.startswith(f"{model}-dapo-")]
-        key = parts.get(f"{model}-warm_start", {}).get("key")
-        others = [p for p in runs if p.get("warm_start_key", key) != key]  # (runs before the key was recorded
-        # are kept: their part files are replaced when their command runs again)
-        if others:  # DAPO from another warm start than the one reported: not comparable
-            print(f"{model}: left out {len(others)} DAPO runs from another warm start than {key}")
-            runs = [p for p in runs if p not in others]
-        for decoding in sorted({r["decoding"] for r in runs}):
-            by_difficulty: dict[str, Any] = {}
-            for difficulty in sorted({r["difficulty"] for r in runs if r["decoding"] == decoding}):
-                chosen = sorted((r for r in runs if r["decoding"] == decoding and r["difficulty"] == difficulty),
-                                key=lambda r: r["seed"])
-                finals = [r["curve"][-1][1] for r in chosen]
-                by_difficulty[str(difficulty)] = {
-                    "mean": float(np.mean(finals)), "seeds": finals, "seed_ids": [r["seed"] for r in chosen],
-                    "start": [r["curve"][0][1] for r in chosen], "curves": [r["curve"] for r in chosen],
-                    "steps_done": [r.get("steps_done", r["steps"]) for r in chosen],
-                    "steps": [r["steps"] for r in chosen],
-                    "max_turns": sorted({r.get("max_turns", MAX_TURNS) for r in chosen}),
-                    "temperatures": sorted({r.get("temperature", 1.0) for r in chosen})}
-            entry.setdefault("dapo", {})[decoding] = {"success": by_difficulty}
+        preset_key = parts.get(f"{model}-warm_start", {}).get("key")
+        for key, target in targets.items():
+            # (runs before the key was recorded count as the preset's: their part files are replaced when their
+            # command runs again)
+            chosen = [r for r in runs if r.get("warm_start_key", preset_key) == key]
+            if chosen:
+                target["dapo"] = _dapo_by_decoding(chosen)
+        unmatched = [r for r in runs if r.get("warm_start_key", preset_key) not in targets]
+        if unmatched:  # DAPO from a warm start not evaluated here: not comparable
+            print(f"{model}: left out {len(unmatched)} DAPO runs from warm starts without a warm-start part")
         for part in (p for name, p in parts.items() if name.startswith(f"{model}-sampled-")):
-            if part.get("key") == key:  # sampled success of the reported warm start, by temperature
-                entry.setdefault("sampled_train_success", {}).setdefault(part["decoding"], {})[
+            if part.get("key") in targets:  # sampled success of a reported warm start, by temperature
+                targets[part["key"]].setdefault("sampled_train_success", {}).setdefault(part["decoding"], {})[
                     str(part["difficulty"])] = {t: row["success"] for t, row in part["by_temperature"].items()}
         if entry:
             report[model] = entry
     write_json(results / "csr_policy.json", report)
     _plot(report, results / "csr_policy.png")
     for model in CSR_PRESETS:
-        for decoding, entry in report.get(model, {}).get("warm_start", {}).items():
-            print(f"{model} warm start ({decoding}):", entry["success"], "copy probe", entry["copy_probe"])
-        for label, by_decoding in report.get(model, {}).get("other_warm_starts", {}).items():
-            for decoding, entry in by_decoding.items():
-                print(f"{model} warm start {label} ({decoding}):", entry["success"])
-        for decoding, runs in report.get(model, {}).get("dapo", {}).items():
-            for difficulty, row in runs["success"].items():
-                print(f"{model} DAPO ({decoding}) d{difficulty}: start {row['start']} -> {row['seeds']} "
-                      f"(mean {row['mean']:.3f}, max_turns {row['max_turns']})")
+        entry = report.get(model, {})
+        _print_entry(model, entry)
+        for label, other in entry.get("other_warm_starts", {}).items():
+            _print_entry(f"{model} [{label}]", other)
     print("random (copying):", report.get("random_copy"))
+
+
+def _print_entry(name: str, entry: dict[str, Any]) -> None:
+    for decoding, row in entry.get("warm_start", {}).items():
+        print(f"{name} warm start ({decoding}):", row["success"], "copy probe", row["copy_probe"])
+    for decoding, runs in entry.get("dapo", {}).items():
+        for difficulty, row in runs["success"].items():
+            print(f"{name} DAPO ({decoding}) d{difficulty}: start {row['start']} -> {row['seeds']} "
+                  f"(mean {row['mean']:.3f}, max_turns {row['max_turns']})")
+
+
+def _dapo_by_decoding(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """DAPO runs' validation success by decoding and difficulty: the final figure per seed, their mean, and
+    each seed's curve."""
+    summary: dict[str, Any] = {}
+    for decoding in sorted({r["decoding"] for r in runs}):
+        by_difficulty: dict[str, Any] = {}
+        for difficulty in sorted({r["difficulty"] for r in runs if r["decoding"] == decoding}):
+            chosen = sorted((r for r in runs if r["decoding"] == decoding and r["difficulty"] == difficulty),
+                            key=lambda r: r["seed"])
+            finals = [r["curve"][-1][1] for r in chosen]
+            by_difficulty[str(difficulty)] = {
+                "mean": float(np.mean(finals)), "seeds": finals, "seed_ids": [r["seed"] for r in chosen],
+                "start": [r["curve"][0][1] for r in chosen], "curves": [r["curve"] for r in chosen],
+                "steps_done": [r.get("steps_done", r["steps"]) for r in chosen],
+                "steps": [r["steps"] for r in chosen],
+                "max_turns": sorted({r.get("max_turns", MAX_TURNS) for r in chosen}),
+                "temperatures": sorted({r.get("temperature", 1.0) for r in chosen})}
+        summary[decoding] = {"success": by_difficulty}
+    return summary
 
 
 def _plot(report: dict[str, Any], path: Path) -> None:
@@ -299,20 +338,22 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="stage", required=True)
     common = [results_parser()]
+    chosen = argparse.ArgumentParser(add_help=False)  # which warm start a stage trains, evaluates or starts from
+    chosen.add_argument("--mistake-rate", type=float, default=0.0,
+                        help="the warm start trained on expert chats with this share of injected, untrained "
+                             "mistakes (WarmStartConfig.mistake_rate; its own cache and part files)")
+    chosen.add_argument("--continue-on", type=int, nargs="+", choices=DIFFICULTIES,
+                        help="the preset's warm start trained on further, on these difficulties' expert chats (with "
+                             "--mistake-rate's mistakes), instead of one trained from the model")
     random = sub.add_parser("random", help="the copying random baseline", parents=common)
     random.add_argument("--episodes", type=int, default=1000)
-    warm = sub.add_parser("warm-start", help="train (or load) a warm start and evaluate it", parents=common)
+    warm = sub.add_parser("warm-start", help="train (or load) a warm start and evaluate it", parents=[*common, chosen])
     warm.add_argument("--model", choices=sorted(CSR_PRESETS), required=True)
     warm.add_argument("--decodings", nargs="+", choices=["free", "constrained"], default=["free", "constrained"])
     warm.add_argument("--difficulties", type=int, nargs="+", default=list(DIFFICULTIES))
     warm.add_argument("--episodes", type=int, default=64, help="validation episodes per difficulty")
-    warm.add_argument("--mistake-rate", type=float, default=0.0,
-                      help="train the warm start on expert chats with this share of injected, untrained mistakes "
-                           "(WarmStartConfig.mistake_rate; its own cache and part file)")
-    warm.add_argument("--continue-on", type=int, nargs="+", choices=DIFFICULTIES,
-                      help="go on training the preset's warm start on these difficulties' expert chats (with "
-                           "--mistake-rate's mistakes) instead of training one from the model")
-    dapo = sub.add_parser("dapo", help="DAPO from the warm start on the 0/1 reward (resumable)", parents=common)
+    dapo = sub.add_parser("dapo", help="DAPO from the warm start on the 0/1 reward (resumable)",
+                          parents=[*common, chosen])
     dapo.add_argument("--model", choices=sorted(CSR_PRESETS), required=True)
     dapo.add_argument("--decoding", choices=["free", "constrained"], required=True)
     dapo.add_argument("--difficulty", type=int, choices=DIFFICULTIES, required=True)
@@ -325,7 +366,7 @@ def main(argv: list[str] | None = None) -> None:
     dapo.add_argument("--episodes", type=int, default=64, help="validation episodes per evaluation")
     add_batch_flags(dapo)
     sampled = sub.add_parser("sampled", help="the warm start's sampled success on training tasks, by temperature",
-                             parents=common)
+                             parents=[*common, chosen])
     sampled.add_argument("--model", choices=sorted(CSR_PRESETS), required=True)
     sampled.add_argument("--decoding", choices=["free", "constrained"], required=True)
     sampled.add_argument("--difficulty", type=int, choices=DIFFICULTIES, required=True)

@@ -181,18 +181,23 @@ def _csr_policy(data: Results) -> str:
     for model, entry in data.items():
         if not isinstance(entry, dict) or not ({"warm_start", "dapo"} & entry.keys()):
             continue
-        for decoding, ws in entry.get("warm_start", {}).items():
-            parts.append(f"{model} warm start ({decoding}) {_pcts(ws['success'])}")
-        for label, by_decoding in entry.get("other_warm_starts", {}).items():
-            for decoding, ws in by_decoding.items():
-                parts.append(f"{model} warm start {label} ({decoding}) {_pcts(ws['success'])}")
-        for decoding, runs in entry.get("dapo", {}).items():
-            for difficulty, row in runs["success"].items():
-                temperatures = row.get("temperatures", [1.0])
-                at = "" if temperatures == [1.0] else ", T " + "/".join(f"{t:g}" for t in temperatures)
-                parts.append(f"{model} DAPO ({decoding}, d{difficulty}{at}, {_plural(len(row['seeds']), 'seed')}"
-                             f"{_stopped_runs(row)}) {_pct_span(row['start'])} -> {_pct_span(row['seeds'])}")
+        parts += _csr_policy_entry(model, entry)
+        for label, other in entry.get("other_warm_starts", {}).items():
+            parts += _csr_policy_entry(f"{model} [warm start {label}]", other)
     return "; ".join(parts)
+
+
+def _csr_policy_entry(name: str, entry: Results) -> list[str]:
+    """A CSR policy's warm-start success and its DAPO runs, for one model and warm start."""
+    parts = [f"{name} warm start ({decoding}) {_pcts(ws['success'])}"
+             for decoding, ws in entry.get("warm_start", {}).items()]
+    for decoding, runs in entry.get("dapo", {}).items():
+        for difficulty, row in runs["success"].items():
+            temperatures = row.get("temperatures", [1.0])
+            at = "" if temperatures == [1.0] else ", T " + "/".join(f"{t:g}" for t in temperatures)
+            parts.append(f"{name} DAPO ({decoding}, d{difficulty}{at}, {_plural(len(row['seeds']), 'seed')}"
+                         f"{_stopped_runs(row)}) {_pct_span(row['start'])} -> {_pct_span(row['seeds'])}")
+    return parts
 
 
 def _stopped_runs(row: Results) -> str:

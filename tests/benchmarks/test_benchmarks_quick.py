@@ -123,18 +123,26 @@ def test_csr_policy_every_stage(tmp_path: Path) -> None:
                      ("warm-start", "--model", "tiny", "--decodings", "constrained", "--mistake-rate", "0.3",
                       "--continue-on", "2"),
                      ("dapo", *tiny_d1), ("dapo", *tiny_d1, "--temperature", "0.7"),
-                     ("sampled", *tiny_d1, "--temperatures", "1", "0.5"), ("report",), results=tmp_path)
+                     ("dapo", *tiny_d1, "--mistake-rate", "0.3", "--continue-on", "2"),
+                     ("sampled", *tiny_d1, "--temperatures", "1", "0.5"),
+                     ("sampled", *tiny_d1, "--temperatures", "1", "--mistake-rate", "0.3", "--continue-on", "2"),
+                     ("report",), results=tmp_path)
     assert "validation success by step" in out
     parts = {p.name for p in (tmp_path / "csr_policy").glob("*.json")}
     assert parts == {"random_copy.json", "tiny-warm_start.json", "tiny-warm_start-mistakes0.3-continued-d2.json",
                      "tiny-dapo-constrained-d1-t4-s0.json",
-                     "tiny-dapo-constrained-d1-t4-s0-T0.7.json", "tiny-sampled-constrained-d1-t4.json"}
+                     "tiny-dapo-constrained-d1-t4-s0-T0.7.json", "tiny-sampled-constrained-d1-t4.json",
+                     "tiny-dapo-constrained-d1-t4-s0-mistakes0.3-continued-d2.json",
+                     "tiny-sampled-constrained-d1-t4-mistakes0.3-continued-d2.json"}
     for part in parts:
         load(tmp_path / "csr_policy" / part)
     data = load(tmp_path / "csr_policy.json")
     assert set(data["random_copy"]) == {"1", "2", "3", "4", "5"}
     assert set(data["tiny"]["warm_start"]["constrained"]["success"]) == {"1"}
-    assert set(data["tiny"]["other_warm_starts"]["mistakes0.3-continued-d2"]["constrained"]["success"]) == {"1"}
+    other = data["tiny"]["other_warm_starts"]["mistakes0.3-continued-d2"]  # with its own DAPO run and sampling
+    assert set(other["warm_start"]["constrained"]["success"]) == {"1"}
+    assert other["dapo"]["constrained"]["success"]["1"]["seed_ids"] == [0]
+    assert set(other["sampled_train_success"]["constrained"]["1"]) == {"1"}
     dapo = data["tiny"]["dapo"]["constrained"]["success"]["1"]
     assert dapo["seed_ids"] == [0, 0] and [step for step, _ in dapo["curves"][0]] == [0, 1]
     assert 0 <= dapo["mean"] <= 1 and dapo["max_turns"] == [4] and dapo["temperatures"] == [0.7, 1.0]

@@ -28,7 +28,10 @@ from worldgym.agents.llm.sft import Chat, ExpertPolicy, SFTConfig, Untrained, co
 from worldgym.agents.llm.tokenizer import train_chat_tokenizer
 from worldgym.config import check_field, check_positive_int, check_range
 
-__all__ = ["CSRTextExpert", "MultipleChoiceExpert", "WarmStart", "WarmStartConfig", "expert_chats", "load_or_train_warm_start"]
+__all__ = [
+    "CSRTextExpert", "MultipleChoiceExpert", "WarmStart", "WarmStartConfig", "expert_chats", "is_cached",
+    "load_or_train_warm_start",
+]
 
 _FORMAT_VERSION = 1
 
@@ -233,6 +236,12 @@ def load_or_train_warm_start(
     _save(path, config, model, tokenizer, summary)
     log(f"warm start saved to {path}: loss {losses[0]:.3f} -> {losses[-1]:.3f} in {summary['seconds']:.0f}s")
     return WarmStart(model, tokenizer, path, summary)
+
+
+def is_cached(config: WarmStartConfig, cache_dir: str | Path = "runs/warm_starts") -> bool:
+    """Whether :func:`load_or_train_warm_start` would load ``config``'s warm start (cached or shipped) rather than
+    train it."""
+    return _cached_folder(config.key(), Path(cache_dir)) is not None
 
 
 def _with_lora(model: PreTrainedModel, config: WarmStartConfig, loaded: Any) -> PeftModel:
