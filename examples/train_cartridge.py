@@ -22,7 +22,8 @@ another teacher). That tiny teacher does not read (about chance accuracy with th
 figures mean nothing; the held-out KL is a real measurement. ``smollm2`` as it is does not answer either (with the
 documents it echoes the first option: 0 of 8 held-out questions); ``--distill.teacher-warmup True`` (with e.g.
 ``--distill.warmup-episodes 64 --distill.warmup-epochs 1``) teaches it the task first through a LoRA adapter
-merged into it (cached). The KV of its ~2.6k tokens of documents is computed once, and the teacher scores only
+merged into it (cached); ``--distill.warmup-env-kwargs num_patients 60 panel_seed 1`` draws the warm-up's
+questions from the training patients of another, larger panel. The KV of its ~2.6k tokens of documents is computed once, and the teacher scores only
 each question and answer behind it.
 
 ``--data-path FILE`` reads a LongHealth JSON file (the benchmark's ``benchmark_v5.json``, 20 patients with

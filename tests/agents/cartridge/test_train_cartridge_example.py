@@ -42,6 +42,13 @@ def test_data_path_reads_a_longhealth_file(example):
     assert parse_run(example.PRESETS, ["smollm2"]).run.resolved().model == "smollm2-135m"
 
 
+def test_the_warmup_panel_is_set_on_the_command_line(example):
+    from worldgym.cli import parse_run
+
+    argv = ["smollm2", "--distill.warmup-env-kwargs", "num_patients", "60", "panel_seed", "1"]
+    assert parse_run(example.PRESETS, argv).run.resolved().warmup_env_kwargs == {"num_patients": 60, "panel_seed": 1}
+
+
 @pytest.mark.parametrize("cartridge, expected", [(0.6, 0.5), (0.2, 0.0)])
 def test_recovery_is_the_share_of_the_documents_gain(example, cartridge, expected):
     assert example.recovery({"none": 0.2, "cartridge": cartridge, "teacher": 1.0}) == pytest.approx(expected)

@@ -59,8 +59,9 @@ class CartridgeDistillConfig:
         warmup_epochs: the warm-up's passes over them.
         warmup_env_kwargs: the panel whose training patients the warm-up's questions come from (empty:
             env_kwargs). Another panel gives the teacher more patients to learn reading from, e.g.
-            ``{"num_patients": 60, "panel_seed": 1, "task": 1}``; one whose training patients include the
-            cartridge's patient's documents is refused.
+            ``{"num_patients": 60, "panel_seed": 1, "task": 1}`` (on the command line: ``--distill.warmup-env-kwargs
+            num_patients 60 panel_seed 1``); one whose training patients include the cartridge's patient's
+            documents is refused.
         warmup_batch_size: questions per warm-up step (None: 8 for a tiny model, 1 for a pretrained one). A
             pretrained model's batches above 1 hold questions about one patient, and their documents run once
             per batch (:class:`SFTConfig` ``shared_prefix_tokens``): without that, SmolLM2 on 4 chats of ~2.8k
@@ -97,7 +98,7 @@ class CartridgeDistillConfig:
     warmup_episodes: int = 480
     warmup_epochs: int = 3
     warmup_seed: int = 0
-    warmup_env_kwargs: dict[str, Any] = field(default_factory=dict)
+    warmup_env_kwargs: dict[str, int | str] = field(default_factory=dict)
     warmup_batch_size: int | None = None
     warm_start_dir: str = "runs/warm_starts"
     output_dir: str = "runs/cartridge"
