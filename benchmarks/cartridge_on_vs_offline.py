@@ -62,6 +62,7 @@ from worldgym.agents.cartridge.views import QuestionBySeed, split_patients
 from worldgym.agents.grpo.trainer import make_text_env
 from worldgym.agents.llm.evaluation import evaluate_chat_policy
 from worldgym.agents.llm.models import TINY_SIZES
+from worldgym.envs.longhealth import ANSWER_FORMATS
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a file: find the benchmarks package
 from benchmarks.common import portable, results_dir, results_parser, set_torch_threads, write_json
@@ -90,9 +91,10 @@ def runs_dir(args: argparse.Namespace) -> Path:
 
 def model_label(args: argparse.Namespace) -> str:
     """The model as the report groups runs: a pretrained model with the teacher warm-up is another teacher."""
+    text = "-text" if args.answer_format == "text" else ""  # asked for the option's text, not its letter
     if not args.teacher_warmup or args.model in TINY_SIZES:
-        return args.model
-    return f"{args.model}+warmup" + (f"-{args.warmup_patients}p" if args.warmup_patients else "")
+        return args.model + text
+    return f"{args.model}+warmup" + (f"-{args.warmup_patients}p" if args.warmup_patients else "") + text
 
 
 def run_name(args: argparse.Namespace) -> str:
@@ -103,7 +105,8 @@ def run_name(args: argparse.Namespace) -> str:
 def teacher_settings(args: argparse.Namespace) -> dict[str, Any]:
     """The model, the panel and the teacher's warm-up: what the ``teacher`` stage and every run share."""
     settings: dict[str, Any] = {
-        "model": args.model, "env_kwargs": {"num_patients": 20}, "max_new_tokens": args.max_new_tokens,
+        "model": args.model, "env_kwargs": {"num_patients": 20, **_answer_format(args)},
+        "max_new_tokens": args.max_new_tokens,
         "device": args.device, "progress": not args.quick, "warm_start_dir": str(runs_dir(args) / "warm_starts"),
         "teacher_warmup": True if args.teacher_warmup else None}
     settings |= {f"warmup_{key}": getattr(args, f"warmup_{key}") for key in WARMUP_FLAGS
@@ -172,7 +175,7 @@ def teacher(args: argparse.Namespace) -> None:
     config = CartridgeDistillConfig(**teacher_settings(args),
                                     output_dir=str(runs_dir(args) / "cartridge_teacher" / model_label(args)))
     trainer = make_trainer(config, args.patient)  # warms the teacher up (cached) as a run would
-    warmup_panel = config.warmup_env_kwargs or config.env_kwargs
+    warmup_panel = teacher_warm_start_config(config).env_kwargs
     views = {"held_out_documents": (config.env_kwargs, "test", "full"),
              "held_out_none": (config.env_kwargs, "test", "none"),
              "train_documents": (warmup_panel, "train", "full")}
@@ -192,7 +195,8 @@ def teacher(args: argparse.Namespace) -> None:
     part = {"model": model_label(args), "accuracy": accuracy, "questions": questions, "chance": CHANCE,
             "seconds": time.perf_counter() - start, "quick": args.quick, "warmup": warmup_summary(config),
             "command": f"python benchmarks/cartridge_on_vs_offline.py teacher --model {args.model} --questions "
-                       f"{args.questions}" + _warmup_flags(args) + (" --quick" if args.quick else "")}
+                       f"{args.questions} --max-new-tokens {args.max_new_tokens}" + _warmup_flags(args)
+                       + (" --quick" if args.quick else "")}
     write_json(results_dir(args) / "cartridge_teacher" / f"{model_label(args)}.json", part)
 
 
@@ -206,8 +210,15 @@ def warmup_summary(config: CartridgeDistillConfig) -> dict[str, Any] | None:
     return {"key": warm.key(), **record["summary"]}
 
 
+def _answer_format(args: argparse.Namespace) -> dict[str, str]:
+    """The env's ``answer_format`` when it is not the default (so the letter runs keep their settings and keys)."""
+    return {"answer_format": args.answer_format} if args.answer_format != "letter" else {}
+
+
 def _warmup_flags(args: argparse.Namespace) -> str:
+    """The teacher's flags as written: its warm-up and the answer format."""
     flags = " --teacher-warmup" if args.teacher_warmup else ""
+    flags += "".join(f" --answer-format {value}" for value in _answer_format(args).values())
     return flags + "".join(f" --warmup-{key.replace('_', '-')} {getattr(args, f'warmup_{key}')}"
                            for key in WARMUP_FLAGS if getattr(args, f"warmup_{key}") is not None)
 
@@ -399,6 +410,9 @@ def main(argv: list[str] | None = None) -> None:
     model.add_argument("--model", default="tiny", help="tiny, smollm2-135m, or another load_chat_model name")
     model.add_argument("--patient", default=None, help="patient id (default: the panel's first held-out patient)")
     model.add_argument("--max-new-tokens", type=int, default=16)
+    model.add_argument("--answer-format", choices=ANSWER_FORMATS, default="letter",
+                       help="ask for the option's letter or its text copied out (LongHealthQA-v0 answer_format; "
+                            "text answers need --max-new-tokens ~40)")
     model.add_argument("--device", default="cpu")
     model.add_argument("--teacher-warmup", action="store_true",
                        help="teach a pretrained model the task first (LoRA SFT with documents, cached; a tiny model "

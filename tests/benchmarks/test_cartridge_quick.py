@@ -17,7 +17,8 @@ from benchmarks.common import absolute_paths
 
 REPO = Path(__file__).resolve().parents[2]
 STAGES = (("run", "--mode", "on_policy"), ("run", "--mode", "offline", "--seed", "1"),
-          ("run", "--mode", "on_policy", "--init", "random"), ("teacher",), ("report",))
+          ("run", "--mode", "on_policy", "--init", "random"), ("teacher",), ("teacher", "--answer-format", "text"),
+          ("report",))
 
 
 def load(path: Path) -> dict[str, Any]:
@@ -57,6 +58,9 @@ def test_runs_and_report(tmp_path: Path) -> None:
     teacher = data["teachers"]["tiny"]
     assert set(teacher["accuracy"]) == {"held_out_documents", "held_out_none", "train_documents"}
     assert all(0 <= a <= 1 for a in teacher["accuracy"].values()) and teacher["questions"]["held_out_none"] == 2
+    text = load(tmp_path / "cartridge_teacher" / "tiny-text.json")  # a teacher asked for the option's text
+    assert text["command"].endswith("--max-new-tokens 4 --answer-format text --quick")
+    assert data["teachers"]["tiny-text"]["accuracy"] == text["accuracy"]
     goals = tiny["goal_status"]
     assert goals["memory_ratio>=10"]["status"] == "met"
     assert goals["recovery>=70%"]["status"] == "not measurable: the teacher does not read"

@@ -190,6 +190,25 @@ def test_a_pretrained_teacher_warms_up_on_another_panel_in_batches_that_read_the
                                                     patient_id="patient_01"))
 
 
+def test_a_teacher_asked_for_text_answers_warms_up_on_the_options_text():
+    """env_kwargs["answer_format"] = "text" reaches the warm-up, on another panel too, and its expert chats
+    answer with the right option's text."""
+    from worldgym.agents.cartridge.trainer import teacher_warm_start_config
+    from worldgym.agents.llm.warm_start import expert_chats
+
+    config = CartridgeDistillConfig(model="tiny", env_kwargs={**PANEL, "answer_format": "text"}, warmup_episodes=3,
+                                    warmup_env_kwargs={"num_patients": 5, "panel_seed": 1})
+    warm = teacher_warm_start_config(config)
+    assert warm.env_kwargs["answer_format"] == "text" and warm.env_kwargs["panel_seed"] == 1
+    for chat in expert_chats(warm):
+        prompt, answer = chat.messages[-2]["content"], chat.messages[-1]["content"]
+        assert prompt.endswith("copied exactly, inside answer tags.")
+        text = answer.removeprefix("<answer>").removesuffix("</answer>")
+        assert f": {text}\n" in prompt and len(text) > 1  # one option's text, not a letter
+    letters = teacher_warm_start_config(dataclasses.replace(config, env_kwargs=PANEL))
+    assert "answer_format" not in letters.env_kwargs  # the letter warm-up keeps its settings (and cache key)
+
+
 def test_config_rejects_bad_settings():
     with pytest.raises(ValueError, match=r"mode='both' is invalid"):
         CartridgeDistillConfig(mode="both")

@@ -10,6 +10,7 @@ from gymnasium.utils.env_checker import check_env
 import worldgym  # noqa: F401  (registers LongHealthQA-v0)
 from worldgym.envs.longhealth import (
     CANNOT_ANSWER,
+    SYSTEM_PROMPTS,
     LongHealthQAEnv,
     generate_panel,
     parse_longhealth,
@@ -28,6 +29,25 @@ def make(**kwargs) -> LongHealthQAEnv:
 @pytest.mark.parametrize("documents", ["full", "none"])
 def test_check_env(task, documents):
     check_env(make(task=task, documents=documents, num_distractors=4), skip_render_check=True)
+
+
+@pytest.mark.parametrize("task", [1, 2])
+def test_the_text_answer_format_asks_for_the_options_text_and_grades_it(task):
+    env, letters = make(task=task, answer_format="text"), make(task=task)
+    check_env(env, skip_render_check=True)
+    observation, info = env.reset(seed=3)
+    letter_observation, letter_info = letters.reset(seed=3)
+    assert (info["answer_format"], letter_info["answer_format"]) == ("text", "letter")
+    assert info["system_prompt"] == SYSTEM_PROMPTS["text"] != letter_info["system_prompt"]
+    assert observation.endswith("Reply with the text of the correct option, copied exactly, inside answer tags.")
+    assert observation.rsplit("\n", 1)[0] == letter_observation.rsplit("\n", 1)[0]  # only the last line differs
+    assert env.observation_space.contains(observation)
+    wrong = next(text for letter, text in info["options"].items() if letter != info["answer"])
+    assert env.step(f"<answer>{info['answer_text']}</answer>")[1:3] == (1.0, True)
+    env.reset(seed=3)
+    assert env.step(f"<answer>{wrong}</answer>")[1] == 0.0
+    env.reset(seed=3)
+    assert env.step(f"<answer>{info['answer']}</answer>")[1] == 1.0  # a letter is still read
 
 
 def test_the_same_seed_gives_the_same_episode_and_seeds_cover_the_questions():
@@ -158,6 +178,7 @@ def test_a_users_file_and_a_patient_filter(tmp_path):
     ({"panel": generate_panel(2, 0), "split": "test"}, "no questions in split 'test'"),
     ({"panel": generate_panel(1, 0), "task": 2}, "has only 1 patient"),
     ({"render_mode": "human"}, "render_mode must be None or 'ansi'"),
+    ({"answer_format": "number"}, "answer_format must be 'letter' or 'text'"),
 ])
 def test_bad_arguments_are_rejected(kwargs, message):
     kwargs.setdefault("panel", PANEL)

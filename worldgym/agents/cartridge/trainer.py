@@ -49,14 +49,16 @@ DOCUMENTS_OPENING_TOKENS = 256
 
 def teacher_warm_start_config(config: CartridgeDistillConfig) -> WarmStartConfig:
     """The documented teacher warm-up (a tiny model cannot answer until taught, nor can SmolLM2-135M): SFT on the
-    panel's training patients' questions with their documents in context, answering ``<answer>X</answer>``
-    (cached by these settings); a tiny model in full (lr 3e-3, batches of 8), a pretrained one through a LoRA
+    panel's training patients' questions with their documents in context, answering ``<answer>X</answer>`` (or
+    the option's text, as ``env_kwargs["answer_format"]`` asks; cached by these settings); a tiny model in full (lr 3e-3, batches of 8), a pretrained one through a LoRA
     adapter (lr 3e-4, one chat per step: SmolLM2 on batches of 4 chats of ~2.8k tokens took 11.5 GB and was
     OOM-killed beside other jobs). The cartridge's patient is then one of the held-out patients, whose answers it
     never saw."""
     tiny = config.model in TINY_SIZES
     batch_size = config.warmup_batch_size or (8 if tiny else 1)
-    panel = config.warmup_env_kwargs or config.env_kwargs
+    panel = dict(config.warmup_env_kwargs or config.env_kwargs)
+    if "answer_format" in config.env_kwargs:  # the teacher learns to answer as the distillation env asks
+        panel["answer_format"] = config.env_kwargs["answer_format"]
     return WarmStartConfig(
         model=config.model, env_id=config.env_id, env_kwargs={**panel, "split_by": "patient"},
         difficulties=(), episodes_per_difficulty=config.warmup_episodes, epochs=config.warmup_epochs,

@@ -156,11 +156,13 @@ def _hermes(call: Any) -> str:
 
 
 class MultipleChoiceExpert:
-    """Answers a multiple-choice env's question with the right letter from its reset info (``info["answer"]``),
-    in the ``<answer>X</answer>`` form the env reads first."""
+    """Answers a multiple-choice env's question with the right option from its reset info, in the
+    ``<answer>...</answer>`` form the env reads first: its letter (``info["answer"]``), or its text
+    (``info["answer_text"]``) when the env asks for text (``info["answer_format"] == "text"``)."""
 
     def __call__(self, env: gym.Env, observation: str, info: dict[str, Any]) -> str:
-        return f"<answer>{info['answer']}</answer>"
+        answer = info["answer_text"] if info.get("answer_format") == "text" else info["answer"]
+        return f"<answer>{answer}</answer>"
 
 
 EXPERTS: dict[str, Callable[[], ExpertPolicy]] = {"CSRPhone-v0": CSRTextExpert, "LongHealthQA-v0": MultipleChoiceExpert}

@@ -7,16 +7,25 @@ A loader for the LongHealth benchmark's JSON (the user's file), a synthetic pane
 from worldgym.envs.longhealth.answers import PARSE_METHODS, ParsedAnswer, parse_answer
 from worldgym.envs.longhealth.env import LongHealthQAEnv
 from worldgym.envs.longhealth.loader import load_longhealth, parse_longhealth, patients_to_json
-from worldgym.envs.longhealth.prompts import CANNOT_ANSWER, SYSTEM_PROMPT, build_prompt, format_documents
+from worldgym.envs.longhealth.prompts import (
+    ANSWER_FORMATS,
+    CANNOT_ANSWER,
+    SYSTEM_PROMPT,
+    SYSTEM_PROMPTS,
+    build_prompt,
+    format_documents,
+)
 from worldgym.envs.longhealth.schema import OPTION_LETTERS, AnswerLocation, Patient, Question
 from worldgym.envs.longhealth.splits import split_questions
 from worldgym.envs.longhealth.synthetic import generate_panel, write_panel
 
 __all__ = [
+    "ANSWER_FORMATS",
     "CANNOT_ANSWER",
     "OPTION_LETTERS",
     "PARSE_METHODS",
     "SYSTEM_PROMPT",
+    "SYSTEM_PROMPTS",
     "AnswerLocation",
     "LongHealthQAEnv",
     "ParsedAnswer",

@@ -12,7 +12,7 @@ from gymnasium import spaces
 
 from worldgym.envs.longhealth.answers import parse_answer
 from worldgym.envs.longhealth.loader import load_longhealth, parse_longhealth
-from worldgym.envs.longhealth.prompts import CANNOT_ANSWER, SYSTEM_PROMPT, build_prompt
+from worldgym.envs.longhealth.prompts import ANSWER_FORMATS, CANNOT_ANSWER, SYSTEM_PROMPTS, AnswerFormat, build_prompt
 from worldgym.envs.longhealth.schema import OPTION_LETTERS, Patient, Question
 from worldgym.envs.longhealth.splits import Split, SplitBy, split_questions
 from worldgym.envs.longhealth.synthetic import generate_panel
@@ -72,7 +72,7 @@ class LongHealthQAEnv(gym.Env[str, str]):
     Always ``terminated`` after one step.
 
     ## Info
-    reset: ``system_prompt``, ``patient_id``, ``question_no`` (the file's ``No``), ``question``, ``options``
+    reset: ``system_prompt``, ``answer_format``, ``patient_id``, ``question_no`` (the file's ``No``), ``question``, ``options``
     (letter -> text), ``answer`` (the right letter), ``answer_text``, ``question_type`` (the file's ``type``:
     extraction / negation / ordering in the synthetic panel; None in the real file), ``documents`` (the
     episode's documents in prompt order, whatever ``documents`` is, so a teacher can build its own view),
@@ -87,7 +87,8 @@ class LongHealthQAEnv(gym.Env[str, str]):
     "question"), split_seed: see :mod:`worldgym.envs.longhealth.splits`. patient_ids: only these patients'
     questions (distractors still come from the whole panel). num_distractors (10): other patients' documents
     in tasks 2-3. shuffle_documents: shuffle task 1's documents too (tasks 2-3 always shuffle).
-    max_answer_chars (4096). render_mode: None or "ansi".
+    answer_format ("letter" or "text"): whether the prompt asks for the option's letter (LongHealth's own prompt)
+    or its text copied out; either is graded. max_answer_chars (4096). render_mode: None or "ansi".
 
     ## Vector envs
     Works in ``gymnasium.vector.SyncVectorEnv`` and ``AsyncVectorEnv`` (pass ``shared_memory=False`` to the
@@ -113,6 +114,7 @@ class LongHealthQAEnv(gym.Env[str, str]):
         patient_ids: Sequence[str] | None = None,
         num_distractors: int = 10,
         shuffle_documents: bool = False,
+        answer_format: AnswerFormat = "letter",
         max_answer_chars: int = 4096,
         render_mode: str | None = None,
     ):
@@ -123,6 +125,8 @@ class LongHealthQAEnv(gym.Env[str, str]):
         if documents not in DOCUMENT_VIEWS:
             raise ValueError(f"documents must be 'none' (the student's view) or 'full' (the teacher's), "
                              f"got {documents!r}")
+        if answer_format not in ANSWER_FORMATS:
+            raise ValueError(f"answer_format must be 'letter' or 'text', got {answer_format!r}")
         for name, value, low in (("num_distractors", num_distractors, 1 if task > 1 else 0),
                                  ("max_answer_chars", max_answer_chars, 1)):
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
@@ -132,7 +136,7 @@ class LongHealthQAEnv(gym.Env[str, str]):
             raise ValueError(f"task {task} shows other patients' documents as distractors; the panel has "
                              f"only {len(self.patients)} patient")
         self.items = self._select(split, split_by, split_seed, patient_ids)
-        self.task, self.documents, self.split = task, documents, split
+        self.task, self.documents, self.split, self.answer_format = task, documents, split, answer_format
         self.num_distractors, self.shuffle_documents = num_distractors, shuffle_documents
         self.render_mode = render_mode
         self.observation_space = spaces.Text(max_length=self._longest_prompt(), min_length=0,
@@ -184,9 +188,9 @@ class LongHealthQAEnv(gym.Env[str, str]):
         """An upper bound on any prompt's length: every document of the panel plus the longest question."""
         documents = [text for patient in self.patients for text in patient.texts.values()]
         letters = [*OPTION_LETTERS, "F"]
-        longest_question = max(len(build_prompt(q.question, dict(zip(letters, (*q.options, CANNOT_ANSWER)))))
-                               for _, q in self.items)
-        return len(build_prompt("", {}, documents)) + longest_question
+        longest_question = max(len(build_prompt(q.question, dict(zip(letters, (*q.options, CANNOT_ANSWER))),
+                                                answer_format=self.answer_format)) for _, q in self.items)
+        return len(build_prompt("", {}, documents, self.answer_format)) + longest_question
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
               ) -> tuple[str, dict[str, Any]]:
@@ -199,10 +203,11 @@ class LongHealthQAEnv(gym.Env[str, str]):
         patient, question = self.items[index]
         self._episode = episode = self._make_episode(patient, question)
         shown = episode.documents if self.documents == "full" else None
-        observation = build_prompt(question.question, episode.options, shown)
+        observation = build_prompt(question.question, episode.options, shown, self.answer_format)
         self._last = f"{patient.patient_id} No {question.number} (task {self.task}): {question.question}"
         info = {
-            "system_prompt": SYSTEM_PROMPT,
+            "system_prompt": SYSTEM_PROMPTS[self.answer_format],
+            "answer_format": self.answer_format,
             "patient_id": patient.patient_id,
             "question_no": question.number,
             "question": question.question,
