@@ -227,6 +227,14 @@ def _csr_rollout_speed(tiny: Results, smollm2: Results | None) -> str:
     return "KV cache kept across turns vs re-read: " + text
 
 
+def _kv_cache_growth(data: Results) -> str:
+    runs = ", ".join(f"{run['cached_tokens']:,} cached tokens {run['median_s']['concatenating']:.1f} vs "
+                     f"{run['median_s']['growing']:.1f} s (**{run['speedup_median']:.2f}x**)" for run in data["runs"])
+    same = "same tokens" if all(run["same_tokens"] for run in data["runs"]) else "tokens DIFFER"
+    return (f"{data['model']}, {data['batch']} rows x {data['new_tokens']} new tokens, {data['threads']} thread: "
+            f"{runs}; {same}")
+
+
 def _cartridge(data: Results) -> str:
     parts = []
     for model, entry in data["models"].items():
@@ -286,6 +294,9 @@ ROWS: tuple[Row, ...] = (
         "success, tasks to threshold, WM accuracy, step time", ("csr_dual_lora_vs_dapo.json",), _csr_dual_lora),
     Row("`benchmarks/csr_rollout_speed.py`", "CSRPhone-v0 rollout episodes/s, KV cache kept across turns vs "
         "re-read", ("csr_rollout_speed.json",), _csr_rollout_speed, optional=("csr_rollout_speed_smollm2.json",)),
+    Row("`benchmarks/kv_cache_growth.py`", "greedy decoding behind a long KV cache: transformers' DynamicCache "
+        "(appends by concatenation) vs the engine's GrowingCache (in place)", ("kv_cache_growth.json",),
+        _kv_cache_growth),
     Row("`benchmarks/grpo_vs_trl.py`", "tokens/s and reward, our GRPO vs TRL `GRPOTrainer(loss_type=\"dapo\")`, "
         "same model and budget (`pip install -e \".[bench]\"`)", ("grpo_vs_trl.json",), _grpo_vs_trl),
     Row("`benchmarks/cartridge_on_vs_offline.py`", "cartridge distillation on LongHealthQA-v0, same budget: "

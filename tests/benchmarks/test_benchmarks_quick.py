@@ -102,6 +102,15 @@ def test_csr_rollout_speed(tmp_path: Path) -> None:
     assert runs[True]["positions_per_episode"] < runs[False]["positions_per_episode"]  # what KV reuse saves
 
 
+def test_kv_cache_growth(tmp_path: Path) -> None:
+    run("kv_cache_growth.py", results=tmp_path)
+    data = load(tmp_path / "kv_cache_growth.json")
+    assert data["model"] == "tiny" and data["quick"] is True and len(data["runs"]) == 1
+    row = data["runs"][0]
+    assert row["same_tokens"] is True and row["speedup"] == [pytest.approx(row["seconds"]["concatenating"][0]
+                                                                          / row["seconds"]["growing"][0])]
+
+
 def test_ray_scaleout(tmp_path: Path) -> None:
     pytest.importorskip("ray")
     run("ray_scaleout.py", results=tmp_path)

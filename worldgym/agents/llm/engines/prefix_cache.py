@@ -19,6 +19,8 @@ import torch
 from transformers import DynamicCache, PreTrainedConfig
 from transformers.cache_utils import DynamicLayer
 
+from worldgym.agents.llm.engines.growing_cache import GrowingLayer
+
 __all__ = ["KVCacheStats", "PrefixKVCache", "batched_cache", "row_kv", "storable"]
 
 TokenKey = tuple[int, ...]
@@ -122,7 +124,8 @@ def storable(cache: object, length: int) -> TypeGuard[DynamicCache]:
     return (
         isinstance(cache, DynamicCache)
         and len(cache.layers) > 0
-        and all(type(layer) is DynamicLayer and layer.get_seq_length() == length for layer in cache.layers)
+        and all(type(layer) in (DynamicLayer, GrowingLayer) and layer.get_seq_length() == length
+                for layer in cache.layers)
     )
 
 
