@@ -20,6 +20,13 @@ def test_example_runs_end_to_end(tmp_path, load_example):
     assert "python examples/train_dual_lora.py tiny --agent.num-steps 2" in results["command"]
 
 
+def test_the_demo_runs_the_best_measured_mode(load_example):
+    from worldgym.cli import parse_run
+
+    agent = parse_run(load_example("train_dual_lora").PRESETS, ["demo"]).run.resolved_agent()
+    assert (agent.transfer, agent.auxiliary_grad_ratio, agent.num_steps, agent.eval_every) == ("shared", 0.1, 16, 4)
+
+
 def test_the_shipped_warm_start_is_the_tiny_presets_and_loads(tmp_path):
     from worldgym.agents.dual_lora.presets import warm_start_config
     from worldgym.agents.dual_lora.world_model import wm_token_ids
