@@ -47,10 +47,16 @@ def test_crop_and_batch_selection_are_followed_by_correct_appends():
 def test_growing_cache_copies_a_dynamic_cache_and_leaves_other_layouts_alone():
     keys, values = _steps(2, [5])[0]
     cache = DynamicCache(ddp_cache_data=[(keys, values), (keys + 1, values + 1)])
+    held = cache.layers[0].keys.data_ptr()
     grown = growing_cache(cache, room=3, config=None)  # type: ignore[arg-type]
     assert isinstance(grown, GrowingCache) and all(type(layer) is GrowingLayer for layer in grown.layers)
-    assert all(torch.equal(g.keys, c.keys) and torch.equal(g.values, c.values)
-               for g, c in zip(grown.layers, cache.layers))
+    assert torch.equal(grown.layers[0].keys, keys) and torch.equal(grown.layers[1].values, values + 1)
+    assert grown.layers[0].keys.data_ptr() == held  # moved over, not copied
+    assert all(layer.keys is None for layer in cache.layers)  # ... and held by one cache only
+    before = grown.layers[0].keys.clone()
+    more = _steps(3, [2])[0]
+    appended = grown.layers[0].update(*more)[0]  # the first append copies the layer into room
+    assert torch.equal(appended, torch.cat([before, more[0]], 2)) and appended.data_ptr() != held
     assert growing_cache(grown, room=3, config=None) is grown  # type: ignore[arg-type]
 
     class Sliding(DynamicLayer):

@@ -49,6 +49,13 @@ class GrowingLayer(DynamicLayer):
         self.values = self._value_buffer[:, :, :end]  # type: ignore[index]
         return self.keys, self.values
 
+    def adopt(self, keys: torch.Tensor, values: torch.Tensor) -> None:
+        """Take ``keys``/``values`` as this layer's full buffers, without copying them: the first append moves
+        them into a buffer with room, after which the adopted tensors can be freed."""
+        self.lazy_initialization(keys, values)
+        self.keys = self._key_buffer = keys
+        self.values = self._value_buffer = values
+
     def _owns_views(self, key_states: torch.Tensor) -> bool:
         """Whether ``keys``/``values`` are still the leading positions of this layer's buffers."""
         buffers, views = (self._key_buffer, self._value_buffer), (self.keys, self.values)
@@ -76,9 +83,10 @@ class GrowingCache(DynamicCache):
 
 def growing_cache(cache: DynamicCache | None, room: int, config: PreTrainedConfig) -> DynamicCache:
     """``cache`` (None: the empty cache ``generate`` would make for ``config``'s model) as a
-    :class:`GrowingCache` with ``room`` spare positions per layer, holding the same keys and values. A cache
-    with other layer types than plain :class:`DynamicLayer` (sliding windows, linear attention) is returned as
-    it is."""
+    :class:`GrowingCache` with ``room`` spare positions per layer, holding the same keys and values. The
+    tensors move over without a copy (``cache``'s layers are emptied), and each layer's first append copies
+    only that layer into room, so a batch's KV is never held twice. A cache with other layer types than plain
+    :class:`DynamicLayer` (sliding windows, linear attention) is returned as it is."""
     if cache is None:
         cache = DynamicCache(config=config)
     if isinstance(cache, GrowingCache) or not all(type(layer) is DynamicLayer for layer in cache.layers):
@@ -87,6 +95,7 @@ def growing_cache(cache: DynamicCache | None, room: int, config: PreTrainedConfi
     for layer in cache.layers:
         grown = GrowingLayer(room)
         if layer.is_initialized and layer.keys is not None and layer.keys.numel():
-            grown.update(layer.keys, layer.values)
+            grown.adopt(layer.keys, layer.values)
+            layer.keys = layer.values = None  # the adopted tensors now live in one cache only
         layers.append(grown)
     return GrowingCache(layers)

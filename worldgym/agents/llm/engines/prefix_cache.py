@@ -143,8 +143,12 @@ def batched_cache(kvs: Sequence[torch.Tensor | None], width: int, config: PreTra
     least one entry must be a tensor (it gives the shapes)."""
     like = next(kv for kv in kvs if kv is not None)
     layers, _, heads, _, head_dim = like.shape
-    batch = torch.zeros((layers, 2, len(kvs), heads, width, head_dim), dtype=like.dtype, device=like.device)
+    shape = (len(kvs), heads, width, head_dim)
+    # one tensor per layer's keys and values (not views of one block): each can be freed on its own
+    data = [tuple(torch.zeros(shape, dtype=like.dtype, device=like.device) for _ in range(2)) for _ in range(layers)]
     for row, kv in enumerate(kvs):
         if kv is not None:
-            batch[:, :, row, :, : kv.shape[3]] = kv
-    return DynamicCache(ddp_cache_data=[(layer[0], layer[1]) for layer in batch], config=config)
+            for layer, (keys, values) in enumerate(data):
+                keys[row, :, : kv.shape[3]] = kv[layer, 0]
+                values[row, :, : kv.shape[3]] = kv[layer, 1]
+    return DynamicCache(ddp_cache_data=data, config=config)
