@@ -50,7 +50,8 @@ DOCUMENTS_OPENING_TOKENS = 256
 def teacher_warm_start_config(config: CartridgeDistillConfig) -> WarmStartConfig:
     """The documented teacher warm-up (a tiny model cannot answer until taught, nor can SmolLM2-135M): SFT on the
     panel's training patients' questions with their documents in context, answering ``<answer>X</answer>`` (or
-    the option's text, as ``env_kwargs["answer_format"]`` asks; cached by these settings); a tiny model in full (lr 3e-3, batches of 8), a pretrained one through a LoRA
+    the option's text, as ``env_kwargs["answer_format"]`` asks; cached by these settings); a tiny model in
+    full (lr 3e-3, batches of 8), a pretrained one through a LoRA
     adapter (lr 3e-4, one chat per step: SmolLM2 on batches of 4 chats of ~2.8k tokens took 11.5 GB and was
     OOM-killed beside other jobs). The cartridge's patient is then one of the held-out patients, whose answers it
     never saw."""
