@@ -10,6 +10,7 @@ Validation is greedy on validation-split companies (never seen in training), epi
     python benchmarks/csr_dual_lora_vs_dapo.py run --model tiny --mode separate --seed 0
     python benchmarks/csr_dual_lora_vs_dapo.py final-eval --difficulties 2   # last checkpoints at d2
     python benchmarks/csr_dual_lora_vs_dapo.py step-time --mode separate     # s per step, no validation
+    python benchmarks/csr_dual_lora_vs_dapo.py demo-time                     # `make demo`'s wall time
     python benchmarks/csr_dual_lora_vs_dapo.py report
 
 Each run writes ``benchmarks/results/csr_dual_lora/<model>-<mode>-d<difficulty>-s<seed>.json``; ``report``
@@ -27,7 +28,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import shutil
+import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -168,6 +173,39 @@ def step_time(args: argparse.Namespace) -> None:
     table[key] = {"runs": runs} | {name: float(np.mean([run[name] for run in runs])) for name in STEP_TIMES}
     write_json(path, table)
     print(args.mode, row)
+
+
+# --quick: the demo cut to one step of 2 x 2 episodes and a 2-episode validation (the pipeline, not the figure)
+QUICK_DEMO_FLAGS = ("--agent.num-steps", "1", "--agent.eval-every", "1", "--agent.eval-episodes", "2",
+                    "--agent.prompts-per-step", "2", "--agent.group-size", "2", "--agent.max-turns", "4")
+
+
+def demo_time(args: argparse.Namespace) -> None:
+    """Wall time of ``make demo``'s command (``python examples/train_dual_lora.py demo``) as a user runs it: a
+    fresh interpreter with torch's own thread count, its run folder under ``runs_dir``; writes
+    ``csr_dual_lora_demo.json`` with the seconds, the cores and load around the run, and the demo's own curves.
+    Run it with nothing else on the machine: the figure is the demo's budget on free cores."""
+    out = runs_dir(args) / "demo_time"
+    shutil.rmtree(out, ignore_errors=True)  # a fresh run, never a resumed one
+    flags = ["--agent.output-dir", str(out), *(QUICK_DEMO_FLAGS if args.quick else ())]
+    command = [sys.executable, str(Path(__file__).resolve().parents[1] / "examples" / "train_dual_lora.py"), "demo",
+               *flags]
+    env = {key: value for key, value in os.environ.items() if key != "WORLDGYM_THREADS"}
+    load_before = os.getloadavg()[0]
+    start = time.perf_counter()
+    subprocess.run(command, check=True, env=env)
+    seconds = time.perf_counter() - start
+    demo = json.loads((out / "results.json").read_text())
+    summary = {
+        "command": "python examples/train_dual_lora.py demo" + (" " + " ".join(QUICK_DEMO_FLAGS) if args.quick else ""),
+        "quick": args.quick, "seconds": seconds, "cores": os.cpu_count(),
+        "load_1min_before": load_before, "load_1min_after": os.getloadavg()[0],
+        "success": demo["success"], "wm_token_accuracy": demo["wm_token_accuracy"],
+        "training_success": demo["training_success"], "warm_start": demo["warm_start"],
+    }
+    write_json(results_dir(args) / "csr_dual_lora_demo.json", summary)
+    print(f"make demo: {seconds:.0f} s on {os.cpu_count()} cores (1-min load {load_before:.2f} before); "
+          f"validation success {demo['success']}")
 
 
 def final_eval(args: argparse.Namespace) -> None:
@@ -353,6 +391,8 @@ def main(argv: list[str] | None = None) -> None:
     timing.add_argument("--difficulty", type=int, default=1)
     timing.add_argument("--steps", type=int, default=4)
     timing.add_argument("--max-turns", type=int, default=8)
+    sub.add_parser("demo-time", help="wall time of `make demo` (run it on an otherwise idle machine)",
+                   parents=common)
     final = sub.add_parser("final-eval", help="evaluate every finished run's last checkpoint at more difficulties",
                            parents=common)
     final.add_argument("--model", choices=["tiny", "smollm2-135m"], default="tiny")
@@ -365,7 +405,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     _apply_quick(args)
     set_torch_threads(1)
-    {"run": run, "step-time": step_time, "final-eval": final_eval, "report": report}[args.stage](args)
+    stages = {"run": run, "step-time": step_time, "demo-time": demo_time, "final-eval": final_eval, "report": report}
+    stages[args.stage](args)
 
 
 if __name__ == "__main__":

@@ -137,7 +137,7 @@ def _dreamer_cartpole(data: Results) -> str:
             f"~{mean(r['wall_s'] for r in runs['ppo']):.0f} s per run")
 
 
-def _csr_dual_lora(data: Results) -> str:
+def _csr_dual_lora(data: Results, demo: Results | None) -> str:
     parts = []
     for key, rows in data["runs"].items():
         dapo = rows.get("dapo")
@@ -153,7 +153,12 @@ def _csr_dual_lora(data: Results) -> str:
             verdict = f"; beat DAPO on the mean: {', '.join(better)}" if better else "; no mode beats DAPO"
         seeds = max(len(row["seeds"]) for row in rows.values())
         parts.append(f"{key} ({_plural(seeds, 'seed')}), final validation success: {', '.join(modes)}{verdict}")
-    return "; ".join(parts) + "; see the dual-LoRA section"
+    text = "; ".join(parts)
+    if demo is not None and not demo["quick"]:
+        (_, first), (_, last) = demo["success"][0], demo["success"][-1]
+        text += (f"; `make demo` {demo['seconds'] / 60:.1f} min on {demo['cores']} cores, validation "
+                 f"{first:.1%} -> {last:.1%}")
+    return text + "; see the dual-LoRA section"
 
 
 def _grpo_vs_trl(data: Results) -> str:
@@ -291,7 +296,8 @@ ROWS: tuple[Row, ...] = (
     Row("`benchmarks/csr_policy.py`", "CSRPhone-v0 validation success on the 0/1 reward by model and difficulty: "
         "copying random baseline, warm starts, DAPO over seeds", ("csr_policy.json",), _csr_policy),
     Row("`benchmarks/csr_dual_lora_vs_dapo.py`", "dual-LoRA transfer modes vs DAPO on CSRPhone-v0: validation "
-        "success, tasks to threshold, WM accuracy, step time", ("csr_dual_lora_vs_dapo.json",), _csr_dual_lora),
+        "success, tasks to threshold, WM accuracy, step time; `make demo`'s wall time", ("csr_dual_lora_vs_dapo.json",),
+        _csr_dual_lora, optional=("csr_dual_lora_demo.json",)),
     Row("`benchmarks/csr_rollout_speed.py`", "CSRPhone-v0 rollout episodes/s, KV cache kept across turns vs "
         "re-read", ("csr_rollout_speed.json",), _csr_rollout_speed, optional=("csr_rollout_speed_smollm2.json",)),
     Row("`benchmarks/kv_cache_growth.py`", "greedy decoding behind a long KV cache: transformers' DynamicCache "

@@ -181,6 +181,15 @@ def test_csr_dual_lora_vs_dapo_run_and_report(tmp_path: Path) -> None:
     assert (tmp_path / "csr_dual_lora_vs_dapo.png").stat().st_size > 0
 
 
+def test_csr_dual_lora_demo_time(tmp_path: Path) -> None:
+    run("csr_dual_lora_vs_dapo.py", "demo-time", results=tmp_path)
+    data = load(tmp_path / "csr_dual_lora_demo.json")
+    assert data["quick"] is True and data["command"].startswith("python examples/train_dual_lora.py demo --agent")
+    assert data["seconds"] > 0 and data["cores"] == os.cpu_count()
+    assert [step for step, _ in data["success"]] == [0, 1] and all(0 <= s <= 1 for _, s in data["success"])
+    assert (tmp_path / "runs" / "demo_time" / "curves.png").is_file()  # the demo's own outputs, in the scratch dir
+
+
 def test_sheeprl_dreamer_step_skips_cleanly_without_sheeprl(tmp_path: Path) -> None:
     if importlib.util.find_spec("sheeprl") is not None:
         pytest.skip("sheeprl is installed in this venv: nothing to skip")
