@@ -12,9 +12,13 @@ Validation is greedy on validation-split companies (never seen in training), epi
     python benchmarks/csr_dual_lora_vs_dapo.py step-time --mode separate     # s per step, no validation
     python benchmarks/csr_dual_lora_vs_dapo.py demo-time                     # `make demo`'s wall time
     python benchmarks/csr_dual_lora_vs_dapo.py report
+    python benchmarks/csr_dual_lora_vs_dapo.py run --model smollm2-135m --mode dapo --difficulty 3 \
+        --mistake-rate 0.2 --continue-on 3        # from another warm start (flags as in csr_policy.py)
 
-Each run writes ``benchmarks/results/csr_dual_lora/<model>-<mode>-d<difficulty>-s<seed>.json``; ``report``
-merges them into ``benchmarks/results/csr_dual_lora_vs_dapo.json`` and ``.png``: tasks (training episodes
+Each run writes ``benchmarks/results/csr_dual_lora/<model>-<mode>-d<difficulty>-s<seed>.json`` (then
+``-T<temperature>`` and the warm start's name, e.g. ``-mistakes0.2-continued-d3``, when they are not the
+preset's); ``report`` merges the runs of each model, difficulty, temperature and warm start into
+``benchmarks/results/csr_dual_lora_vs_dapo.json`` and ``.png``: tasks (training episodes
 sampled, dynamic-sampling resamples included) and steps to reach the validation-success threshold, final
 success, world-model token accuracy, and seconds per step relative to DAPO.
 
@@ -41,7 +45,7 @@ import numpy as np
 import worldgym  # noqa: F401  (registers the ids)
 from worldgym.agents.dual_lora import DualLoRAConfig, DualLoRATrainer, wm_success_correlation
 from worldgym.agents.dual_lora.presets import dual_lora_config, engine, warm_start_config
-from worldgym.agents.llm.warm_start import WarmStart, load_or_train_warm_start
+from worldgym.agents.llm.warm_start import WarmStart
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a file: find the benchmarks package
 from benchmarks.common import (
@@ -56,6 +60,7 @@ from benchmarks.common import (
     train_in_chunks,
     write_json,
 )
+from benchmarks.csr_warm_starts import load_chosen, warm_start_command, warm_start_flags, warm_start_suffix
 
 MODES: dict[str, dict[str, Any]] = {
     "dapo": {"transfer": "separate", "wm_coef": 0.0},
@@ -92,13 +97,16 @@ def runs_dir(args: argparse.Namespace) -> Path:
 
 
 def warm_start(args: argparse.Namespace, model: str) -> WarmStart:
-    """The CSR policy's cached warm start (the tiny one ships with the package)."""
-    return load_or_train_warm_start(warm_start_config(model), cache_dir=runs_dir(args) / "warm_starts")
+    """The CSR policy's cached warm start (the tiny one ships with the package), or the one ``--continue-on`` /
+    ``--mistake-rate`` select."""
+    quick = {"episodes_per_difficulty": 8, "epochs": 1} if args.quick else {}  # a continued one: a few chats
+    return load_chosen(warm_start_config(model), args, runs_dir(args) / "warm_starts", **quick)
 
 
 def run(args: argparse.Namespace) -> None:
     # modes hold no "-d<digit>"
-    name = f"{args.model}-{args.mode}-d{args.difficulty}-s{args.seed}{temperature_suffix(args.temperature)}"
+    name = (f"{args.model}-{args.mode}-d{args.difficulty}-s{args.seed}{temperature_suffix(args.temperature)}"
+            + warm_start_suffix(args))
     out = runs_dir(args) / "csr_dual_lora" / name
     config = dual_lora_config(
         args.model, args.difficulty, **MODES[args.mode], num_steps=args.steps, max_turns=args.max_turns,
@@ -114,7 +122,7 @@ def run(args: argparse.Namespace) -> None:
                f"--seed {args.seed} --difficulty {args.difficulty} --steps {args.steps} --max-turns "
                f"{args.max_turns} --eval-every {args.eval_every} --episodes {args.episodes} "
                f"--iwm-steps {args.iwm_steps}"
-               + batch_command(args)
+               + batch_command(args) + warm_start_command(args)
                + (" --quick" if args.quick else ""))
 
     def write_part() -> None:  # after every validation: a stopped run keeps its curve so far
@@ -123,6 +131,7 @@ def run(args: argparse.Namespace) -> None:
         steps = [m for m in history if "rollout/reward_mean" in m]
         part = {
             "model": args.model, "mode": args.mode, "difficulty": args.difficulty, "seed": args.seed,
+            "warm_start_suffix": warm_start_suffix(args),
             "steps": args.steps, "steps_done": trainer.step, "max_turns": args.max_turns,
             "eval_episodes": args.episodes, "config": config.to_dict() | {"output_dir": portable(out)},
             "curve": [[m["step"], m["eval/success_rate"]] for m in evals],
@@ -168,7 +177,7 @@ def step_time(args: argparse.Namespace) -> None:
     row = {key: float(np.mean([m[key] for m in steps])) for key in STEP_TIMES}
     path = results_dir(args) / "csr_dual_lora_step_time.json"
     table = json.loads(path.read_text()) if path.is_file() else {}
-    key = f"{args.model}-{args.mode}"
+    key = f"{args.model}-{args.mode}{warm_start_suffix(args)}"
     runs = table.get(key, {}).get("runs", []) + [row | {"steps": args.steps, "seed": args.seed}]
     table[key] = {"runs": runs} | {name: float(np.mean([run[name] for run in runs])) for name in STEP_TIMES}
     write_json(path, table)
@@ -214,15 +223,18 @@ def final_eval(args: argparse.Namespace) -> None:
 
     reference = results_dir(args) / "csr_dual_lora_warm_start.json"  # the warm start itself (fresh adapters)
     table = json.loads(reference.read_text()) if reference.is_file() else {}
-    for difficulty in [d for d in args.difficulties if str(d) not in table.get(args.model, {})]:
+    label = args.model + warm_start_suffix(args)
+    for difficulty in [d for d in args.difficulties if str(d) not in table.get(label, {})]:
         trainer = _fresh_trainer(args, dual_lora_config(args.model, difficulty,
                                                        output_dir=str(runs_dir(args) / "csr_dual_lora" / "warm")))
         metrics = _success_at(trainer, difficulty, args.episodes)
-        table.setdefault(args.model, {})[str(difficulty)] = {"success": metrics, "episodes": args.episodes}
+        table.setdefault(label, {})[str(difficulty)] = {"success": metrics, "episodes": args.episodes}
         write_json(reference, table)
         print("warm start", f"d{difficulty}", metrics)
     for path in sorted(parts_dir(args).glob(f"{args.model}-*.json")):
         part = json.loads(path.read_text())
+        if part.get("warm_start_suffix", "") != warm_start_suffix(args):  # a run from another warm start
+            continue
         done = part.setdefault("final_by_difficulty", {})
         todo = [d for d in args.difficulties if str(d) not in done]
         if not todo:
@@ -275,9 +287,10 @@ def tasks_to_threshold(part: dict[str, Any], threshold: float) -> tuple[int | No
     return None, None
 
 
-def _setting(part: dict[str, Any]) -> tuple[str, int, float]:
-    """What the runs compared with each other share: model, difficulty and rollout temperature."""
-    return part["model"], part["difficulty"], part["config"].get("temperature", 1.0)
+def _setting(part: dict[str, Any]) -> tuple[str, int, float, str]:
+    """What the runs compared with each other share: model, difficulty, rollout temperature and warm start."""
+    return (part["model"], part["difficulty"], part["config"].get("temperature", 1.0),
+            part.get("warm_start_suffix", ""))
 
 
 def report(args: argparse.Namespace) -> None:
@@ -287,8 +300,9 @@ def report(args: argparse.Namespace) -> None:
     summary: dict[str, Any] = {"threshold": args.threshold, "split": "validation", "quick": args.quick, "runs": {},
                                "warm_start_by_difficulty": json.loads(reference.read_text()) if reference.is_file()
                                else {}}
-    for model, difficulty, temperature in sorted({_setting(p) for p in parts}):
-        chosen = [p for p in parts if _setting(p) == (model, difficulty, temperature)]
+    for setting in sorted({_setting(p) for p in parts}):
+        model, difficulty, temperature, warm_start_name = setting
+        chosen = [p for p in parts if _setting(p) == setting]
         dapo_seconds = [s for p in chosen if p["mode"] == "dapo" for s in p["step_seconds"]]
         rows = {}
         for mode in [m for m in MODES if any(p["mode"] == m for p in chosen)]:
@@ -320,7 +334,7 @@ def report(args: argparse.Namespace) -> None:
                 "tasks_by_step": [p["tasks_by_step"] for p in runs],
                 "commands": [p["command"] for p in runs],
             }
-        summary["runs"][f"{model}-d{difficulty}{temperature_suffix(temperature)}"] = rows
+        summary["runs"][f"{model}-d{difficulty}{temperature_suffix(temperature)}{warm_start_name}"] = rows
     write_json(results / "csr_dual_lora_vs_dapo.json", summary)
     _plot(summary, results / "csr_dual_lora_vs_dapo.png")
     for key, rows in summary["runs"].items():
@@ -372,7 +386,8 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="stage", required=True)
     common = [results_parser()]
-    one = sub.add_parser("run", help="train one mode from the warm start (resumable)", parents=common)
+    chosen = warm_start_flags()  # which warm start the runs start from
+    one = sub.add_parser("run", help="train one mode from the warm start (resumable)", parents=[*common, chosen])
     one.add_argument("--model", choices=["tiny", "smollm2-135m"], default="tiny")
     one.add_argument("--mode", choices=sorted(MODES), required=True)
     one.add_argument("--seed", type=int, default=0)
@@ -384,7 +399,7 @@ def main(argv: list[str] | None = None) -> None:
     one.add_argument("--iwm-steps", type=int, default=4, help="world-model-only steps of the iwm mode")
     add_batch_flags(one)
     timing = sub.add_parser("step-time", help="seconds per training step of one mode (no validation)",
-                            parents=common)
+                            parents=[*common, chosen])
     timing.add_argument("--model", choices=["tiny", "smollm2-135m"], default="tiny")
     timing.add_argument("--mode", choices=sorted(MODES), required=True)
     timing.add_argument("--seed", type=int, default=0)
@@ -394,7 +409,7 @@ def main(argv: list[str] | None = None) -> None:
     sub.add_parser("demo-time", help="wall time of `make demo` (run it on an otherwise idle machine)",
                    parents=common)
     final = sub.add_parser("final-eval", help="evaluate every finished run's last checkpoint at more difficulties",
-                           parents=common)
+                           parents=[*common, chosen])
     final.add_argument("--model", choices=["tiny", "smollm2-135m"], default="tiny")
     final.add_argument("--difficulties", type=int, nargs="+", default=[2])
     final.add_argument("--episodes", type=int, default=64)

@@ -39,7 +39,7 @@ import numpy as np
 import worldgym  # noqa: F401  (registers the ids)
 from worldgym.agents.grpo import CSR_PRESETS, GRPOTrainer, make_text_env
 from worldgym.agents.llm.evaluation import evaluate_chat_policy
-from worldgym.agents.llm.warm_start import WarmStart, is_cached, load_or_train_warm_start
+from worldgym.agents.llm.warm_start import WarmStart
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a file: find the benchmarks package
 from benchmarks.common import (
@@ -53,8 +53,14 @@ from benchmarks.common import (
     train_in_chunks,
     write_json,
 )
+from benchmarks.csr_warm_starts import (
+    DIFFICULTIES,
+    load_chosen,
+    warm_start_command,
+    warm_start_flags,
+    warm_start_suffix,
+)
 
-DIFFICULTIES = (1, 2, 3, 4, 5)
 MAX_TURNS = 16  # the env's own limit: the random baseline gets the same budget
 
 
@@ -68,32 +74,12 @@ def warm_start(args: argparse.Namespace) -> WarmStart:
     config = CSR_PRESETS[args.model].warm_start
     if args.quick:  # a few expert chats at d1, one epoch: trains in about a second
         config = replace(config, difficulties=(1,), episodes_per_difficulty=8, epochs=1)
-    cache = runs_dir(args) / "warm_starts"
-    base = config
-    if args.continue_on:  # the preset's warm start trained on, on these difficulties' chats
-        config = replace(config, continue_from=base.key(), difficulties=tuple(args.continue_on))
-    if args.mistake_rate:  # its chats with injected, untrained mistakes
-        config = replace(config, mistake_rate=args.mistake_rate)
-    if config.continue_from and not is_cached(config, cache):
-        load_or_train_warm_start(base, cache_dir=cache)  # the warm start to continue, trained first if need be
-    return load_or_train_warm_start(config, cache_dir=cache)
-
-
-def warm_start_suffix(args: argparse.Namespace) -> str:
-    """Names of the warm start ``args`` select: "" for the preset's, else e.g. ``-mistakes0.2-continued-d3``."""
-    return ((f"-mistakes{args.mistake_rate:g}" if args.mistake_rate else "")
-            + ("-continued-d" + "".join(map(str, args.continue_on)) if args.continue_on else ""))
+    return load_chosen(config, args, runs_dir(args) / "warm_starts")
 
 
 def warm_start_label(args: argparse.Namespace) -> str:
     """The part-file name of the warm start ``args`` select (the preset's, or one with mistakes / continued)."""
     return f"{args.model}-warm_start{warm_start_suffix(args)}"
-
-
-def warm_start_command(args: argparse.Namespace) -> str:
-    """The warm-start flags given, as they were written (for a results file's ``command``)."""
-    return ((f" --mistake-rate {args.mistake_rate:g}" if args.mistake_rate else "")
-            + (" --continue-on " + " ".join(map(str, args.continue_on)) if args.continue_on else ""))
 
 
 def evaluate(ws: WarmStart, model: str, difficulty: int, episodes: int, decoding: str, split: str = "validation",
@@ -338,13 +324,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="stage", required=True)
     common = [results_parser()]
-    chosen = argparse.ArgumentParser(add_help=False)  # which warm start a stage trains, evaluates or starts from
-    chosen.add_argument("--mistake-rate", type=float, default=0.0,
-                        help="the warm start trained on expert chats with this share of injected, untrained "
-                             "mistakes (WarmStartConfig.mistake_rate; its own cache and part files)")
-    chosen.add_argument("--continue-on", type=int, nargs="+", choices=DIFFICULTIES,
-                        help="the preset's warm start trained on further, on these difficulties' expert chats (with "
-                             "--mistake-rate's mistakes), instead of one trained from the model")
+    chosen = warm_start_flags()  # which warm start a stage trains, evaluates or starts from
     random = sub.add_parser("random", help="the copying random baseline", parents=common)
     random.add_argument("--episodes", type=int, default=1000)
     warm = sub.add_parser("warm-start", help="train (or load) a warm start and evaluate it", parents=[*common, chosen])

@@ -181,6 +181,16 @@ def test_csr_dual_lora_vs_dapo_run_and_report(tmp_path: Path) -> None:
     assert (tmp_path / "csr_dual_lora_vs_dapo.png").stat().st_size > 0
 
 
+def test_csr_dual_lora_vs_dapo_from_another_warm_start(tmp_path: Path) -> None:
+    run_stages("csr_dual_lora_vs_dapo.py", ("run", "--mode", "dapo", "--continue-on", "1"), ("run", "--mode", "dapo"),
+               ("report",), results=tmp_path)
+    part = load(tmp_path / "csr_dual_lora" / "tiny-dapo-d1-s0-continued-d1.json")
+    assert part["warm_start_suffix"] == "-continued-d1" and " --continue-on 1 " in part["command"]
+    rows = load(tmp_path / "csr_dual_lora_vs_dapo.json")["runs"]  # never merged with the preset's warm start
+    assert set(rows) == {"tiny-d1", "tiny-d1-continued-d1"} and rows["tiny-d1-continued-d1"]["dapo"]["seeds"] == [0]
+    assert list((tmp_path / "runs" / "warm_starts").glob("tiny-*"))  # the continued warm start, trained for it
+
+
 def test_csr_dual_lora_demo_time(tmp_path: Path) -> None:
     run("csr_dual_lora_vs_dapo.py", "demo-time", results=tmp_path)
     data = load(tmp_path / "csr_dual_lora_demo.json")
