@@ -1,22 +1,27 @@
 """CSRPhone-v0 rollout speed of ``HFEngine``: whole multi-turn episodes per second, with and without keeping
-each episode's KV cache across turns (``reuse_kv_cache``).
+each episode's KV cache across turns (``reuse_kv_cache``), or (``--compare retire``, KV reuse on) with and
+without dropping rows that stopped from the batch (``retire_stopped_rows``).
 
-For every difficulty, batch size (episodes run together in one ``RolloutCollector.collect`` call) and KV reuse
-off / on, the same seeds are played greedily to the end (16 turns at most, the env's own limit). Reported:
+For every difficulty, batch size (episodes run together in one ``RolloutCollector.collect`` call) and the
+compared option off / on, the same seeds are played greedily to the end (16 turns at most, the env's own
+limit). Reported:
   * ``episodes_per_s``: episodes divided by the wall time of all the ``collect`` calls,
   * ``episode_seconds``: the mean wall time from an episode's start to its end (its batch's ``collect`` call),
   * ``positions_per_episode``: token positions the model ran (prefill and decoding, padding included), the
     work KV reuse removes, and ``model_tokens_per_episode`` / ``turns_per_episode``,
-  * ``same_episodes``: whether reuse on gave exactly the token ids of reuse off for the same seeds.
+  * ``same_episodes``: whether the option on gave exactly the token ids of it off for the same seeds.
 CPU seconds and the load average are recorded too (the machine's cores may be shared with other jobs).
 
     OMP_WAIT_POLICY=PASSIVE python benchmarks/csr_rollout_speed.py --model tiny --episodes 4
     OMP_WAIT_POLICY=PASSIVE python benchmarks/csr_rollout_speed.py --model smollm2-135m --warm-start
     OMP_WAIT_POLICY=PASSIVE python benchmarks/csr_rollout_speed.py --model smollm2-135m --adapter runs/x/adapter
+    OMP_WAIT_POLICY=PASSIVE python benchmarks/csr_rollout_speed.py --model smollm2-135m --warm-start \
+        --compare retire --difficulties 3 --batch-sizes 16
     OMP_WAIT_POLICY=PASSIVE python benchmarks/csr_rollout_speed.py --quick   # 2 episodes, d1, batch 2
 
-Writes ``csr_rollout_speed.json`` (``csr_rollout_speed_<model>.json`` for another model, e.g. ``_smollm2``) to
-``benchmarks/results/`` (``--results-dir``).
+Writes ``csr_rollout_speed.json`` (``csr_rollout_speed_<model>.json`` for another model, e.g. ``_smollm2``;
+``csr_rollout_speed_retire[_<model>].json`` for ``--compare retire``) to ``benchmarks/results/``
+(``--results-dir``).
 
 ``--model tiny`` is a randomly initialised tiny Qwen3 with a tokenizer trained on the env's text (quick, for
 checking the machinery); ``--model smollm2-135m`` is SmolLM2-135M-Instruct (``make smollm2``), optionally with
@@ -49,6 +54,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a file: f
 from benchmarks.common import portable, results_dir, results_parser, write_json
 
 MAX_TURNS = 16
+# the engine option each comparison turns off and on, over the engine settings both runs share
+COMPARED: dict[str, tuple[str, dict[str, bool]]] = {
+    "kv_reuse": ("reuse_kv_cache", {"retire_stopped_rows": True}),
+    "retire": ("retire_stopped_rows", {"reuse_kv_cache": True}),
+}
 
 
 @dataclass
@@ -152,6 +162,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     source.add_argument("--adapter", type=Path, default=None, help="a PEFT adapter folder to load on top")
     source.add_argument("--warm-start", action="store_true",
                         help="the model's CSR warm start (runs/warm_starts, or shipped with the package)")
+    parser.add_argument("--compare", choices=list(COMPARED), default="kv_reuse",
+                        help="the engine option timed off vs on (retire: with KV reuse on both times)")
     parser.add_argument("--episodes", type=int, default=16, help="episodes per configuration")
     parser.add_argument("--difficulties", type=int, nargs="+", default=[1, 3])
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 16])
@@ -188,6 +200,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
         "adapter": portable(args.adapter) if args.adapter else None,
         "warm_start": CSR_PRESETS[args.model].warm_start.key() if args.warm_start else None,
         "quick": args.quick,
+        "compare": args.compare,
         "settings": {k: getattr(args, k) for k in
                      ("episodes", "difficulties", "batch_sizes", "max_new_tokens", "max_episode_tokens", "seed",
                       "threads")} | {"max_turns": MAX_TURNS},
@@ -197,35 +210,38 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
         "load_average_before": os.getloadavg()[0],
         "runs": [],
     }
-    header = (f"{'difficulty':>10} {'batch':>5} {'kv reuse':>8} {'episodes/s':>10} {'s/episode':>9} "
+    option, shared = COMPARED[args.compare]
+    header = (f"{'difficulty':>10} {'batch':>5} {args.compare:>8} {'episodes/s':>10} {'s/episode':>9} "
               f"{'positions/ep':>12} {'turns/ep':>8} {'same':>5}")
     print(header)
     for difficulty in args.difficulties:
         for batch in args.batch_sizes:
             runs: dict[bool, Run] = {}
-            for reuse in (False, True):
-                engine = HFEngine(model, tokenizer.pad_token_id, [tokenizer.eos_token_id],
-                                  batch_size=batch, reuse_kv_cache=reuse,
-                                  kv_cache_max_tokens=batch * args.max_episode_tokens)
+            for on in (False, True):
+                engine = HFEngine(model, tokenizer.pad_token_id, [tokenizer.eos_token_id], batch_size=batch,
+                                  kv_cache_max_tokens=batch * args.max_episode_tokens, **shared, **{option: on})
                 collector = RolloutCollector(engine, tokenizer, make_env_factory(difficulty), max_turns=MAX_TURNS,
                                              max_episode_tokens=args.max_episode_tokens)
                 collector.collect(seeds[:1], 1, SamplingParams(temperature=0.0, max_new_tokens=2))  # warm-up
                 engine.clear_kv_cache()
-                runs[reuse] = run(collector, counter, seeds, batch, params)
+                runs[on] = run(collector, counter, seeds, batch, params)
             identical, logprob_gap = same_episodes(runs[False].episodes, runs[True].episodes)
-            for reuse, result in runs.items():
+            for on, result in runs.items():
                 figures = summarise(result)
-                results["runs"].append({"difficulty": difficulty, "batch": batch, "kv_reuse": reuse, **figures,
+                settings = {"kv_reuse": shared.get("reuse_kv_cache", on),
+                            "retire": shared.get("retire_stopped_rows", on)}
+                results["runs"].append({"difficulty": difficulty, "batch": batch, **settings, **figures,
                                         "same_episodes": identical, "max_logprob_gap": logprob_gap})
-                print(f"{difficulty:>10} {batch:>5} {'on' if reuse else 'off':>8} "
+                print(f"{difficulty:>10} {batch:>5} {'on' if on else 'off':>8} "
                       f"{figures['episodes_per_s']:>10.3f} {figures['episode_seconds']:>9.2f} "
                       f"{figures['positions_per_episode']:>12,.0f} {figures['turns_per_episode']:>8.1f} "
                       f"{'yes' if identical else 'NO':>5}")
             speedup = runs[False].wall_s / runs[True].wall_s
-            print(f"{'':>10} {'':>5} speed-up with KV reuse: {speedup:.2f}x "
+            print(f"{'':>10} {'':>5} speed-up with {args.compare}: {speedup:.2f}x "
                   f"(max logprob gap {logprob_gap:.1e})")
     results["load_average_after"] = os.getloadavg()[0]
-    name = "csr_rollout_speed" + ("" if args.model == "tiny" else "_" + args.model.split("-")[0])
+    name = ("csr_rollout_speed" + ("_retire" if args.compare == "retire" else "")
+            + ("" if args.model == "tiny" else "_" + args.model.split("-")[0]))
     write_json(results_dir(args) / f"{name}.json", results, indent=2)
     return results
 

@@ -73,14 +73,29 @@ def _tokens(tokenizer, text):
     return tokenizer(text, add_special_tokens=False)["input_ids"]
 
 
-def test_constrained_samples_are_always_exact_copies_and_logprobs_match_a_masked_forward(csr_tokenizer, index):
+def _word_stops(tokenizer) -> list[int]:
+    """eos and every third lowercase word token: rows stop at different lengths once a copied value is written
+    (never inside one: values hold digits, capitals and dashes)."""
+    words = [t for t in range(len(tokenizer)) if (text := tokenizer.decode([t]).strip()).isalpha() and text.islower()]
+    return [tokenizer.eos_token_id, *words[::3]]
+
+
+@pytest.mark.parametrize("stops", ["eos", "words"])
+def test_constrained_samples_are_always_exact_copies_and_logprobs_match_a_masked_forward(csr_tokenizer, index,
+                                                                                         stops):
     model = build_tiny_model(csr_tokenizer, seed=0)  # untrained: left alone it would write anything
-    engine = HFEngine(model, csr_tokenizer.pad_token_id, [csr_tokenizer.eos_token_id], batch_size=8)
+    stop_ids = [csr_tokenizer.eos_token_id] if stops == "eos" else _word_stops(csr_tokenizer)
+    engine = HFEngine(model, csr_tokenizer.pad_token_id, stop_ids, batch_size=12)
+    batch_rows = []
+    generate = model.generate
+    model.generate = lambda *a, **k: batch_rows.append(k["input_ids"].shape[0]) or generate(*a, **k)
     keys = frozenset({"phone_number"})
     prompts = [_tokens(csr_tokenizer, CALL_OPENING), _tokens(csr_tokenizer, "hello " + CALL_OPENING)]
     constraints = [CopyConstraint(index, keys, VALUES), CopyConstraint(index, keys, VALUES[:1])]
     params = SamplingParams(temperature=1.0, max_new_tokens=24, n=6, seed=3)
     results = engine.generate(prompts, params, constraints)
+    if stops == "words":  # rows that stopped left the batch: the processor followed the rows still decoding
+        assert len(batch_rows) > 1 and batch_rows[-1] < 12
     for prompt, generations, constraint in zip(prompts, results, constraints):
         for generation in generations:
             text = csr_tokenizer.decode(generation.token_ids)

@@ -1,4 +1,5 @@
-"""HFEngine: left-padded batches, determinism, stop tokens, logprobs equal to a training forward."""
+"""HFEngine: left-padded batches, determinism, stop tokens, logprobs equal to a training forward, rows that
+stopped leaving the batch (``retiring_rows.py``) without changing any completion."""
 
 import importlib.util
 
@@ -7,7 +8,9 @@ import torch
 
 from worldgym.agents.llm.engines import Generation, GenerationEngine, HFEngine, SamplingParams
 from worldgym.agents.llm.engines.hf import group_shared_prefixes
+from worldgym.agents.llm.engines.retiring_rows import DecodedRows, RetireFinishedRows
 from worldgym.agents.llm.losses import token_logprobs
+from worldgym.agents.llm.models import build_tiny_model, sharpen
 
 
 def _engine(model, tokenizer, batch_size=4):
@@ -160,3 +163,80 @@ def test_sharded_engine_keeps_prompt_order(model, tokenizer):
     single = _engine(model, tokenizer).generate(prompts, params)
     assert [[g.token_ids for g in r] for r in sharded] == [[g.token_ids for g in r] for r in single]
     assert [r[0].prompt_index for r in sharded] == [0, 1, 2, 3, 4]
+
+
+STOP = 7
+
+
+def test_a_call_ends_once_a_quarter_of_the_rows_but_not_all_have_stopped() -> None:
+    criterion = RetireFinishedRows([STOP], prompt_width=2)
+    prompts = torch.full((8, 2), STOP)  # stop tokens in the prompt do not count
+    for stopped, ends in ((0, False), (1, False), (2, True), (7, True), (8, False)):
+        generated = torch.zeros(8, 3, dtype=torch.long)
+        generated[:stopped, 1] = STOP
+        verdict = criterion(torch.cat([prompts, generated], 1), None)
+        assert verdict.tolist() == [ends] * 8, stopped
+    one_row = criterion(torch.tensor([[1, 1, STOP]]), None)
+    assert one_row.tolist() == [False]  # a lone row's stop is generate's own business
+
+
+def test_decoded_rows_follow_the_rows_still_in_the_batch() -> None:
+    rows = DecodedRows(3)
+    rows.add(torch.tensor([[1, STOP], [2, 2], [3, 3]]), torch.zeros(3, 2, 5))
+    assert rows.stopped([STOP]) == [0] and rows.steps == 2
+    rows.keep([1, 2])
+    rows.add(torch.tensor([[4], [STOP]]), torch.ones(2, 1, 5))
+    assert rows.tokens == [[1, STOP], [2, 2, 4], [3, 3, STOP]] and rows.stopped([STOP]) == [1]
+    assert rows.row_logits(2).shape == (3, 5) and rows.row_logits(0).shape == (2, 5)
+
+
+def _many_stops_engine(model, tokenizer, batch_size: int) -> HFEngine:
+    """Rows stop at one of many ids, so they end at different lengths."""
+    stops = [tokenizer.eos_token_id, *range(5, len(tokenizer), 11)]
+    return HFEngine(model, tokenizer.pad_token_id, stops, batch_size=batch_size)
+
+
+def _prompts(tokenizer) -> list[list[int]]:
+    texts = ["Tom", "There are 4 boxes with 3 pens in each box.", "Ana has 5 cards and buys 3 more.", "How many?"]
+    return [tokenizer(text)["input_ids"] for text in texts]
+
+
+def _batch_rows_per_call(model) -> list[int]:
+    """Wraps ``model.generate`` to record each call's batch rows."""
+    rows: list[int] = []
+    generate = model.generate
+
+    def recording(*args, **kwargs):
+        rows.append(kwargs["input_ids"].shape[0])
+        return generate(*args, **kwargs)
+
+    model.generate = recording
+    return rows
+
+
+def test_greedy_batches_retire_rows_and_match_each_prompt_alone(tokenizer) -> None:
+    model = sharpen(build_tiny_model(tokenizer, seed=0))
+    prompts = _prompts(tokenizer)
+    params = SamplingParams(temperature=0.0, max_new_tokens=32, n=2)
+    alone = _many_stops_engine(model, tokenizer, batch_size=1).generate(prompts, params)
+    rows = _batch_rows_per_call(model)
+    batched = _many_stops_engine(model, tokenizer, batch_size=8).generate(prompts, params)
+    assert rows[0] == 8 and len(rows) > 1 and rows == sorted(rows, reverse=True) and rows[-1] < 8  # rows left
+    lengths = {len(g.token_ids) for r in batched for g in r}
+    assert len(lengths) > 2 and {g.finish_reason for r in batched for g in r} == {"stop", "length"}
+    for got_row, expected_row in zip(batched, alone, strict=True):
+        for got, expected in zip(got_row, expected_row, strict=True):
+            assert got.token_ids == expected.token_ids and got.finish_reason == expected.finish_reason
+            assert torch.allclose(torch.tensor(got.logprobs), torch.tensor(expected.logprobs), atol=1e-4)
+
+
+def test_sampled_batches_that_retire_rows_keep_the_trainers_logprobs(tokenizer) -> None:
+    model = sharpen(build_tiny_model(tokenizer, seed=1))
+    prompts = _prompts(tokenizer)
+    rows = _batch_rows_per_call(model)
+    params = SamplingParams(temperature=0.8, top_p=0.9, max_new_tokens=24, n=3, seed=5)
+    results = _many_stops_engine(model, tokenizer, batch_size=12).generate(prompts, params)
+    assert len(rows) > 1 and rows[-1] < 12
+    assert_logprobs_match_a_plain_forward(model, prompts, results, temperature=0.8)
+    again = _many_stops_engine(model, tokenizer, batch_size=12).generate(prompts, params)  # still reproducible
+    assert [[g.token_ids for g in r] for r in again] == [[g.token_ids for g in r] for r in results]

@@ -39,9 +39,27 @@ def test_crop_and_batch_selection_are_followed_by_correct_appends():
     assert torch.equal(grown.keys, plain.keys) and grown.keys.data_ptr() == grown._key_buffer.data_ptr()
     index = torch.tensor([1])
     for layer in (grown, plain):
-        layer.batch_select_indices(index)  # new tensors: the next append copies into a new buffer
+        layer.batch_select_indices(index)  # the rows kept, with their room (one copy)
         layer.update(third[0][:1], third[1][:1])
     assert torch.equal(grown.keys, plain.keys) and torch.equal(grown.values, plain.values)
+    assert grown.keys.data_ptr() == grown._key_buffer.data_ptr() and grown._key_buffer.shape[0] == 1
+
+
+def test_batch_selection_keeps_the_room_so_the_next_append_copies_nothing():
+    grown = GrowingLayer(room=8)
+    first, second = _steps(4, [5, 1], batch=3)
+    grown.update(*first)
+    grown.update(*second)  # into room: the keys are a view of the buffer
+    reallocations = []
+    reallocate = grown._reallocate
+    grown._reallocate = lambda *args: (reallocations.append(args[-1]), reallocate(*args))  # type: ignore[method-assign]
+    index = torch.tensor([2, 0])
+    expected = torch.cat([first[0], second[0]], 2)[index]
+    grown.batch_select_indices(index)
+    assert torch.equal(grown.keys, expected) and grown._key_buffer.shape[2] > grown.get_seq_length()
+    more = _steps(5, [1], batch=2)[0]
+    grown.update(*more)
+    assert reallocations == [] and torch.equal(grown.keys, torch.cat([expected, more[0]], 2))
 
 
 def test_growing_cache_copies_a_dynamic_cache_and_leaves_other_layouts_alone():
@@ -73,8 +91,7 @@ def test_engine_generations_are_the_same_with_concatenating_caches(monkeypatch):
     """Multi-turn greedy and sampled generations with the KV cache kept across turns: the same tokens and
     logprobs whether the engine's caches grow in place or by concatenation."""
     from worldgym.agents.llm import build_tiny_model, train_chat_tokenizer
-    from worldgym.agents.llm.engines import HFEngine, SamplingParams
-    from worldgym.agents.llm.engines import hf
+    from worldgym.agents.llm.engines import HFEngine, SamplingParams, hf
 
     tokenizer = train_chat_tokenizer(["hello world, the phone number is 555 0101"] * 4, vocab_size=300)
     model = build_tiny_model(tokenizer, seed=0)

@@ -146,25 +146,31 @@ class CopyArgumentsProcessor(LogitsProcessor):
         self.prompt_width = prompt_width
         self.texts = ["" for _ in constraints]
         self.allowed: list[list[list[int] | None]] = [[] for _ in constraints]
+        self.active = list(range(len(constraints)))  # the row of each batch row still decoding
+
+    def keep(self, batch_rows: Sequence[int]) -> None:
+        """Only these batch rows are still decoding (the engine dropped the others from the batch)."""
+        self.active = [self.active[b] for b in batch_rows]
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
         step = input_ids.shape[1] - self.prompt_width
         if step == 0:
             tails = input_ids[:, -PROMPT_TAIL_TOKENS:].tolist()
-            for row, constraint in enumerate(self.constraints):
-                if constraint is not None:
-                    self.texts[row] = "".join(constraint.index.plain_texts[token] for token in tails[row])
+            for b, row in enumerate(self.active):
+                if (constraint := self.constraints[row]) is not None:
+                    self.texts[row] = "".join(constraint.index.plain_texts[token] for token in tails[b])
         else:
-            for row, token in enumerate(input_ids[:, -1].tolist()):
-                if self.constraints[row] is not None:
-                    self.texts[row] += self.constraints[row].index.plain_texts[token]
-        for row, constraint in enumerate(self.constraints):
+            for row, token in zip(self.active, input_ids[:, -1].tolist()):
+                if (constraint := self.constraints[row]) is not None:
+                    self.texts[row] += constraint.index.plain_texts[token]
+        for b, row in enumerate(self.active):
+            constraint = self.constraints[row]
             allowed = constraint.allowed(self.texts[row]) if constraint is not None else None
             self.allowed[row].append(allowed)
             if allowed is not None:
-                keep = scores[row, allowed]
-                scores[row] = float("-inf")
-                scores[row, allowed] = keep
+                keep = scores[b, allowed]
+                scores[b] = float("-inf")
+                scores[b, allowed] = keep
         return scores
 
 

@@ -56,6 +56,18 @@ class GrowingLayer(DynamicLayer):
         self.keys = self._key_buffer = keys
         self.values = self._value_buffer = values
 
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        """Keep only the batch rows ``indices``, with their room (one copy; the base class's selection drops
+        the room, so the next append would copy again)."""
+        if self.keys is None or not self._owns_views(self.keys):
+            super().batch_select_indices(indices)
+            return
+        length = self.get_seq_length()
+        self._key_buffer = self._key_buffer.index_select(0, indices)  # type: ignore[union-attr]
+        self._value_buffer = self._value_buffer.index_select(0, indices)  # type: ignore[union-attr]
+        self.keys = self._key_buffer[:, :, :length]
+        self.values = self._value_buffer[:, :, :length]
+
     def _owns_views(self, key_states: torch.Tensor) -> bool:
         """Whether ``keys``/``values`` are still the leading positions of this layer's buffers."""
         buffers, views = (self._key_buffer, self._value_buffer), (self.keys, self.values)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import torch
 from peft import PeftModel
-from transformers import Cache, DynamicCache, LogitsProcessorList, PreTrainedModel
+from transformers import Cache, DynamicCache, LogitsProcessorList, PreTrainedModel, StoppingCriteriaList
 
 from worldgym.agents.llm.adapters import merged_trainable_tokens
 from worldgym.agents.llm.cartridge import Cartridge
@@ -23,6 +23,7 @@ from worldgym.agents.llm.constrained import CopyArgumentsProcessor, CopyConstrai
 from worldgym.agents.llm.engines.base import Generation, SamplingParams
 from worldgym.agents.llm.engines.growing_cache import growing_cache
 from worldgym.agents.llm.engines.prefix_cache import PrefixKVCache, batched_cache, row_kv, storable
+from worldgym.agents.llm.engines.retiring_rows import DecodedRows, RetireFinishedRows
 
 __all__ = ["HFEngine", "PrefixGroups", "group_shared_prefixes"]
 
@@ -131,6 +132,9 @@ class HFEngine:
             this times the KV bytes of a token (see :mod:`~worldgym.agents.llm.engines.prefix_cache`). Set it
             to at least the episodes run at once times their length, or early rows get evicted.
         cartridge: a trainable KV prefix made for ``model`` to generate behind (None: plain prompts).
+        retire_stopped_rows: end a ``generate`` call once a quarter of its rows have stopped and go on with the
+            rest only (:mod:`~worldgym.agents.llm.engines.retiring_rows`): the same completions, fewer decoded
+            positions when replies differ in length.
 
     Raises:
         CartridgeError: the cartridge was made for another model.
@@ -146,6 +150,7 @@ class HFEngine:
         reuse_kv_cache: bool = False,
         kv_cache_max_tokens: int = 32768,
         cartridge: Cartridge | None = None,
+        retire_stopped_rows: bool = True,
     ):
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
@@ -158,6 +163,7 @@ class HFEngine:
         self.eos_token_ids = [int(i) for i in eos_token_ids]
         self.batch_size = batch_size
         self.min_shared_prefix = min_shared_prefix
+        self.retire_stopped_rows = retire_stopped_rows
         self.kv_cache = PrefixKVCache(kv_cache_max_tokens) if reuse_kv_cache else None
         self._kv_weight_versions: tuple[int, ...] = ()
         self.cartridge: Cartridge | None = None
@@ -262,33 +268,55 @@ class HFEngine:
         if any(c is not None for c in constraints):
             processor = CopyArgumentsProcessor(constraints, prompt_width=width)
             sampling["logits_processor"] = LogitsProcessorList([processor])
-        output = self.model.generate(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            # appended to in place, not by concatenation (kv_cache_growth.py: 1.40-1.65x faster decoding behind
-            # 1-3k cached tokens)
-            past_key_values=growing_cache(cache, params.max_new_tokens + 1, self._base_model().config),
-            max_new_tokens=params.max_new_tokens,
-            eos_token_id=self.eos_token_ids,
-            pad_token_id=self.pad_token_id,
-            return_dict_in_generate=True,
-            output_logits=True,
-            synced_gpus=False,  # this process generates alone (transformers syncs an FSDP model's ranks)
-            **sampling,
-        )
-        new_tokens = output.sequences[:, width:].cpu()
-        logits = torch.stack(output.logits, dim=1).float().cpu() / params.logprob_temperature
-        allowed = processor.allowed if processor is not None else [None] * len(prompts)
-        logprobs = _sampled_logprobs(logits, new_tokens, allowed)
-        generations = [
-            self._cut(tokens.tolist(), row_logprobs.tolist(), row_allowed)
-            for tokens, row_logprobs, row_allowed in zip(new_tokens, logprobs, allowed)
-        ]
-        if self.kv_cache is not None:
-            steps = new_tokens.shape[1]
-            self._store(self.kv_cache, prompts, generations, attention_mask, output.past_key_values, steps,
-                        skip=self._cartridge_tokens)
-        return generations
+        # appended to in place, not by concatenation (kv_cache_growth.py: 1.40-1.65x faster decoding behind 1-3k
+        # cached tokens)
+        cache = growing_cache(cache, params.max_new_tokens + 1, self._base_model().config)
+        decoded = DecodedRows(len(prompts))
+        finished: dict[int, Generation] = {}
+        sequences = input_ids
+        while len(finished) < len(prompts):  # a generate call per retirement of stopped rows (retiring_rows.py)
+            running = decoded.active
+            output = self.model.generate(
+                input_ids=sequences,
+                attention_mask=torch.cat(
+                    [attention_mask[running], attention_mask.new_ones(len(running), decoded.steps)], 1),
+                past_key_values=cache,
+                max_new_tokens=params.max_new_tokens - decoded.steps,
+                eos_token_id=self.eos_token_ids,
+                pad_token_id=self.pad_token_id,
+                stopping_criteria=StoppingCriteriaList(
+                    [RetireFinishedRows(self.eos_token_ids, sequences.shape[1])] if self.retire_stopped_rows else []),
+                return_dict_in_generate=True,
+                output_logits=True,
+                synced_gpus=False,  # this process generates alone (transformers syncs an FSDP model's ranks)
+                **sampling,
+            )
+            decoded.add(output.sequences[:, sequences.shape[1]:].cpu(),
+                        torch.stack(output.logits, dim=1).float().cpu() / params.logprob_temperature)
+            leaving = (decoded.stopped(self.eos_token_ids) if decoded.steps < params.max_new_tokens
+                       else list(range(len(running))))
+            for b in leaving:
+                finished[running[b]] = self._generation(decoded, running[b], processor)
+            if self.kv_cache is not None:
+                self._store(self.kv_cache, [(b, prompts[running[b]], finished[running[b]], attention_mask[running[b]])
+                                            for b in leaving], cache, width + decoded.steps - 1,
+                            skip=self._cartridge_tokens)
+            if len(leaving) < len(running):  # the rows that stopped leave the batch
+                keep = [b for b in range(len(running)) if b not in set(leaving)]
+                cache.batch_select_indices(torch.tensor(keep, device=self.device))
+                sequences = output.sequences[keep]
+                decoded.keep(keep)
+                if processor is not None:
+                    processor.keep(keep)
+        return [finished[row] for row in range(len(prompts))]
+
+    def _generation(self, decoded: DecodedRows, row: int, processor: CopyArgumentsProcessor | None) -> Generation:
+        """Prompt row ``row``'s completion, its logprobs as the sampler drew them (over a constraint's allowed
+        tokens where one applied)."""
+        allowed = processor.allowed[row] if processor is not None else None
+        tokens = torch.tensor(decoded.tokens[row])
+        logprobs = _sampled_logprobs(decoded.row_logits(row)[None], tokens[None], [allowed])[0]
+        return self._cut(decoded.tokens[row], logprobs.tolist(), allowed)
 
     def _layout(
         self, prompts: list[list[int]], hits: list[_Hit]
@@ -406,25 +434,24 @@ class HFEngine:
     @staticmethod
     def _store(
         store: PrefixKVCache,
-        prompts: list[list[int]],
-        generations: list[Generation],
-        attention_mask: torch.Tensor,
+        rows: list[tuple[int, list[int], Generation, torch.Tensor]],
         cache: Cache | None,
-        steps: int,
+        length: int,
         skip: int = 0,
     ) -> None:
-        """Store each row's KV of its prompt and fed reply tokens (all but the last sampled one), cut out of
-        ``generate``'s cache: the columns the attention mask marks real after the first ``skip`` (a
-        cartridge's), then the row's first ``len(reply) - 1`` generated columns (later ones hold pad tokens fed
-        after its eos)."""
-        width = attention_mask.shape[1]
-        if not storable(cache, width + steps - 1):  # e.g. sliding-window layers: nothing to store
+        """Store the KV of each ``(batch row, prompt, generation, prompt attention mask)`` of ``rows``, of its
+        prompt and fed reply tokens (all but the last sampled one), cut out of ``generate``'s cache, ``length``
+        positions long: the columns the attention mask marks real after the first ``skip`` (a cartridge's),
+        then the row's first ``len(reply) - 1`` generated columns (later ones hold pad tokens fed after its
+        eos)."""
+        if not rows or not storable(cache, length):  # e.g. sliding-window layers: nothing to store
             return
-        for row, (prompt, generation) in enumerate(zip(prompts, generations)):
+        for batch_row, prompt, generation, mask in rows:
             fed = generation.token_ids[:-1]
-            generated_columns = torch.arange(width, width + len(fed), device=attention_mask.device)
-            columns = torch.cat([attention_mask[row, skip:].nonzero().squeeze(1) + skip, generated_columns])
-            store.put([*prompt, *fed], row_kv(cache, row, columns))
+            width = len(mask)
+            generated_columns = torch.arange(width, width + len(fed), device=mask.device)
+            columns = torch.cat([mask[skip:].nonzero().squeeze(1) + skip, generated_columns])
+            store.put([*prompt, *fed], row_kv(cache, batch_row, columns))
 
     def _cut(
         self, tokens: list[int], logprobs: list[float], allowed: list[list[int] | None] | None
