@@ -214,11 +214,11 @@ def _stopped_runs(row: Results) -> str:
                    for seed, d, n in zip(row["seed_ids"], done, planned) if d < n)
 
 
-def _csr_rollout_speed(tiny: Results, smollm2: Results | None) -> str:
-    def speedups(data: Results) -> str:
+def _csr_rollout_speed(tiny: Results, smollm2: Results | None, retire_smollm2: Results | None) -> str:
+    def speedups(data: Results, option: str = "kv_reuse") -> str:
         pairs: dict[tuple[int, int], dict[bool, Results]] = {}
         for run in data["runs"]:
-            pairs.setdefault((run["difficulty"], run["batch"]), {})[run["kv_reuse"]] = run
+            pairs.setdefault((run["difficulty"], run["batch"]), {})[run[option]] = run
         shown = [f"d{d} batch {b}: {off['episodes_per_s']:.3g} -> {on['episodes_per_s']:.3g} episodes/s "
                  f"({off['wall_s'] / on['wall_s']:.2f}x)" for (d, b), (off, on) in
                  ((key, (pair[False], pair[True])) for key, pair in sorted(pairs.items()))]
@@ -229,7 +229,10 @@ def _csr_rollout_speed(tiny: Results, smollm2: Results | None) -> str:
     if smollm2 is not None:
         adapter = " + LoRA" if smollm2["adapter"] or smollm2.get("warm_start") else ""
         text = f"SmolLM2{adapter}: {speedups(smollm2)}; {text}"
-    return "KV cache kept across turns vs re-read: " + text
+    text = "KV cache kept across turns vs re-read: " + text
+    if retire_smollm2 is not None:
+        text += f". Rows that stopped leave the batch (KV reuse on), SmolLM2 warm start: {speedups(retire_smollm2, 'retire')}"
+    return text
 
 
 def _kv_cache_growth(data: Results) -> str:
@@ -299,7 +302,8 @@ ROWS: tuple[Row, ...] = (
         "success, tasks to threshold, WM accuracy, step time; `make demo`'s wall time", ("csr_dual_lora_vs_dapo.json",),
         _csr_dual_lora, optional=("csr_dual_lora_demo.json",)),
     Row("`benchmarks/csr_rollout_speed.py`", "CSRPhone-v0 rollout episodes/s, KV cache kept across turns vs "
-        "re-read", ("csr_rollout_speed.json",), _csr_rollout_speed, optional=("csr_rollout_speed_smollm2.json",)),
+        "re-read; rows that stopped dropped from the batch vs kept", ("csr_rollout_speed.json",), _csr_rollout_speed,
+        optional=("csr_rollout_speed_smollm2.json", "csr_rollout_speed_retire_smollm2.json")),
     Row("`benchmarks/kv_cache_growth.py`", "greedy decoding behind a long KV cache: transformers' DynamicCache "
         "(appends by concatenation) vs the engine's GrowingCache (in place)", ("kv_cache_growth.json",),
         _kv_cache_growth),

@@ -102,6 +102,16 @@ def test_csr_rollout_speed(tmp_path: Path) -> None:
     assert runs[True]["positions_per_episode"] < runs[False]["positions_per_episode"]  # what KV reuse saves
 
 
+def test_csr_rollout_speed_compares_retiring_rows(tmp_path: Path) -> None:
+    run("csr_rollout_speed.py", "--warm-start", "--compare", "retire", results=tmp_path)
+    data = load(tmp_path / "csr_rollout_speed_retire.json")
+    assert data["compare"] == "retire" and not (tmp_path / "csr_rollout_speed.json").exists()
+    assert [(run["kv_reuse"], run["retire"]) for run in data["runs"]] == [(True, False), (True, True)]
+    assert all(run["same_episodes"] for run in data["runs"])
+    off, on = data["runs"]
+    assert on["positions_per_episode"] <= off["positions_per_episode"]
+
+
 def test_kv_cache_growth(tmp_path: Path) -> None:
     run("kv_cache_growth.py", results=tmp_path)
     data = load(tmp_path / "kv_cache_growth.json")
