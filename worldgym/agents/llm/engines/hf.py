@@ -302,7 +302,8 @@ class HFEngine:
                                             for b in leaving], cache, width + decoded.steps - 1,
                             skip=self._cartridge_tokens)
             if len(leaving) < len(running):  # the rows that stopped leave the batch
-                keep = [b for b in range(len(running)) if b not in set(leaving)]
+                stopped = set(leaving)
+                keep = [b for b in range(len(running)) if b not in stopped]
                 cache.batch_select_indices(torch.tensor(keep, device=self.device))
                 sequences = output.sequences[keep]
                 decoded.keep(keep)
