@@ -1,4 +1,4 @@
-# worldgym: `make demo` (set up + run the main job) and `make test` (set up + run the whole test suite).
+# worldgym: `make demo` (set up + run the main job) and `make test` (set up, lint, run the whole test suite).
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -9,7 +9,7 @@ TORCH_SPEC ?= torch==2.13.0
 EXTRAS ?= llm,gameboy,dev,bench,dist
 export OMP_WAIT_POLICY ?= PASSIVE
 
-.PHONY: setup demo test bench clean smollm2
+.PHONY: setup demo lint test bench clean smollm2
 
 setup: $(VENV)/.installed
 
@@ -22,7 +22,11 @@ $(VENV)/.installed: pyproject.toml Makefile
 demo: setup
 	$(BIN)/python examples/train_dual_lora.py demo --agent.output-dir runs/demo
 
-test: setup
+# ruff's rules as pyproject.toml sets them; part of `make test`, so CI fails on a lint error too
+lint: setup
+	$(BIN)/ruff check .
+
+test: lint
 	$(BIN)/python -m pytest -q
 
 # every benchmark in full (hours), then the README's benchmark table from benchmarks/results/*.json;

@@ -68,9 +68,9 @@ def measure(model: PreTrainedModel, length: int, batch: int, new_tokens: int, re
     seconds: dict[str, list[float]] = {"concatenating": [], "growing": []}
     tokens: list[torch.Tensor] = []
     for _ in range(repeats):  # alternated, so load changes hit both alike
-        for name in seconds:
+        for name, times in seconds.items():
             elapsed, out = decode(model, cached, next_ids, new_tokens, grow=name == "growing")
-            seconds[name].append(elapsed)
+            times.append(elapsed)
             tokens.append(out)
     ratios = [c / g for c, g in zip(seconds["concatenating"], seconds["growing"])]
     row = {"cached_tokens": length, "seconds": seconds,

@@ -37,7 +37,7 @@ from worldgym.agents.dreamer_v3 import (
     gym_env_factory,
     model_size,
 )
-from worldgym.agents.dreamer_v3.gameboy import GameBoyTask, ROM_ENV_VAR, make_gameboy_env
+from worldgym.agents.dreamer_v3.gameboy import ROM_ENV_VAR, GameBoyTask, make_gameboy_env
 from worldgym.agents.dreamer_v3.trainer import EnvFactory
 from worldgym.cli import parse_run, save_run_config
 

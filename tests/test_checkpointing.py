@@ -58,10 +58,9 @@ def test_atomic_directory_keeps_the_old_checkpoint_when_writing_fails(tmp_path):
     target = tmp_path / "ckpt"
     with atomic_directory(target) as tmp:
         (tmp / "a.txt").write_text("old")
-    with pytest.raises(RuntimeError, match="crash"):
-        with atomic_directory(target) as tmp:
-            (tmp / "a.txt").write_text("new, half written")
-            raise RuntimeError("crash")
+    with pytest.raises(RuntimeError, match="crash"), atomic_directory(target) as tmp:
+        (tmp / "a.txt").write_text("new, half written")
+        raise RuntimeError("crash")
     assert (target / "a.txt").read_text() == "old"
     assert not (tmp_path / "ckpt.tmp").exists()
     with atomic_directory(target) as tmp:

@@ -8,9 +8,8 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
-from torch.distributed.tensor import DTensor
-
 from ddp_worker import group_member, loop_trainer, torchrun_environment, whole_weights
+from torch.distributed.tensor import DTensor
 
 # case -> loop_trainer overrides: LoRA validated after every step (rank 0 generates alone, twice a step), and
 # full fine-tuning with a KL term to the frozen reference and activation checkpointing

@@ -14,7 +14,6 @@ import torch
 import torch.multiprocessing as mp
 from transformers import AutoTokenizer
 
-from worldgym.agents.llm.tokenizer import train_chat_tokenizer
 from worldgym.distributed import DDPLearner, shard_rows
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # spawned ranks import the worker by name
@@ -52,14 +51,6 @@ def _run_ranks(function, args: tuple) -> None:
             if process.is_alive():
                 process.kill()
             process.join()
-
-
-@pytest.fixture(scope="module")
-def tokenizer_dir(tmp_path_factory) -> Path:
-    corpus = [f"What is {a} + {b}? The answer is {a + b}." for a in range(30) for b in range(10)]
-    path = tmp_path_factory.mktemp("tokenizer")
-    train_chat_tokenizer(corpus, vocab_size=300).save_pretrained(path)
-    return path
 
 
 def _assert_same_as_one_process(tokenizer_dir: Path, out_dir: Path, device: str) -> None:

@@ -16,12 +16,11 @@ from worldgym.agents.grpo import GRPOConfig
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # spawned ranks import the workers by name
 import ddp_worker
 import fsdp_worker
-from test_ddp_learner import (  # noqa: F401 (tokenizer_dir: a fixture)
+from test_ddp_learner import (
     _free_port,
     _run_ranks,
     assert_dual_lora_like_one_process,
     assert_microbatches_like_one_process,
-    tokenizer_dir,
 )
 
 
@@ -75,9 +74,9 @@ def test_an_fsdp_checkpoint_resumes_exactly_and_loads_in_one_process(fsdp_result
 def test_the_dual_lora_world_model_trains_sharded_like_one_process(tmp_path):
     """The DDP test's dual-LoRA cases (world-model calls subsampled, replayed, skipped; a rank with no call, a
     step with no call) with learner="fsdp"."""
-    tokenizer_dir = tmp_path / "tokenizer"
-    ddp_worker.csr_tokenizer().save_pretrained(tokenizer_dir)
-    assert_dual_lora_like_one_process(tokenizer_dir, tmp_path, "fsdp")
+    csr_tokenizer_dir = tmp_path / "tokenizer"
+    ddp_worker.csr_tokenizer().save_pretrained(csr_tokenizer_dir)
+    assert_dual_lora_like_one_process(csr_tokenizer_dir, tmp_path, "fsdp")
 
 
 def test_fsdp_microbatches_on_two_ranks_update_like_one_process_without(tokenizer_dir, tmp_path):

@@ -15,7 +15,7 @@ from worldgym.distributed.launch import train_ddp_on_ray
 
 ray = pytest.importorskip("ray")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import ddp_worker as worker  # noqa: E402
+import ddp_worker as worker
 
 
 @pytest.fixture(scope="module", autouse=True)

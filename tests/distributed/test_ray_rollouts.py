@@ -18,7 +18,7 @@ from worldgym.agents.llm.rollout import Episode
 
 ray = pytest.importorskip("ray")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from ddp_worker import token_parity  # noqa: E402  (the shared test reward)
+from ddp_worker import token_parity
 
 
 @pytest.fixture(scope="module")

@@ -78,7 +78,7 @@ def test_to_observation_text():
 def test_stepping_an_ended_episode_raises_until_reset():
     env = GuessEnv()
     env.reset(seed=0)
-    _, reward, terminated, _, info = env.step(ToolCall("guess", {"number": env.secret}))
+    _, reward, terminated, _, _info = env.step(ToolCall("guess", {"number": env.secret}))
     assert (reward, terminated) == (1.0, True)
     with pytest.raises(gym.error.ResetNeeded, match="episode has ended"):
         env.step(ToolCall("guess", {"number": env.secret}))  # no reward farming after the end

@@ -18,7 +18,7 @@ from worldgym.spaces import (
     nesting_exceeds,
 )
 
-__all__ = ["ParseToolCall", "parse_tool_call", "format_tool_call", "TOOL_CALL_OPEN", "TOOL_CALL_CLOSE"]
+__all__ = ["TOOL_CALL_CLOSE", "TOOL_CALL_OPEN", "ParseToolCall", "format_tool_call", "parse_tool_call"]
 
 TOOL_CALL_OPEN = "<tool_call>"
 TOOL_CALL_CLOSE = "</tool_call>"

@@ -4,6 +4,7 @@ import json
 
 import pytest
 
+
 @pytest.fixture
 def example(load_example):
     return load_example("train_cartridge")

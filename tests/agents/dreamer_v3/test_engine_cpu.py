@@ -1,5 +1,6 @@
 """CPU reference engine: determinism, schedule, async order, JSONL metrics, checkpoint/resume, fail-fast."""
 
+import itertools
 import json
 import re
 import shutil
@@ -67,7 +68,7 @@ def test_run_trains_and_logs(reference_run):
 
 
 def test_every_finished_episode_is_logged_with_its_end_step(reference_run):
-    cfg, engine, _, final = reference_run
+    _cfg, engine, _, final = reference_run
     episodes = read_jsonl(engine.core.run_dir / "episodes.jsonl")
     assert len(episodes) == final["episode/count"] > 0
     steps = [e["policy_step"] for e in episodes]
@@ -85,7 +86,7 @@ def test_stop_when_ends_the_run_with_a_checkpoint(tmp_path, make_config):
 
 
 def test_same_seed_same_run(reference_run, tmp_path, make_config):
-    cfg, engine, _, _ = reference_run
+    _cfg, engine, _, _ = reference_run
     again = CPUEngine(make_config(tmp_path, checkpoint_every=80))
     again.run(progress=False)
     first = untimed(read_jsonl(engine.core.run_dir / "metrics.jsonl"))
@@ -96,7 +97,7 @@ def test_same_seed_same_run(reference_run, tmp_path, make_config):
 
 
 def test_resume_continues_the_replay_ratio(reference_run, tmp_path, make_config):
-    cfg, engine, _, final = reference_run
+    _cfg, engine, _, final = reference_run
     halfway = engine.core.run_dir / "checkpoints" / "iter_40"
     resumed = CPUEngine(make_config(tmp_path, checkpoint_every=80))
     resumed.core.resume(halfway)
@@ -109,7 +110,7 @@ def test_resume_continues_the_replay_ratio(reference_run, tmp_path, make_config)
 
 
 def test_resume_in_the_same_run_dir_does_not_duplicate_log_lines(reference_run, tmp_path, make_config):
-    cfg, engine, _, _ = reference_run
+    _cfg, engine, _, _ = reference_run
     run_dir = tmp_path / "run"
     shutil.copytree(engine.core.run_dir, run_dir)
     with (run_dir / "metrics.jsonl").open("a") as log:
@@ -124,11 +125,11 @@ def test_resume_in_the_same_run_dir_does_not_duplicate_log_lines(reference_run, 
     episodes = read_jsonl(run_dir / "episodes.jsonl")
     before = [e for e in read_jsonl(engine.core.run_dir / "episodes.jsonl") if e["policy_step"] <= 80]
     assert episodes[: len(before)] == before
-    assert all(a["policy_step"] < b["policy_step"] for a, b in zip(episodes, episodes[1:]))
+    assert all(a["policy_step"] < b["policy_step"] for a, b in itertools.pairwise(episodes))
 
 
 def test_resume_rejects_bad_checkpoints(reference_run, tmp_path, make_config):
-    cfg, engine, _, _ = reference_run
+    _cfg, engine, _, _ = reference_run
     halfway = engine.core.run_dir / "checkpoints" / "iter_40"
     other = CPUEngine(make_config(tmp_path, num_envs=1))
     with pytest.raises(CheckpointError, match="replay field 'obs'"):

@@ -59,10 +59,10 @@ def test_a_cap_never_reached_changes_nothing(tmp_path, parity_reward):
 
 def test_the_cap_scales_the_auxiliary_gradient_to_the_ratio(tmp_path, parity_reward):
     # the policy's update alone (the auxiliary loss weighted 0), and with an auxiliary loss 100x heavier
-    policy, policy_weights = _step(tmp_path, parity_reward, "policy", weight=0.0)
+    _policy, policy_weights = _step(tmp_path, parity_reward, "policy", weight=0.0)
     start = _initial_weights(tmp_path)
     capped, capped_weights = _step(tmp_path, parity_reward, "capped", weight=100.0, auxiliary_grad_ratio=0.5)
-    uncapped, uncapped_weights = _step(tmp_path, parity_reward, "uncapped", weight=100.0)
+    _uncapped, uncapped_weights = _step(tmp_path, parity_reward, "uncapped", weight=100.0)
     assert capped["aux/grad_norm_ratio"] > 0.5 and capped["aux/grad_scale"] == pytest.approx(
         0.5 / capped["aux/grad_norm_ratio"])
     lr = 1e-2  # SGD: each update is -lr * gradient

@@ -69,7 +69,7 @@ def test_multi_turn_tool_episode_keeps_exact_ids_and_masks(tokenizer):
     engine = ScriptedEngine(tokenizer, [call, "oops, no call", call.replace('"b": 1', '"b": 0')])
     collector = RolloutCollector(engine, tokenizer, lambda: ParseToolCall(CountEnv()), max_turns=5)
     (episode,) = collector.collect([0], 1, SamplingParams())
-    assert [t.observation for t in episode.turns][0] == "total=2"
+    assert next(t.observation for t in episode.turns) == "total=2"
     assert episode.turns[1].info["response_type"] == "invalid_call"  # a reply without a call is not a crash
     assert (episode.reward, episode.terminated, episode.success, len(episode.turns)) == (1.0, True, True, 3)
     model_ids = [t for t, m in zip(episode.token_ids, episode.action_mask) if m]

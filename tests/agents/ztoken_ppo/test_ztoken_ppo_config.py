@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from worldgym.agents.ztoken_ppo import ZTokenWarmStartConfig, ZTokenModelConfig, ZTokenPPOConfig
+from worldgym.agents.ztoken_ppo import ZTokenModelConfig, ZTokenPPOConfig, ZTokenWarmStartConfig
 
 
 @pytest.mark.parametrize(

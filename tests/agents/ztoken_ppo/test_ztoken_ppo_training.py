@@ -15,9 +15,9 @@ import torch
 from worldgym.agents.base import AgentTrainer
 from worldgym.agents.ztoken_ppo import (
     CheckpointError,
-    ZTokenWarmStartConfig,
     ZTokenPPOConfig,
     ZTokenPPOTrainer,
+    ZTokenWarmStartConfig,
     build_policy,
     evaluate_policy,
     load_policy,

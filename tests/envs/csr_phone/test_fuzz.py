@@ -16,7 +16,7 @@ def run(env, next_action, steps: int) -> int:
     episodes, turns = 0, 0
     env.reset(seed=0)
     for _ in range(steps):
-        observation, reward, terminated, truncated, info = env.step(next_action())
+        observation, reward, terminated, truncated, _info = env.step(next_action())
         turns += 1
         assert isinstance(observation, str) and reward in (0.0, 1.0) and turns <= env.unwrapped.max_turns
         assert (turns == env.unwrapped.max_turns) == truncated or terminated

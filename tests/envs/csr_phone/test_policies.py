@@ -66,7 +66,7 @@ def test_expert_recovers_from_the_mistakes_it_injects(difficulty):
                 expert.executed(mistake)
                 mistakes += 1
                 call = mistake
-            observation, reward, terminated, truncated, info = env.step(format_tool_call(call))
+            observation, _reward, terminated, truncated, info = env.step(format_tool_call(call))
             if terminated or truncated:
                 successes += bool(info["success"])
                 break

@@ -45,7 +45,7 @@ def test_vector_env_runs_expert_episodes_to_completion(make_vector, text):
         done = [False, False]
         for _ in range(16):
             actions = tuple(p.act(observations[i], env_info(infos, i)) for i, p in enumerate(policies))
-            observations, rewards, terminated, truncated, infos = envs.step(actions)
+            observations, _rewards, terminated, _truncated, infos = envs.step(actions)
             for i in range(2):
                 assert isinstance(observations[i], str) and observations[i]
                 done[i] = done[i] or bool(terminated[i])

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from gameboy_programs import INTERRUPT_VECTORS
 
 from worldgym.envs.gameboy.lockstep import SYNC_PROLOGUE, run_lockstep

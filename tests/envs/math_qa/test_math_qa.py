@@ -89,7 +89,7 @@ def test_env_contract_and_reward():
     question, info = env.reset(seed=0)
     assert "####" in info["system_prompt"] and isinstance(question, str)
     problem = env.unwrapped.problems[info["index"]]
-    obs, reward, terminated, truncated, step_info = env.step(f"work...\n#### {problem.answer_text}")
+    _obs, reward, terminated, truncated, step_info = env.step(f"work...\n#### {problem.answer_text}")
     assert (reward, terminated, truncated, step_info["success"]) == (1.0, True, False, True)
     env.reset(seed=0)
     assert env.step("I don't know")[1] == 0.0

@@ -286,7 +286,7 @@ def test_vector_envs_batch_the_dict_action(mode: str) -> None:
     obs, _ = envs.reset(seed=1)
     assert obs.shape == (2, envs.single_observation_space.shape[0])
     actions = {"token": np.array([3, 0]), "digits": np.zeros((2, 5), dtype=np.int64)}
-    _, rewards, terminated, truncated, _ = envs.step(actions)
+    _, _rewards, terminated, truncated, _ = envs.step(actions)
     assert terminated.tolist() == [True, False] and not truncated.any()
     _, _, terminated, truncated, _ = envs.step(
         {"token": np.array([0, 0]), "digits": np.zeros((2, 5), dtype=np.int64)}

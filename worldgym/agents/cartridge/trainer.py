@@ -26,14 +26,24 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from worldgym.agents.cartridge.config import CartridgeDistillConfig
 from worldgym.agents.cartridge.losses import distillation_loss
 from worldgym.agents.cartridge.views import (
-    make_view, num_questions, patient_documents, split_documents, split_patients,
+    make_view,
+    num_questions,
+    patient_documents,
+    split_documents,
+    split_patients,
 )
 from worldgym.agents.llm.cartridge import Cartridge, kv_bytes_per_token
 from worldgym.agents.llm.engines import HFEngine
 from worldgym.agents.llm.engines.base import SamplingParams
 from worldgym.agents.llm.models import TINY_SIZES
 from worldgym.agents.llm.pretrained import load_chat_model
-from worldgym.agents.llm.rollout import Episode, RolloutCollector, collate_episodes, encode_chat, reset_messages
+from worldgym.agents.llm.rollout import (
+    Episode,
+    RolloutCollector,
+    collate_episodes,
+    encode_chat,
+    reset_messages,
+)
 from worldgym.agents.llm.scoring import score_tokens
 from worldgym.agents.llm.warm_start import WarmStartConfig, load_or_train_warm_start
 from worldgym.checkpointing import load_checkpoint, resolve_checkpoint, save_checkpoint

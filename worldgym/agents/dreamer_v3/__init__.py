@@ -21,6 +21,8 @@ from worldgym.agents.dreamer_v3.scheduler import Ratio, TrainSchedule
 from worldgym.agents.dreamer_v3.trainer import DreamerTrainer, evaluate_learner, gym_env_factory
 
 __all__ = [
+    "SMALL_CONTROL_MODEL",
+    "SMALL_CONTROL_OPTIM",
     "AsyncEngine",
     "CPUEngine",
     "DreamerConfig",
@@ -30,8 +32,6 @@ __all__ = [
     "OptimConfig",
     "Ratio",
     "ReplayConfig",
-    "SMALL_CONTROL_MODEL",
-    "SMALL_CONTROL_OPTIM",
     "ScheduleConfig",
     "TrainSchedule",
     "evaluate_learner",

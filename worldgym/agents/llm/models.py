@@ -23,8 +23,8 @@ __all__ = [
     "load_model",
     "load_tokenizer",
     "model_from_config",
-    "sharpen",
     "save_model_and_tokenizer",
+    "sharpen",
     "tiny_model_config",
 ]
 

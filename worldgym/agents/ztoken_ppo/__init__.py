@@ -7,7 +7,7 @@ Typical run: ``build_policy`` -> ``warm_start`` -> ``save_checkpoint`` -> ``ZTok
 """
 
 from worldgym.agents.ztoken_ppo.checkpoint import CheckpointError, load_policy, save_checkpoint
-from worldgym.agents.ztoken_ppo.config import ZTokenWarmStartConfig, ZTokenModelConfig, ZTokenPPOConfig
+from worldgym.agents.ztoken_ppo.config import ZTokenModelConfig, ZTokenPPOConfig, ZTokenWarmStartConfig
 from worldgym.agents.ztoken_ppo.encoding import NativeEncoder, TokenizerEncoder, add_ztoken_tokens
 from worldgym.agents.ztoken_ppo.evaluate import evaluate_policy
 from worldgym.agents.ztoken_ppo.factory import build_policy
@@ -20,12 +20,12 @@ __all__ = [
     "CheckpointError",
     "NativeEncoder",
     "TokenizerEncoder",
-    "ZTokenWarmStartConfig",
     "ZTokenEpisode",
     "ZTokenModelConfig",
     "ZTokenPPOConfig",
     "ZTokenPPOTrainer",
     "ZTokenPolicy",
+    "ZTokenWarmStartConfig",
     "add_ztoken_tokens",
     "build_policy",
     "evaluate_policy",

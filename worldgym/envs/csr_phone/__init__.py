@@ -14,6 +14,14 @@ from worldgym.envs.csr_phone.policies import ExpertPolicy, RandomPolicy, TextPol
 from worldgym.envs.csr_phone.world import DIFFICULTIES
 
 __all__ = [
-    "CSR_TOOLS", "CSRPhoneEnv", "DIFFICULTIES", "EpisodeResult", "ExpertPolicy", "PolicyStats",
-    "RandomPolicy", "TextPolicy", "evaluate_policy", "run_episode",
+    "CSR_TOOLS",
+    "DIFFICULTIES",
+    "CSRPhoneEnv",
+    "EpisodeResult",
+    "ExpertPolicy",
+    "PolicyStats",
+    "RandomPolicy",
+    "TextPolicy",
+    "evaluate_policy",
+    "run_episode",
 ]

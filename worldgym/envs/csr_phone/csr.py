@@ -13,7 +13,7 @@ from worldgym.envs.csr_phone.profiles import FIELD_PHRASES
 from worldgym.envs.csr_phone.tasks import Task
 from worldgym.envs.csr_phone.world import ROUTER_DEPARTMENT, Company, Department, World, phone_digits
 
-__all__ = ["CallOutcome", "CSRSimulator"]
+__all__ = ["CSRSimulator", "CallOutcome"]
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from worldgym.envs.csr_phone.world import DIFFICULTIES, SPLITS, Split, World, ge
 from worldgym.envs.tool_env import ToolEnv, ToolResult
 from worldgym.spaces import COPY_ANNOTATION, Tool, ToolCall, ToolCallError
 
-__all__ = ["CSRPhoneEnv", "CSR_TOOLS"]
+__all__ = ["CSR_TOOLS", "CSRPhoneEnv"]
 
 # Company names, phone numbers and auth values are copied from earlier observations (the annotation constrained
 # decoding and the copy probe read); reset and step infos list them in ``info["observed_values"]``.

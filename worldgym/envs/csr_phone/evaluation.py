@@ -9,7 +9,7 @@ import gymnasium as gym
 
 from worldgym.envs.csr_phone.policies import CSRPolicy
 
-__all__ = ["EpisodeResult", "PolicyStats", "run_episode", "evaluate_policy"]
+__all__ = ["EpisodeResult", "PolicyStats", "evaluate_policy", "run_episode"]
 
 
 @dataclass(frozen=True)

@@ -7,9 +7,20 @@ from collections.abc import Sequence
 import numpy as np
 
 __all__ = [
-    "AUTH_REQUEST", "AUTH_FAILED", "SERVICE_PROVIDED", "TASK_COMPLETE", "ROUTING", "WRONG_DEPARTMENT",
-    "PREREQUISITE_REQUIRED", "INVALID_NUMBER", "RESPONSE_TYPES", "PARAPHRASES", "GREETINGS",
-    "PREREQUISITE_REASONS", "join_phrases", "render_reply",
+    "AUTH_FAILED",
+    "AUTH_REQUEST",
+    "GREETINGS",
+    "INVALID_NUMBER",
+    "PARAPHRASES",
+    "PREREQUISITE_REASONS",
+    "PREREQUISITE_REQUIRED",
+    "RESPONSE_TYPES",
+    "ROUTING",
+    "SERVICE_PROVIDED",
+    "TASK_COMPLETE",
+    "WRONG_DEPARTMENT",
+    "join_phrases",
+    "render_reply",
 ]
 
 AUTH_REQUEST = "auth_request"

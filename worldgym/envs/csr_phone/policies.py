@@ -15,7 +15,7 @@ import numpy as np
 from worldgym.spaces import ToolCall
 from worldgym.wrappers import format_tool_call
 
-__all__ = ["CSRPolicy", "ExpertPolicy", "RandomPolicy", "TextPolicy", "ROUTER_DEPARTMENT"]
+__all__ = ["ROUTER_DEPARTMENT", "CSRPolicy", "ExpertPolicy", "RandomPolicy", "TextPolicy"]
 
 # The documented convention of CSRPhone-v0: every company's general line, which routes callers.
 ROUTER_DEPARTMENT = "Customer Service"
@@ -125,10 +125,9 @@ class ExpertPolicy:
         elif call.name == "auth_info_form":
             self._auth.update(_FORM_LINE.findall(observation))
             self._wanted = [key for key in self._wanted if key not in self._auth]
-        elif call.name == "make_phone_call":
+        elif call.name == "make_phone_call" and call.arguments.get("phone_number") == self._top_number():
             # only the department it means to reach moves the plan (a mistaken call's reply is ignored)
-            if call.arguments.get("phone_number") == self._top_number():
-                self._digest_reply(observation, response_type)
+            self._digest_reply(observation, response_type)
 
     def _digest_reply(self, reply: str, response_type: str) -> None:
         called = self._stack[-1]

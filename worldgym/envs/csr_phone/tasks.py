@@ -9,7 +9,7 @@ import numpy as np
 from worldgym.envs.csr_phone.profiles import CustomerProfile
 from worldgym.envs.csr_phone.world import DIFFICULTIES, Company, Split, World
 
-__all__ = ["Task", "sample_task", "task_prompt", "count_tasks"]
+__all__ = ["Task", "count_tasks", "sample_task", "task_prompt"]
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ split, so unseen test companies stay unseen together with their distractors.
 from __future__ import annotations
 
 import difflib
+import itertools
 import re
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -18,8 +19,20 @@ from typing import Literal
 import numpy as np
 
 __all__ = [
-    "ROUTER_DEPARTMENT", "DIFFICULTIES", "INDUSTRIES", "SPLITS", "Company", "Department", "DifficultySpec",
-    "Industry", "Split", "World", "generate_world", "get_world", "normalize_name", "phone_digits",
+    "DIFFICULTIES",
+    "INDUSTRIES",
+    "ROUTER_DEPARTMENT",
+    "SPLITS",
+    "Company",
+    "Department",
+    "DifficultySpec",
+    "Industry",
+    "Split",
+    "World",
+    "generate_world",
+    "get_world",
+    "normalize_name",
+    "phone_digits",
     "task_departments",
 ]
 
@@ -334,7 +347,7 @@ def _make_company(name: str, industry: Industry, spec: DifficultySpec, split: Sp
         pool = list(chosen) if rng.random() < 0.5 else chosen[1:]
         chain = [pool[i] for i in rng.permutation(len(pool))[: spec.chain_length]]
     prerequisites = {department: None for department in chosen}
-    for upper, lower in zip(chain, chain[1:], strict=False):
+    for upper, lower in itertools.pairwise(chain):
         prerequisites[upper] = lower
     if chain:
         for department in chosen:

@@ -12,7 +12,13 @@ from gymnasium import spaces
 
 from worldgym.envs.longhealth.answers import parse_answer
 from worldgym.envs.longhealth.loader import load_longhealth, parse_longhealth
-from worldgym.envs.longhealth.prompts import ANSWER_FORMATS, CANNOT_ANSWER, SYSTEM_PROMPTS, AnswerFormat, build_prompt
+from worldgym.envs.longhealth.prompts import (
+    ANSWER_FORMATS,
+    CANNOT_ANSWER,
+    SYSTEM_PROMPTS,
+    AnswerFormat,
+    build_prompt,
+)
 from worldgym.envs.longhealth.schema import OPTION_LETTERS, Patient, Question
 from worldgym.envs.longhealth.splits import Split, SplitBy, split_questions
 from worldgym.envs.longhealth.synthetic import generate_panel

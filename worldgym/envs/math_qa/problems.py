@@ -109,8 +109,8 @@ def _price(rng: np.random.Generator, scale: int) -> tuple[str, list[str], int]:
     fee = _n(rng, scale)
     cost = count * price
     return (
-        f"{name} buys {count} {item} at ${price} each and pays a ${fee} delivery fee. "
-        f"How many dollars does {name} pay in total?",
+        (f"{name} buys {count} {item} at ${price} each and pays a ${fee} delivery fee. "
+         f"How many dollars does {name} pay in total?"),
         [f"{count} * {price} = {cost}", f"{cost} + {fee} = {cost + fee}"],
         cost + fee,
     )
@@ -120,8 +120,8 @@ def _weeks(rng: np.random.Generator, scale: int) -> tuple[str, list[str], int]:
     name, per_day, days, weeks = _pick(rng, _NAMES), _n(rng, scale), int(rng.integers(2, 8)), _n(rng, 1, 2)
     week = per_day * days
     return (
-        f"{name} reads {per_day} pages a day, {days} days a week. How many pages does {name} read in "
-        f"{weeks} weeks?",
+        (f"{name} reads {per_day} pages a day, {days} days a week. How many pages does {name} read in "
+         f"{weeks} weeks?"),
         [f"{per_day} * {days} = {week}", f"{week} * {weeks} = {week * weeks}"],
         week * weeks,
     )
@@ -132,8 +132,8 @@ def _savings(rng: np.random.Generator, scale: int) -> tuple[str, list[str], int]
     spent = int(rng.integers(1, start + weekly * weeks + 1))
     saved, total = weekly * weeks, start + weekly * weeks
     return (
-        f"{name} has ${start}, saves ${weekly} every week for {weeks} weeks and then spends ${spent}. "
-        f"How many dollars are left?",
+        (f"{name} has ${start}, saves ${weekly} every week for {weeks} weeks and then spends ${spent}. "
+         f"How many dollars are left?"),
         [
             f"{weekly} * {weeks} = {saved}",
             f"{start} + {saved} = {total}",

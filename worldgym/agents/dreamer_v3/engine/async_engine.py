@@ -105,7 +105,7 @@ class AsyncEngine:
                 with self._published:
                     self._published_window = index
                     self._published.notify_all()
-        except BaseException as err:  # surfaced in the actor loop
+        except BaseException as err:  # noqa: BLE001 (any failure, KeyboardInterrupt too, is re-raised in the actor loop)
             self._error = err
             with self._published:
                 self._published_window = -1
