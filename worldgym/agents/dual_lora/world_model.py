@@ -14,11 +14,11 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from worldgym.agents.dual_lora.config import CSR_END, CSR_START, PREDICT_CSR
 from worldgym.agents.llm.rollout import Episode, Turn
+from worldgym.agents.llm.scoring import score_tokens
 
 __all__ = [
     "PhoneCallExample", "WorldModelScores", "evaluation_metrics", "phone_call_examples", "phone_call_turns",
@@ -105,7 +105,12 @@ class WorldModelScores:
 def score_examples(
     model: PreTrainedModel, examples: Sequence[PhoneCallExample], pad_token_id: int
 ) -> WorldModelScores:
-    """Teacher-forced scores of ``examples`` under the model's active adapters (right-padded batch)."""
+    """Teacher-forced scores of ``examples`` under the model's active adapters (right-padded batch).
+
+    The shared scorer (:func:`worldgym.agents.llm.scoring.score_tokens`) runs the LM head on the reply tokens
+    only: at d3 a call's context is ~3k tokens, and the logits of a whole chunk of such calls (fp32, SmolLM2's
+    49k vocabulary) took ~12 GB with their gradient, where the replies' take ~0.2 GB.
+    """
     if not examples:
         raise ValueError("score_examples needs at least one example")
     device = next(model.parameters()).device
@@ -117,18 +122,15 @@ def score_examples(
         input_ids[row, : len(example.token_ids)] = torch.tensor(example.token_ids)
         attention_mask[row, : len(example.token_ids)] = 1
         target_mask[row, example.target_start - 1 : len(example.token_ids) - 1] = True
-    first = min(e.target_start for e in examples) - 1  # logits before the first target are not needed
-    logits = model(input_ids=input_ids.to(device), attention_mask=attention_mask.to(device),
-                   logits_to_keep=width - first).logits[:, :-1].float()
-    targets = input_ids[:, first + 1 :].to(device)
-    mask = target_mask[:, first:].to(device)
-    token_loss = F.cross_entropy(logits.transpose(1, 2), targets, reduction="none")
-    counts = mask.sum(1)
-    loss = (token_loss * mask).sum(1) / counts
+    input_ids, attention_mask, target_mask = input_ids.to(device), attention_mask.to(device), target_mask.to(device)
+    scored = score_tokens(model, input_ids, attention_mask, target_mask)
+    counts = target_mask.sum(1)
+    loss = -scored.logprobs.sum(1) / counts  # zero off the targets
     with torch.no_grad():
-        right = (logits.argmax(-1) == targets) & mask
-        probability = torch.exp(-token_loss.detach()) * mask
-    return WorldModelScores(loss, right.sum(1) / counts, right.sum(1) == counts, probability.sum(1) / counts, counts)
+        right_flat = (scored.logits.argmax(-1) == input_ids[:, 1:][target_mask]).float()
+        right = torch.zeros_like(scored.logprobs).masked_scatter(target_mask, right_flat).sum(1)
+        probability = (scored.logprobs.detach().exp() * target_mask).sum(1)
+    return WorldModelScores(loss, right / counts, right == counts, probability / counts, counts)
 
 
 def score_in_chunks(
