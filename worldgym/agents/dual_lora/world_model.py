@@ -108,8 +108,9 @@ def score_examples(
     """Teacher-forced scores of ``examples`` under the model's active adapters (right-padded batch).
 
     The shared scorer (:func:`worldgym.agents.llm.scoring.score_tokens`) runs the LM head on the reply tokens
-    only: at d3 a call's context is ~3k tokens, and the logits of a whole chunk of such calls (fp32, SmolLM2's
-    49k vocabulary) took ~12 GB with their gradient, where the replies' take ~0.2 GB.
+    only. Keeping every logit from the earliest reply on cost, for 8 SmolLM2 calls of ~3k tokens at d3,
+    8 x ~2.5k positions x 49k vocabulary in fp32 (~4 GB, then as much again for the log-softmax and for the
+    gradient): that run was OOM-killed at 16.8 GB. The replies' own logits are ~0.2 GB.
     """
     if not examples:
         raise ValueError("score_examples needs at least one example")
