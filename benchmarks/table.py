@@ -243,12 +243,22 @@ def _kv_cache_growth(data: Results) -> str:
             f"{runs}; {same}")
 
 
+def _cartridge_drop(key: str, row: dict[str, Any], seeds: int) -> str:
+    """One run's held-out KL drop, with its seed count where it differs from the model's, and a warning where
+    the cartridge ends worse than no documents (a drop from a random start can be large and still mean that)."""
+    notes = [] if len(row["seeds"]) == seeds else [_plural(len(row["seeds"]), "seed")]
+    worse = [last / none for last, none in zip(row["kl_last"], row["kl_none"], strict=True) if last > none]
+    if worse:
+        notes.append(f"ends {max(worse):.1f}x above the KL without documents")
+    return f"{key.replace('_', '-')} {_pct_span(row['kl_drop'])}" + (f" ({'; '.join(notes)})" if notes else "")
+
+
 def _cartridge(data: Results) -> str:
     parts = []
     for model, entry in data["models"].items():
         runs, budget = entry["runs"], entry["budget"]
         seeds = max(len(row["seeds"]) for row in runs.values())
-        drops = ", ".join(f"{key.replace('_', '-')} {_pct_span(row['kl_drop'])}" for key, row in runs.items())
+        drops = ", ".join(_cartridge_drop(key, row, seeds) for key, row in runs.items())
         memory = next(iter(runs.values()))["memory_ratio"]
         text = (f"{model} ({_plural(seeds, 'seed')}, {budget['num_steps']} steps, {memory:.0f}x less KV than the "
                 f"documents), held-out KL drop: {drops}")
