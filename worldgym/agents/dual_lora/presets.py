@@ -28,10 +28,6 @@ WM_LEARNING_RATES: dict[str, float] = {"tiny": 5e-3, "smollm2-135m": 5e-4}
 # Phone calls the world model trains on per minibatch (of ~270 a tiny DAPO step makes at d1): each is a forward
 # over its whole conversation, and training on all of them made a step 6x slower (measured: 152 s vs 25 s).
 WM_CALLS_PER_MINIBATCH: dict[str, int] = {"tiny": 16, "smollm2-135m": 8}
-# Phone calls per world-model forward. SmolLM2 scores one at a time, like its policy's microbatches: a forward over
-# all 8 of a d3 minibatch's calls (~3k tokens each) under activation checkpointing made a shared-capped-0.1 update
-# peak above 16 GB, and the run was OOM-killed twice on this 23 GB machine.
-WM_CHUNK_SIZES: dict[str, int] = {"tiny": 8, "smollm2-135m": 1}
 
 
 def warm_start_config(model: str) -> WarmStartConfig:
@@ -48,8 +44,11 @@ def dual_lora_config(preset: str, difficulty: int, **overrides: Any) -> DualLoRA
     """The CSR preset's DAPO settings (``"tiny"`` / ``"smollm2-135m"``: its decoding, batch, 0/1 reward) at
     ``difficulty`` as a :class:`DualLoRAConfig`; ``overrides`` set any field (e.g. ``transfer``, ``wm_coef``,
     ``model`` for another pretrained model on SmolLM2's settings)."""
+    # the world model's forwards hold as many phone calls as the policy's microbatches hold episodes (SmolLM2: one;
+    # all 8 of a d3 minibatch's ~3k-token calls in one forward peaked above 16 GB and were OOM-killed twice)
+    chunk = CSR_PRESETS[preset].microbatch_size or DualLoRAConfig.wm_chunk_size
     settings = {"learning_rate": ADAPTER_LEARNING_RATES[preset], "wm_learning_rate": WM_LEARNING_RATES[preset],
-                "wm_max_calls": WM_CALLS_PER_MINIBATCH[preset], "wm_chunk_size": WM_CHUNK_SIZES[preset],
+                "wm_max_calls": WM_CALLS_PER_MINIBATCH[preset], "wm_chunk_size": chunk,
                 "adapter_targets": "all-linear", **overrides}
     return CSR_PRESETS[preset].grpo_config(difficulty, DualLoRAConfig, **settings)
 
