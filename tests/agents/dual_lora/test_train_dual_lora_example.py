@@ -24,7 +24,8 @@ def test_the_demo_runs_the_best_measured_mode(load_example):
     from worldgym.cli import parse_run
 
     agent = parse_run(load_example("train_dual_lora").PRESETS, ["demo"]).run.resolved_agent()
-    assert (agent.transfer, agent.auxiliary_grad_ratio, agent.num_steps, agent.eval_every) == ("shared", 0.1, 16, 4)
+    assert (agent.transfer, agent.auxiliary_grad_ratio, agent.num_steps, agent.eval_every, agent.eval_episodes) == (
+        "shared", 0.1, 16, 4, 64)
 
 
 def test_the_shipped_warm_start_is_the_tiny_presets_and_loads(tmp_path):
