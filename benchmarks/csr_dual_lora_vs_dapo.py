@@ -79,6 +79,10 @@ MODES: dict[str, dict[str, Any]] = {
     # own gradient scale, so an auxiliary direction that stays the same step after step moves the weights about
     # as far as the (noisier) policy gradient does even at ratio 1; the cap 10 times lower
     "shared-capped-0.1": {"transfer": "shared", "auxiliary_grad_ratio": 0.1},
+    # added after shared-capped-0.1 matched DAPO with a world model that learned nothing (its gradient scaled by
+    # ~0.001): the part of the world model's gradient that points against the policy's removed (PCGrad), the
+    # rest capped at the policy gradient's norm, as in shared-capped
+    "shared-projected": {"transfer": "shared", "auxiliary_projection": True, "auxiliary_grad_ratio": 1.0},
 }
 
 
@@ -143,6 +147,7 @@ def run(args: argparse.Namespace) -> None:
             "wm_success_correlation": wm_success_correlation(history),
             "aux_grad_norm_ratio_range": _range(m.get("aux/grad_norm_ratio") for m in steps),
             "aux_grad_scale_range": _range(m.get("aux/grad_scale") for m in steps),
+            "aux_grad_cosine_range": _range(m.get("aux/grad_cosine") for m in steps),
             "final_eval": {k: v for k, v in evals[-1].items() if k.startswith("eval/")},
             "command": command,
         }
@@ -326,6 +331,7 @@ def report(args: argparse.Namespace) -> None:
                 "wm_success_correlation": [p["wm_success_correlation"] for p in runs],
                 "aux_grad_norm_ratio_range": [p.get("aux_grad_norm_ratio_range") for p in runs],
                 "aux_grad_scale_range": [p.get("aux_grad_scale_range") for p in runs],
+                "aux_grad_cosine_range": [p.get("aux_grad_cosine_range") for p in runs],
                 "seconds_per_step": float(np.mean(seconds)),
                 "step_time_vs_dapo": float(np.mean(seconds) / np.mean(dapo_seconds)) if dapo_seconds else None,
                 "curves": [p["curve"] for p in runs],

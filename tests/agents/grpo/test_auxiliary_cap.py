@@ -1,5 +1,6 @@
 """``auxiliary_grad_ratio``: an auxiliary loss's gradient capped at a multiple of the policy's, on the tensors
-both reach; a cap it never reaches changes nothing."""
+both reach; a cap it never reaches changes nothing. ``auxiliary_projection``: the part of it that points against
+the policy's gradient removed first (PCGrad)."""
 
 from __future__ import annotations
 
@@ -74,6 +75,25 @@ def test_the_cap_scales_the_auxiliary_gradient_to_the_ratio(tmp_path, parity_rew
     assert float(capped_aux.norm()) == pytest.approx(0.5 * float(policy_step.norm()), rel=1e-3)
 
 
+@pytest.mark.parametrize("weight", [100.0, -100.0])  # this text's gradient happens to agree with the policy's
+def test_the_projection_removes_only_the_part_against_the_policy_gradient(tmp_path, parity_reward, weight):
+    _policy, policy_weights = _step(tmp_path, parity_reward, "policy", weight=0.0)
+    start = _initial_weights(tmp_path)
+    projected, projected_weights = _step(tmp_path, parity_reward, "projected", weight=weight,
+                                         auxiliary_projection=True)
+    _plain, plain_weights = _step(tmp_path, parity_reward, "plain", weight=weight)
+    lr = 1e-2  # SGD: each update is -lr * gradient
+    policy_step = torch.cat([(policy_weights[n] - start[n]).flatten() for n in start]) / -lr
+    plain_aux = torch.cat([(plain_weights[n] - policy_weights[n]).flatten() for n in start]) / -lr
+    projected_aux = torch.cat([(projected_weights[n] - policy_weights[n]).flatten() for n in start]) / -lr
+    cosine = float(plain_aux @ policy_step / (plain_aux.norm() * policy_step.norm()))
+    assert projected["aux/grad_cosine"] == pytest.approx(cosine, abs=1e-3) and projected["aux/grad_scale"] == 1.0
+    assert (cosine > 0) == (weight > 0)  # both cases: left alone, and projected
+    expected = plain_aux - min(0.0, float(plain_aux @ policy_step)) / float(policy_step @ policy_step) * policy_step
+    torch.testing.assert_close(projected_aux, expected, rtol=1e-3, atol=1e-5)
+    assert float(projected_aux @ policy_step) >= -1e-3 * float(projected_aux.norm() * policy_step.norm())
+
+
 def _initial_weights(tmp_path) -> dict[str, torch.Tensor]:
     config = GRPOConfig(prompts_per_step=2, group_size=3, max_new_tokens=12, minibatch_size=6, num_steps=1,
                         eval_every=0, progress=False, output_dir=str(tmp_path / "init"))
@@ -85,3 +105,5 @@ def test_the_cap_is_refused_with_a_data_parallel_learner():
         GRPOConfig(auxiliary_grad_ratio=0.5, learner="ddp")
     with pytest.raises(ValueError, match="auxiliary_grad_ratio=0 is invalid"):
         GRPOConfig(auxiliary_grad_ratio=0)
+    with pytest.raises(ValueError, match="auxiliary_projection"):
+        GRPOConfig(auxiliary_projection=True, learner="ddp")

@@ -11,7 +11,7 @@ import torch
 
 from worldgym.agents.llm.rollout import Episode
 
-__all__ = ["SINGLE_PROCESS", "AuxiliaryLoss", "LossShard", "cap_auxiliary_gradient", "take_gradients"]
+__all__ = ["SINGLE_PROCESS", "AuxiliaryLoss", "LossShard", "combine_auxiliary_gradient", "take_gradients"]
 
 
 @dataclass(frozen=True)
@@ -109,27 +109,47 @@ def take_gradients(params: dict[str, torch.Tensor]) -> dict[str, torch.Tensor | 
     return taken
 
 
-def cap_auxiliary_gradient(params: dict[str, torch.Tensor], policy_grads: dict[str, torch.Tensor | None],
-                           ratio: float) -> dict[str, float]:
+def combine_auxiliary_gradient(params: dict[str, torch.Tensor], policy_grads: dict[str, torch.Tensor | None],
+                               ratio: float | None, project: bool = False) -> dict[str, float]:
     """Combine the policy's gradient (``policy_grads``, from :func:`take_gradients`) with the auxiliary loss's,
-    now in each ``param.grad``: ``grad = g_policy + c * g_aux`` with ``c = min(1, ratio * |g_policy| / |g_aux|)``,
-    both norms over the tensors both gradients reach (``c = 1`` when they reach none in common: an objective on
-    tensors of its own is never capped). Returns ``aux/grad_scale`` (c) and, where the policy's norm is not 0,
-    ``aux/grad_norm_ratio`` (|g_aux| / |g_policy| before the cap).
+    now in each ``param.grad``, as ``grad = g_policy + c * g_aux``, both measured on the tensors both gradients
+    reach (an objective on tensors of its own is left as it is):
+
+    - ``project``: first drop the part of ``g_aux`` that points against ``g_policy`` (PCGrad, Yu et al. 2020:
+      where ``g_aux . g_policy < 0``, ``g_aux -= (g_aux . g_policy / |g_policy|^2) g_policy`` on those tensors);
+    - ``ratio``: then ``c = min(1, ratio * |g_policy| / |g_aux|)``, a cap on the auxiliary norm (None: c = 1).
+
+    Returns ``aux/grad_scale`` (c) and, where neither norm is 0, ``aux/grad_norm_ratio`` (|g_aux| / |g_policy|)
+    and ``aux/grad_cosine`` (between the two), both before projection and cap.
 
     >>> a, b = torch.zeros(2, requires_grad=True), torch.zeros(1, requires_grad=True)
     >>> a.grad, b.grad = torch.tensor([3.0, 4.0]), None       # the policy reaches a only
     >>> policy = take_gradients({"a": a, "b": b})
     >>> a.grad, b.grad = torch.tensor([0.0, 50.0]), torch.tensor([7.0])   # the auxiliary loss reaches both
-    >>> cap_auxiliary_gradient({"a": a, "b": b}, policy, ratio=1.0)
-    {'aux/grad_scale': 0.1, 'aux/grad_norm_ratio': 10.0}
+    >>> combine_auxiliary_gradient({"a": a, "b": b}, policy, ratio=1.0)
+    {'aux/grad_scale': 0.1, 'aux/grad_norm_ratio': 10.0, 'aux/grad_cosine': 0.8}
     >>> a.grad.tolist(), round(b.item() + b.grad.item(), 4)   # b: the auxiliary part alone, scaled
     ([3.0, 9.0], 0.7)
+    >>> a.grad, b.grad = torch.tensor([-6.0, 0.0]), None      # against the policy: projected out
+    >>> combine_auxiliary_gradient({"a": a, "b": b}, policy, ratio=None, project=True)["aux/grad_cosine"]
+    -0.6
+    >>> [round(g, 4) for g in a.grad.tolist()]                 # g_aux became (-3.84, 2.88), orthogonal to (3, 4)
+    [-0.84, 6.88]
     """
     shared = [name for name, param in params.items() if param.grad is not None and policy_grads[name] is not None]
     policy_norm = math.sqrt(sum(float(policy_grads[name].pow(2).sum()) for name in shared))
     auxiliary_norm = math.sqrt(sum(float(params[name].grad.pow(2).sum()) for name in shared))
-    scale = 1.0 if not shared or auxiliary_norm == 0 else min(1.0, ratio * policy_norm / auxiliary_norm)
+    metrics: dict[str, float] = {}
+    if shared and policy_norm > 0 and auxiliary_norm > 0:
+        dot = sum(float((params[name].grad * policy_grads[name]).sum()) for name in shared)
+        metrics = {"aux/grad_norm_ratio": auxiliary_norm / policy_norm,
+                   "aux/grad_cosine": dot / (auxiliary_norm * policy_norm)}
+        if project and dot < 0:
+            for name in shared:
+                params[name].grad.sub_(policy_grads[name], alpha=dot / policy_norm**2)
+            auxiliary_norm = math.sqrt(sum(float(params[name].grad.pow(2).sum()) for name in shared))
+    capped = ratio is not None and shared and auxiliary_norm > 0
+    scale = min(1.0, ratio * policy_norm / auxiliary_norm) if capped else 1.0
     for name, param in params.items():
         policy = policy_grads[name]
         if param.grad is None:
@@ -138,7 +158,4 @@ def cap_auxiliary_gradient(params: dict[str, torch.Tensor], policy_grads: dict[s
         param.grad.mul_(scale)
         if policy is not None:
             param.grad.add_(policy)
-    metrics = {"aux/grad_scale": scale}
-    if shared and policy_norm > 0:
-        metrics["aux/grad_norm_ratio"] = auxiliary_norm / policy_norm
-    return metrics
+    return {"aux/grad_scale": scale, **metrics}

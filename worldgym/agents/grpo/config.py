@@ -68,6 +68,9 @@ class GRPOConfig:
             multiple of the policy loss's gradient norm, both measured on the tensors both gradients reach, per
             minibatch (None: no cap). A loss that shares tensors with the policy and has a ~100x larger
             gradient otherwise takes them over. Costs a copy of the policy's gradient; single learner only.
+        auxiliary_projection: with an auxiliary loss, drop the part of its gradient that points against the
+            policy's before any cap (PCGrad: where the two conflict on the tensors both reach, the auxiliary
+            gradient loses its component along the policy's). Costs as the cap; single learner only.
         num_steps: training steps of the run.
         seed: seeds the model init, sampling and the task order.
         share_prompt_prefix: run the opening that a group's samples share (their prompt) once per group, in the
@@ -139,6 +142,7 @@ class GRPOConfig:
     microbatch_size: int = 0
     activation_checkpointing: bool = False
     auxiliary_grad_ratio: float | None = None
+    auxiliary_projection: bool = False
     num_steps: int = 50
     seed: int = 0
     share_prompt_prefix: bool = True
@@ -203,6 +207,9 @@ class GRPOConfig:
             check_field(self.learner == "single", "auxiliary_grad_ratio", self.auxiliary_grad_ratio,
                         f"use None with learner={self.learner!r} (the cap's norms are not all-reduced), or "
                         "learner='single'")
+        check_field(self.learner == "single" or not self.auxiliary_projection, "auxiliary_projection",
+                    self.auxiliary_projection, f"use False with learner={self.learner!r} (the projection's dot "
+                    "products are not all-reduced), or learner='single'")
         check_field(self.learner != "fsdp" or not self.share_prompt_prefix, "share_prompt_prefix",
                     self.share_prompt_prefix, "use False with learner='fsdp': every forward all-gathers the "
                     "layers it runs, so the ranks must run as many, and the shared-prefix pass runs one or two "

@@ -23,7 +23,7 @@ from worldgym.agents.grpo.auxiliary import (
     SINGLE_PROCESS,
     AuxiliaryLoss,
     LossShard,
-    cap_auxiliary_gradient,
+    combine_auxiliary_gradient,
     take_gradients,
 )
 from worldgym.agents.grpo.config import GRPOConfig
@@ -515,7 +515,7 @@ class GRPOTrainer:
     ) -> dict[str, float]:
         """Loss, backward, clip and optimizer step on one minibatch; returns its metrics."""
         micro = self.config.microbatch_size
-        if (micro and micro < len(rows)) or self._caps_auxiliary:
+        if (micro and micro < len(rows)) or self._shapes_auxiliary_gradient:
             return self._accumulated_step(batch, advantages, rows)
         terms = self.minibatch_loss(batch, advantages, rows)
         loss = terms.total()
@@ -529,7 +529,8 @@ class GRPOTrainer:
         """One optimizer step over ``rows`` in microbatches of ``microbatch_size`` (all of them at once when 0):
         each microbatch's policy and entropy terms are weighted by its share of the minibatch's trained tokens
         (rows for ``seq_mean`` and ``dr_grpo``), as the data-parallel learner weights its shards; the auxiliary
-        objective runs once on all the rows, its gradient capped by ``auxiliary_grad_ratio`` where that is set.
+        objective runs once on all the rows, its gradient projected and capped where ``auxiliary_projection`` and
+        ``auxiliary_grad_ratio`` say so.
         Metrics are the same token-share-weighted means."""
         self.optimizer.zero_grad(set_to_none=True)
         tokens = float(batch["action_mask"][rows].sum())
@@ -547,12 +548,14 @@ class GRPOTrainer:
         auxiliary, auxiliary_metrics = self.auxiliary_term(rows)
         if auxiliary is not None:
             if auxiliary.requires_grad:  # a constant (no phone call in these rows, or a weight of 0) has none
-                capped = self._caps_auxiliary and self.policy_weight > 0  # (alone, it has nothing to yield to)
-                policy_grads = take_gradients(self.trainable) if capped else None
+                # (alone, it has nothing to yield to)
+                separate = self._shapes_auxiliary_gradient and self.policy_weight > 0
+                policy_grads = take_gradients(self.trainable) if separate else None
                 auxiliary.backward()
                 if policy_grads is not None:
-                    auxiliary_metrics |= cap_auxiliary_gradient(self.trainable, policy_grads,
-                                                                self.config.auxiliary_grad_ratio)
+                    auxiliary_metrics |= combine_auxiliary_gradient(
+                        self.trainable, policy_grads, self.config.auxiliary_grad_ratio,
+                        project=self.config.auxiliary_projection)
             total += auxiliary.item()
         grad_norm = self.clip_and_step()
         return {"loss/total": total, **combined, "loss/grad_norm": grad_norm.item(), **auxiliary_metrics}
@@ -603,9 +606,11 @@ class GRPOTrainer:
                              auxiliary_metrics)
 
     @property
-    def _caps_auxiliary(self) -> bool:
-        """Whether the auxiliary loss's gradient is capped (it then gets a backward pass of its own)."""
-        return self.config.auxiliary_grad_ratio is not None and self.auxiliary_loss is not None
+    def _shapes_auxiliary_gradient(self) -> bool:
+        """Whether the auxiliary loss's gradient is capped or projected (it then gets a backward pass of its
+        own)."""
+        shaped = self.config.auxiliary_grad_ratio is not None or self.config.auxiliary_projection
+        return shaped and self.auxiliary_loss is not None
 
     @property
     def policy_weight(self) -> float:
