@@ -10,10 +10,11 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import numpy as np
 import torch
+from torch.utils.checkpoint import checkpoint
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from worldgym.agents.dual_lora.config import CSR_END, CSR_START, PREDICT_CSR
@@ -138,10 +139,23 @@ def score_in_chunks(
     model: PreTrainedModel, examples: Sequence[PhoneCallExample], pad_token_id: int, chunk_size: int
 ) -> WorldModelScores:
     """:func:`score_examples` over chunks of ``chunk_size`` examples of similar length (little padding); the
-    scores come back in the order of ``examples``."""
+    scores come back in the order of ``examples``.
+
+    With gradients on, each chunk's forward is checkpointed (``torch.utils.checkpoint``): the graph keeps only
+    the chunk's scores, and the backward runs the chunk's forward again, so the activations of one chunk at a
+    time are held, not those of every chunk until the backward."""
     order = sorted(range(len(examples)), key=lambda i: len(examples[i].token_ids))
     chunks = [order[i : i + chunk_size] for i in range(0, len(order), chunk_size)]
-    scores = WorldModelScores.concat([score_examples(model, [examples[i] for i in c], pad_token_id) for c in chunks])
+
+    def score(chunk: list[int]) -> tuple[torch.Tensor, ...]:
+        scores = score_examples(model, [examples[i] for i in chunk], pad_token_id)
+        return tuple(getattr(scores, field.name) for field in fields(scores))
+
+    if torch.is_grad_enabled() and len(chunks) > 1:
+        parts = [checkpoint(score, chunk, use_reentrant=False) for chunk in chunks]
+    else:
+        parts = [score(chunk) for chunk in chunks]
+    scores = WorldModelScores.concat([WorldModelScores(*part) for part in parts])
     inverse = torch.empty(len(order), dtype=torch.long)
     inverse[torch.tensor(order)] = torch.arange(len(order))
     return WorldModelScores(*(getattr(scores, name)[inverse.to(scores.loss.device)]
