@@ -76,6 +76,7 @@ SUITE: tuple[Benchmark, ...] = (
               (("run", "--mode", "dapo"), ("run", "--mode", "separate"), ("report",), ("demo-time",))),
     Benchmark("csr_rollout_speed.py", ((),), ((),)),
     Benchmark("kv_cache_growth.py", ((),), ((),)),
+    Benchmark("cpu_allocator_memory.py", ((),), ((),)),
     Benchmark("grpo_vs_trl.py", ((),), ((),)),
     Benchmark("cartridge_on_vs_offline.py",
               (*(_cartridge(m, i, s) for s in (0, 1, 2) for m, i in (("on_policy", "text"), ("offline", "text"),

@@ -243,6 +243,15 @@ def _kv_cache_growth(data: Results) -> str:
             f"{runs}; {same}")
 
 
+def _cpu_allocator_memory(data: Results) -> str:
+    median = data["median"]
+    same = "same loss" if data["same_loss"] else "loss DIFFERS"
+    return (f"{data['model']}, {data['calls']} calls x {data['tokens']:,} tokens, {data['threads']} thread: peak "
+            f"{median['default']['peak_above_loaded_gb']:.2f} GB above the loaded model by default vs "
+            f"{median['mapped']['peak_above_loaded_gb']:.2f} GB mapped (**{data['peak_ratio_default_to_mapped']:.1f}x**"
+            f"), {median['default']['seconds']:.0f} vs {median['mapped']['seconds']:.0f} s; {same}")
+
+
 def _cartridge_drop(key: str, row: dict[str, Any], seeds: int) -> str:
     """One run's held-out KL drop, with its seed count where it differs from the model's, and a warning where
     the cartridge ends worse than no documents (a drop from a random start can be large and still mean that)."""
@@ -317,6 +326,9 @@ ROWS: tuple[Row, ...] = (
     Row("`benchmarks/kv_cache_growth.py`", "greedy decoding behind a long KV cache: transformers' DynamicCache "
         "(appends by concatenation) vs the engine's GrowingCache (in place)", ("kv_cache_growth.json",),
         _kv_cache_growth),
+    Row("`benchmarks/cpu_allocator_memory.py`", "process memory of a long-context LoRA backward on CPU (the world "
+        "model's loss): glibc's default malloc vs large blocks mapped on their own (what the trainers set)",
+        ("cpu_allocator_memory.json",), _cpu_allocator_memory),
     Row("`benchmarks/grpo_vs_trl.py`", "tokens/s and reward, our GRPO vs TRL `GRPOTrainer(loss_type=\"dapo\")`, "
         "same model and budget (`pip install -e \".[bench]\"`)", ("grpo_vs_trl.json",), _grpo_vs_trl),
     Row("`benchmarks/cartridge_on_vs_offline.py`", "cartridge distillation on LongHealthQA-v0, same budget: "

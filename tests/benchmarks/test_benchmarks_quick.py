@@ -121,6 +121,13 @@ def test_kv_cache_growth(tmp_path: Path) -> None:
                                                                           / row["seconds"]["growing"][0])]
 
 
+def test_cpu_allocator_memory(tmp_path: Path) -> None:
+    run("cpu_allocator_memory.py", results=tmp_path)
+    data = load(tmp_path / "cpu_allocator_memory.json")
+    assert data["model"] == "tiny" and data["quick"] is True and data["same_loss"] is True
+    assert [row["mode"] for rows in data["runs"].values() for row in rows] == ["default", "mapped"]
+
+
 def test_ray_scaleout(tmp_path: Path) -> None:
     pytest.importorskip("ray")
     run("ray_scaleout.py", results=tmp_path)

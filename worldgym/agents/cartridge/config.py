@@ -6,6 +6,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from worldgym.agents.cartridge.losses import KLKind
+from worldgym.agents.llm.allocator import DEFAULT_MMAP_THRESHOLD
 from worldgym.agents.llm.models import TINY_SIZES
 from worldgym.config import check_choice, check_device, check_field, check_positive_int, check_range
 
@@ -72,6 +73,10 @@ class CartridgeDistillConfig:
         checkpoint_every: steps between checkpoints (0 = only at the end).
         seed: seeds the cartridge's random init, sampling and question order (not the warm-up: warmup_seed).
         device: "cpu", "cuda" or "cuda:N".
+        cpu_mmap_threshold: on the CPU, the trainer asks glibc to map every allocation of at least this many
+            bytes on its own (:func:`worldgym.agents.llm.allocator.map_large_allocations`, process-wide): freed
+            activations then leave the process instead of piling up in malloc's heap (a SmolLM2 run grew ~10x
+            its live tensors). None leaves malloc as it is.
         progress: show a progress bar.
     """
 
@@ -105,6 +110,7 @@ class CartridgeDistillConfig:
     checkpoint_every: int = 0
     seed: int = 0
     device: str = "cpu"
+    cpu_mmap_threshold: int | None = DEFAULT_MMAP_THRESHOLD
     progress: bool = True
 
     def __post_init__(self) -> None:
@@ -128,6 +134,8 @@ class CartridgeDistillConfig:
         if self.warmup_batch_size is not None:
             check_positive_int("warmup_batch_size", self.warmup_batch_size)
         check_device("device", self.device)
+        if self.cpu_mmap_threshold is not None:
+            check_positive_int("cpu_mmap_threshold", self.cpu_mmap_threshold)
         check_field(self.teacher_warmup is not False or self.model not in TINY_SIZES, "teacher_warmup",
                     self.teacher_warmup, f"a tiny model ({self.model!r}) is built from config and needs its warm-up "
                     "(its tokenizer and answers come from it): leave teacher_warmup at None or True")

@@ -32,6 +32,7 @@ from worldgym.agents.cartridge.views import (
     split_documents,
     split_patients,
 )
+from worldgym.agents.llm.allocator import map_large_allocations_on_cpu
 from worldgym.agents.llm.cartridge import Cartridge, kv_bytes_per_token
 from worldgym.agents.llm.engines import HFEngine
 from worldgym.agents.llm.engines.base import SamplingParams
@@ -96,6 +97,7 @@ class CartridgeDistillTrainer:
         tokenizer: PreTrainedTokenizerBase | None = None,
     ) -> None:
         self.config = config
+        map_large_allocations_on_cpu(config.device, config.cpu_mmap_threshold)
         self.patient_id = config.patient_id or self._default_patient()
         self.model, self.tokenizer = self._model_and_tokenizer(model, tokenizer)
         self.model.requires_grad_(False).eval().to(config.device)

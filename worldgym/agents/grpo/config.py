@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
+from worldgym.agents.llm.allocator import DEFAULT_MMAP_THRESHOLD
 from worldgym.agents.llm.losses import AdvantageNorm, Aggregation
 from worldgym.config import check_choice, check_device, check_field, check_positive_int, check_range
 
@@ -25,6 +26,10 @@ class GRPOConfig:
         lora_alpha: LoRA scaling numerator (the update is scaled by alpha / rank).
         lora_target_modules: module names the LoRA adapter wraps.
         device: "cpu", "cuda" or "cuda:N".
+        cpu_mmap_threshold: on the CPU, the trainer asks glibc to map every allocation of at least this many
+            bytes on its own (:func:`worldgym.agents.llm.allocator.map_large_allocations`, process-wide): freed
+            activations then leave the process instead of piling up in malloc's heap (a SmolLM2 run grew ~10x
+            its live tensors). None leaves malloc as it is.
         bf16_autocast: run the training forward under bfloat16 autocast (CPUs with AMX and GPUs gain).
         env_id: the training env, gym.make(env_id, **env_kwargs); text in, text out.
         env_kwargs: keyword arguments of the training env.
@@ -107,6 +112,7 @@ class GRPOConfig:
     lora_alpha: int = 32
     lora_target_modules: tuple[str, ...] = _TARGET_MODULES
     device: str = "cpu"
+    cpu_mmap_threshold: int | None = DEFAULT_MMAP_THRESHOLD
     bf16_autocast: bool = False
 
     env_id: str = "MathQA-v0"
@@ -194,6 +200,8 @@ class GRPOConfig:
         check_field(self.overlong_buffer <= longest, "overlong_buffer", self.overlong_buffer,
                     f"use at most the longest response, max_new_tokens * max_turns = {longest}")
         check_device("device", self.device)
+        if self.cpu_mmap_threshold is not None:
+            check_positive_int("cpu_mmap_threshold", self.cpu_mmap_threshold)
         check_range("max_policy_lag", self.max_policy_lag, 0, None)
         check_range("max_worker_restarts", self.max_worker_restarts, 0, None)
         check_range("rollout_worker_cpus", self.rollout_worker_cpus, 0, None)

@@ -28,6 +28,7 @@ from worldgym.agents.grpo.auxiliary import (
 )
 from worldgym.agents.grpo.config import GRPOConfig
 from worldgym.agents.grpo.rewards import EpisodeRewardFn, episode_rewards
+from worldgym.agents.llm.allocator import map_large_allocations_on_cpu
 from worldgym.agents.llm.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from worldgym.agents.llm.engines import GenerationEngine, HFEngine, SamplingParams
 from worldgym.agents.llm.evaluation import VALIDATION_SEEDS_START, episode_metrics
@@ -185,6 +186,7 @@ class GRPOTrainer:
         auxiliary_loss: AuxiliaryLoss | None = None,
     ):
         self.config = config
+        map_large_allocations_on_cpu(config.device, config.cpu_mmap_threshold)
         self.rank = _join_learner_group(config)
         self.reward_fn = reward_fn
         self.auxiliary_loss = auxiliary_loss

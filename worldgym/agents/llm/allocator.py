@@ -1,0 +1,44 @@
+"""Keep a CPU training process's memory near its live tensors: large blocks mapped, not kept in the heap.
+
+glibc's ``malloc`` serves a block below its *mmap threshold* from its heap and one above it with a mapping of its
+own, given back to the system when freed. After each such free it raises the threshold to that block's size (up
+to 32 MB), so a backward pass over a few-thousand-token sequence, which allocates and frees many 1-30 MB
+tensors, soon takes them all from the heap, where freed blocks between live ones stay in the process: a SmolLM2
+dual-LoRA run on CPU was OOM-killed at 17 GB in its update. A fixed threshold maps every large block and turns
+the raising off (``benchmarks/cpu_allocator_memory.py`` measures both).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import sys
+
+__all__ = ["DEFAULT_MMAP_THRESHOLD", "map_large_allocations", "map_large_allocations_on_cpu"]
+
+DEFAULT_MMAP_THRESHOLD = 1 << 20  # bytes
+_M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter number (malloc.h)
+
+
+def map_large_allocations(threshold: int = DEFAULT_MMAP_THRESHOLD) -> bool:
+    """Ask glibc to give every block of at least ``threshold`` bytes a mapping of its own, returned to the
+    system when it is freed (``mallopt(M_MMAP_THRESHOLD, threshold)``, process-wide; the environment variable
+    ``MALLOC_MMAP_THRESHOLD_`` does the same from the start). Returns False where that is not possible (not
+    Linux, not glibc, or a threshold glibc refuses: above 32 MB on 64-bit systems)."""
+    if threshold <= 0:
+        raise ValueError(f"threshold must be positive, got {threshold}")
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:
+        return False
+    mallopt = getattr(libc, "mallopt", None)
+    if mallopt is None:  # e.g. musl
+        return False
+    return bool(mallopt(_M_MMAP_THRESHOLD, int(threshold)))
+
+
+def map_large_allocations_on_cpu(device: str, threshold: int | None) -> bool:
+    """What the trainers do at construction: :func:`map_large_allocations` ``(threshold)`` when they train on
+    the CPU and ``threshold`` is set (on a GPU the tensors are not malloc's); whether it was applied."""
+    return device == "cpu" and threshold is not None and map_large_allocations(threshold)
