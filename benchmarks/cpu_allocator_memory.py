@@ -6,7 +6,8 @@ layers, dropout 0.05) on the model, then one backward. Each measurement is a fre
 size (``ru_maxrss``) belongs to that run alone; the two settings alternate ``--repeats`` times:
 
 - ``default``: malloc as the process starts (its mmap threshold rises after each large free, up to 32 MB);
-- ``mapped``: :func:`worldgym.agents.llm.allocator.map_large_allocations` (1 MB), what the trainers do on CPU.
+- ``mapped``: :func:`worldgym.agents.llm.allocator.map_large_allocations` (1 MB), what the trainers do on CPU
+  with ``cpu_mmap_threshold`` set (the SmolLM2 CSR preset sets it).
 
 Reported: peak resident size above the process after loading the model, seconds, and the loss (the same in
 both: the allocator changes where tensors live, not what they hold).

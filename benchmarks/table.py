@@ -327,7 +327,7 @@ ROWS: tuple[Row, ...] = (
         "(appends by concatenation) vs the engine's GrowingCache (in place)", ("kv_cache_growth.json",),
         _kv_cache_growth),
     Row("`benchmarks/cpu_allocator_memory.py`", "process memory of a long-context LoRA backward on CPU (the world "
-        "model's loss): glibc's default malloc vs large blocks mapped on their own (what the trainers set)",
+        "model's loss): glibc's default malloc vs large blocks mapped on their own (the SmolLM2 preset's setting)",
         ("cpu_allocator_memory.json",), _cpu_allocator_memory),
     Row("`benchmarks/grpo_vs_trl.py`", "tokens/s and reward, our GRPO vs TRL `GRPOTrainer(loss_type=\"dapo\")`, "
         "same model and budget (`pip install -e \".[bench]\"`)", ("grpo_vs_trl.json",), _grpo_vs_trl),

@@ -6,7 +6,6 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from worldgym.agents.cartridge.losses import KLKind
-from worldgym.agents.llm.allocator import DEFAULT_MMAP_THRESHOLD
 from worldgym.agents.llm.models import TINY_SIZES
 from worldgym.config import check_choice, check_device, check_field, check_positive_int, check_range
 
@@ -74,9 +73,10 @@ class CartridgeDistillConfig:
         seed: seeds the cartridge's random init, sampling and question order (not the warm-up: warmup_seed).
         device: "cpu", "cuda" or "cuda:N".
         cpu_mmap_threshold: on the CPU, the trainer asks glibc to map every allocation of at least this many
-            bytes on its own (:func:`worldgym.agents.llm.allocator.map_large_allocations`, process-wide): freed
-            activations then leave the process instead of piling up in malloc's heap (a SmolLM2 run grew ~10x
-            its live tensors). None leaves malloc as it is.
+            bytes on its own (:func:`worldgym.agents.llm.allocator.map_large_allocations`, process-wide; e.g.
+            ``DEFAULT_MMAP_THRESHOLD``): freed activations then leave the process instead of piling up in
+            malloc's heap, at the cost of fresh pages for every large tensor (``cpu_allocator_memory.py``: a
+            SmolLM2 backward held ~9x less memory, and took longer). None (default) leaves malloc as it is.
         progress: show a progress bar.
     """
 
@@ -110,7 +110,7 @@ class CartridgeDistillConfig:
     checkpoint_every: int = 0
     seed: int = 0
     device: str = "cpu"
-    cpu_mmap_threshold: int | None = DEFAULT_MMAP_THRESHOLD
+    cpu_mmap_threshold: int | None = None
     progress: bool = True
 
     def __post_init__(self) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-from worldgym.agents.llm.allocator import DEFAULT_MMAP_THRESHOLD
 from worldgym.agents.llm.losses import AdvantageNorm, Aggregation
 from worldgym.config import check_choice, check_device, check_field, check_positive_int, check_range
 
@@ -27,9 +26,10 @@ class GRPOConfig:
         lora_target_modules: module names the LoRA adapter wraps.
         device: "cpu", "cuda" or "cuda:N".
         cpu_mmap_threshold: on the CPU, the trainer asks glibc to map every allocation of at least this many
-            bytes on its own (:func:`worldgym.agents.llm.allocator.map_large_allocations`, process-wide): freed
-            activations then leave the process instead of piling up in malloc's heap (a SmolLM2 run grew ~10x
-            its live tensors). None leaves malloc as it is.
+            bytes on its own (:func:`worldgym.agents.llm.allocator.map_large_allocations`, process-wide; e.g.
+            ``DEFAULT_MMAP_THRESHOLD``): freed activations then leave the process instead of piling up in
+            malloc's heap, at the cost of fresh pages for every large tensor (``cpu_allocator_memory.py``: a
+            SmolLM2 backward held ~9x less memory, and took longer). None (default) leaves malloc as it is.
         bf16_autocast: run the training forward under bfloat16 autocast (CPUs with AMX and GPUs gain).
         env_id: the training env, gym.make(env_id, **env_kwargs); text in, text out.
         env_kwargs: keyword arguments of the training env.
@@ -112,7 +112,7 @@ class GRPOConfig:
     lora_alpha: int = 32
     lora_target_modules: tuple[str, ...] = _TARGET_MODULES
     device: str = "cpu"
-    cpu_mmap_threshold: int | None = DEFAULT_MMAP_THRESHOLD
+    cpu_mmap_threshold: int | None = None
     bf16_autocast: bool = False
 
     env_id: str = "MathQA-v0"

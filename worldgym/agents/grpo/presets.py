@@ -10,6 +10,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Literal, TypeVar
 
 from worldgym.agents.grpo.config import GRPOConfig
+from worldgym.agents.llm.allocator import DEFAULT_MMAP_THRESHOLD
 from worldgym.agents.llm.engines import HFEngine
 from worldgym.agents.llm.tokenizer import WORLD_MODEL_TOKENS
 from worldgym.agents.llm.warm_start import WarmStartConfig
@@ -57,7 +58,8 @@ class CSRPreset:
             of SmolLM2 runs 16 calls, ~3,500 tokens and more).
         engine_batch_size: episodes generated together; kv_cache_max_tokens: the engine's KV store (room
             for every running episode's conversation, or early rows are evicted and re-prefilled).
-        microbatch_size, activation_checkpointing: the learner's memory settings (``GRPOConfig``).
+        microbatch_size, activation_checkpointing, cpu_mmap_threshold: the learner's memory settings
+            (``GRPOConfig``).
     """
 
     warm_start: WarmStartConfig
@@ -72,6 +74,7 @@ class CSRPreset:
     kv_cache_max_tokens: int = 131072
     microbatch_size: int = 0
     activation_checkpointing: bool = False
+    cpu_mmap_threshold: int | None = None
 
     def engine(self, model: Any, tokenizer: Any) -> HFEngine:
         """The rollout engine: batched, each episode's KV cache kept across turns."""
@@ -97,6 +100,7 @@ class CSRPreset:
             "minibatch_size": self.minibatch_size,
             "microbatch_size": self.microbatch_size,
             "activation_checkpointing": self.activation_checkpointing,
+            "cpu_mmap_threshold": self.cpu_mmap_threshold,
             "loss_aggregation": "token_mean",
             "eps_low": 0.2,
             "eps_high": 0.28,
@@ -123,5 +127,8 @@ CSR_PRESETS: dict[str, CSRPreset] = {
         # a d3 update on 4 episodes of up to 8,192 tokens took 24 GB and was OOM-killed; one episode per pass
         # with recomputed activations peaks ~7 GB above the model (measured on 1 x 8,000 tokens)
         microbatch_size=1, activation_checkpointing=True,
+        # freed multi-MB tensors stayed in malloc's heap: a dual-LoRA update was OOM-killed at 17 GB
+        # (benchmarks/cpu_allocator_memory.py: ~9x less memory mapped, and slower; a killed step costs more)
+        cpu_mmap_threshold=DEFAULT_MMAP_THRESHOLD,
     ),
 }
