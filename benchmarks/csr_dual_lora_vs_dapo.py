@@ -318,6 +318,7 @@ def report(args: argparse.Namespace) -> None:
                              for d in sorted({d for p in runs for d in p.get("final_by_difficulty", {})})}
             rows[mode] = {
                 "seeds": [p["seed"] for p in runs],
+                "steps": [p["steps"] for p in runs],
                 "steps_done": [p.get("steps_done", p["steps"]) for p in runs],
                 "start_success": [p["curve"][0][1] for p in runs],
                 "final_success": [p["curve"][-1][1] for p in runs],

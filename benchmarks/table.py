@@ -141,18 +141,24 @@ def _csr_dual_lora(data: Results, demo: Results | None) -> str:
     parts = []
     for key, rows in data["runs"].items():
         dapo = rows.get("dapo")
-        modes = []
+        seeds = max(len(row["seeds"]) for row in rows.values())
+        modes, unfinished = [], False
         for mode, row in rows.items():
-            seeds = len(row["seeds"])
+            notes = [] if len(row["seeds"]) == seeds else [_plural(len(row["seeds"]), "seed")]
+            done, total = min(row.get("steps_done", [0])), max(row.get("steps", [0]))
+            if done < total:  # a run still going: its last validation so far, not its final one
+                notes.append(f"after {done} of {total} steps")
+                unfinished = True
             modes.append(f"{'DAPO' if mode == 'dapo' else mode} {_pct_span(row['final_success'])}"
-                         + (f" ({seeds} seed)" if seeds == 1 else ""))
+                         + (f" ({', '.join(notes)})" if notes else ""))
         verdict = ""
-        if dapo is not None:
+        if unfinished:
+            verdict = "; runs unfinished"
+        elif dapo is not None:
             better = [m for m, row in rows.items() if m != "dapo"
                       and row["final_success_mean"] > dapo["final_success_mean"]]
             verdict = f"; beat DAPO on the mean: {', '.join(better)}" if better else "; no mode beats DAPO"
-        seeds = max(len(row["seeds"]) for row in rows.values())
-        parts.append(f"{key} ({_plural(seeds, 'seed')}), final validation success: {', '.join(modes)}{verdict}")
+        parts.append(f"{key} ({_plural(seeds, 'seed')}), last validation success: {', '.join(modes)}{verdict}")
     text = "; ".join(parts)
     if demo is not None and not demo["quick"]:
         (_, first), (_, last) = demo["success"][0], demo["success"][-1]
