@@ -44,8 +44,9 @@ def dual_lora_config(preset: str, difficulty: int, **overrides: Any) -> DualLoRA
     """The CSR preset's DAPO settings (``"tiny"`` / ``"smollm2-135m"``: its decoding, batch, 0/1 reward) at
     ``difficulty`` as a :class:`DualLoRAConfig`; ``overrides`` set any field (e.g. ``transfer``, ``wm_coef``,
     ``model`` for another pretrained model on SmolLM2's settings)."""
-    # the world model's forwards hold as many phone calls as the policy's microbatches hold episodes (SmolLM2: one;
-    # all 8 of a d3 minibatch's ~3k-token calls in one forward peaked above 16 GB and were OOM-killed twice)
+    # the world model's forwards hold as many phone calls as the policy's microbatches hold episodes (SmolLM2: one,
+    # which bounds a forward's own peak; the OOM kills at 16.8-17 GB were mostly freed blocks kept in malloc's heap,
+    # which the SmolLM2 preset's cpu_mmap_threshold releases)
     chunk = CSR_PRESETS[preset].microbatch_size or DualLoRAConfig.wm_chunk_size
     settings = {"learning_rate": ADAPTER_LEARNING_RATES[preset], "wm_learning_rate": WM_LEARNING_RATES[preset],
                 "wm_max_calls": WM_CALLS_PER_MINIBATCH[preset], "wm_chunk_size": chunk,
