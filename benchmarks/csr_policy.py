@@ -218,7 +218,7 @@ def run_report(args: argparse.Namespace) -> None:
         targets = {parts.get(f"{model}-warm_start", {}).get("key"): entry}
         for label, name in others.items():
             targets[parts[name].get("key")] = entry["other_warm_starts"][label]
-        runs = [p for name, p in parts.items() if name.startswith(f"{model}-dapo-")]
+        runs = trained_runs([p for name, p in parts.items() if name.startswith(f"{model}-dapo-")], model)
         preset_key = parts.get(f"{model}-warm_start", {}).get("key")
         for key, target in targets.items():
             # (runs before the key was recorded count as the preset's: their part files are replaced when their
@@ -243,6 +243,15 @@ def run_report(args: argparse.Namespace) -> None:
         for label, other in entry.get("other_warm_starts", {}).items():
             _print_entry(f"{model} [{label}]", other)
     print("random (copying):", report.get("random_copy"))
+
+
+def trained_runs(runs: list[dict[str, Any]], model: str) -> list[dict[str, Any]]:
+    """The DAPO runs that took at least one step: a run stopped before its first update holds only the warm
+    start's validation, which is not a DAPO seed."""
+    untrained = [r for r in runs if r.get("steps_done", r["steps"]) == 0]
+    for run in untrained:
+        print(f"{model}: left out a DAPO run with no step done ({run.get('command', run['seed'])})")
+    return [r for r in runs if r not in untrained]
 
 
 def _print_entry(name: str, entry: dict[str, Any]) -> None:

@@ -177,6 +177,18 @@ def test_csr_policy_every_stage(tmp_path: Path) -> None:
     assert (tmp_path / "csr_policy.png").stat().st_size > 0
 
 
+def test_csr_policy_report_leaves_out_runs_stopped_before_their_first_step(capsys: pytest.CaptureFixture[str]) -> None:
+    from benchmarks.csr_policy import trained_runs
+
+    def part(seed: int, done: int) -> dict[str, Any]:
+        return {"seed": seed, "steps": 8, "steps_done": done, "command": f"dapo --seed {seed}"}
+
+    runs = [part(0, 2), part(0, 0), part(1, 8)]
+    assert trained_runs(runs, "m") == [runs[0], runs[2]]
+    assert "left out a DAPO run with no step done (dapo --seed 0)" in capsys.readouterr().out
+    assert trained_runs([{"seed": 3, "steps": 4}], "m") == [{"seed": 3, "steps": 4}]  # older parts: finished
+
+
 def test_csr_dual_lora_vs_dapo_run_and_report(tmp_path: Path) -> None:
     run("csr_dual_lora_vs_dapo.py", "run", "--mode", "dapo", results=tmp_path)  # the command line, once
     run_stages("csr_dual_lora_vs_dapo.py", ("run", "--mode", "separate"), ("report",),
