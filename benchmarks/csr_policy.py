@@ -291,18 +291,25 @@ def _plot(report: dict[str, Any], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4))
-    for model in CSR_PRESETS:
-        for decoding, runs in report.get(model, {}).get("dapo", {}).items():
+    entries = [(model, report.get(model, {})) for model in CSR_PRESETS]
+    entries += [(f"{model} [{label}]", other) for model in CSR_PRESETS
+                for label, other in report.get(model, {}).get("other_warm_starts", {}).items()]
+    for name, entry in entries:
+        for decoding, runs in entry.get("dapo", {}).items():
             for difficulty, row in runs["success"].items():
-                steps = [step for step, _ in row["curves"][0]]
-                values = np.array([[v for _, v in curve] for curve in row["curves"]
-                                   if len(curve) == len(steps)])
-                mean = values.mean(0)
-                (line,) = ax.plot(steps, mean, marker="o", label=f"{model} {decoding} d{difficulty}")
-                ax.fill_between(steps, values.min(0), values.max(0), color=line.get_color(), alpha=0.2)
+                # every validated step, over the seeds that got there (a stopped run ends its curve early)
+                by_step: dict[int, list[float]] = {}
+                for curve in row["curves"]:
+                    for step, value in curve:
+                        by_step.setdefault(step, []).append(value)
+                steps = sorted(by_step)
+                (line,) = ax.plot(steps, [np.mean(by_step[s]) for s in steps], marker="o",
+                                  label=f"{name} {decoding} d{difficulty}")
+                ax.fill_between(steps, [min(by_step[s]) for s in steps], [max(by_step[s]) for s in steps],
+                                color=line.get_color(), alpha=0.2)
     ax.set_xlabel("DAPO step")
     ax.set_ylabel("validation success (greedy)")
-    ax.set_title("CSRPhone-v0, 0/1 reward: mean and range over seeds")
+    ax.set_title("CSRPhone-v0, 0/1 reward: mean and range over the seeds at each step")
     ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
