@@ -237,21 +237,36 @@ def run_report(args: argparse.Namespace) -> None:
             report[model] = entry
     write_json(results / "csr_policy.json", report)
     _plot(report, results / "csr_policy.png")
+    for name, entry in _warm_start_entries(report):
+        _print_entry(name, entry)
+    print("random (copying):", report.get("random_copy"))
+
+
+def _warm_start_entries(report: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """Each model's entry, then its other warm starts' entries as ``"<model> [<label>]"``."""
+    entries = []
     for model in CSR_PRESETS:
         entry = report.get(model, {})
-        _print_entry(model, entry)
-        for label, other in entry.get("other_warm_starts", {}).items():
-            _print_entry(f"{model} [{label}]", other)
-    print("random (copying):", report.get("random_copy"))
+        entries.append((model, entry))
+        entries += [(f"{model} [{label}]", other) for label, other in entry.get("other_warm_starts", {}).items()]
+    return entries
 
 
 def trained_runs(runs: list[dict[str, Any]], model: str) -> list[dict[str, Any]]:
     """The DAPO runs that took at least one step: a run stopped before its first update holds only the warm
     start's validation, which is not a DAPO seed."""
-    untrained = [r for r in runs if r.get("steps_done", r["steps"]) == 0]
-    for run in untrained:
-        print(f"{model}: left out a DAPO run with no step done ({run.get('command', run['seed'])})")
-    return [r for r in runs if r not in untrained]
+    trained = []
+    for run in runs:
+        if _steps_done(run):
+            trained.append(run)
+        else:
+            print(f"{model}: left out a DAPO run with no step done ({run.get('command', run['seed'])})")
+    return trained
+
+
+def _steps_done(run: dict[str, Any]) -> int:
+    """Steps a DAPO run's part file says it finished (older part files, written at the end, have no count)."""
+    return run.get("steps_done", run["steps"])
 
 
 def _print_entry(name: str, entry: dict[str, Any]) -> None:
@@ -276,7 +291,7 @@ def _dapo_by_decoding(runs: list[dict[str, Any]]) -> dict[str, Any]:
             by_difficulty[str(difficulty)] = {
                 "mean": float(np.mean(finals)), "seeds": finals, "seed_ids": [r["seed"] for r in chosen],
                 "start": [r["curve"][0][1] for r in chosen], "curves": [r["curve"] for r in chosen],
-                "steps_done": [r.get("steps_done", r["steps"]) for r in chosen],
+                "steps_done": [_steps_done(r) for r in chosen],
                 "steps": [r["steps"] for r in chosen],
                 "max_turns": sorted({r.get("max_turns", MAX_TURNS) for r in chosen}),
                 "temperatures": sorted({r.get("temperature", 1.0) for r in chosen})}
@@ -291,10 +306,7 @@ def _plot(report: dict[str, Any], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4))
-    entries = [(model, report.get(model, {})) for model in CSR_PRESETS]
-    entries += [(f"{model} [{label}]", other) for model in CSR_PRESETS
-                for label, other in report.get(model, {}).get("other_warm_starts", {}).items()]
-    for name, entry in entries:
+    for name, entry in _warm_start_entries(report):
         for decoding, runs in entry.get("dapo", {}).items():
             for difficulty, row in runs["success"].items():
                 # every validated step, over the seeds that got there (a stopped run ends its curve early)
