@@ -25,6 +25,7 @@ from typing import Any
 import torch
 from transformers import DynamicCache, PreTrainedModel
 
+from worldgym.agents.llm.cache_argument import cache_argument, returned_cache
 from worldgym.agents.llm.engines.growing_cache import growing_cache
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a file: find the benchmarks package
@@ -52,7 +53,7 @@ def decode(model: PreTrainedModel, cached: DynamicCache, next_ids: torch.Tensor,
     prompt = torch.cat([torch.zeros(len(next_ids), length, dtype=torch.long), next_ids], 1)  # cached columns
     start = time.perf_counter()
     with torch.no_grad():
-        out = model.generate(input_ids=prompt, attention_mask=torch.ones_like(prompt), past_key_values=cache,
+        out = model.generate(input_ids=prompt, attention_mask=torch.ones_like(prompt), **cache_argument(cache),
                              max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False,
                              pad_token_id=0)
     return time.perf_counter() - start, out[:, length + 1:]
@@ -64,7 +65,7 @@ def measure(model: PreTrainedModel, length: int, batch: int, new_tokens: int, re
     ids = torch.randint(10, vocab, (batch, length), generator=generator)
     next_ids = torch.randint(10, vocab, (batch, 1), generator=generator)
     with torch.no_grad():
-        cached = model(ids, use_cache=True, logits_to_keep=1).past_key_values  # (all logits: 9 GB at 16 x 3k)
+        cached = returned_cache(model(ids, use_cache=True, logits_to_keep=1))  # (all logits: 9 GB at 16 x 3k)
     seconds: dict[str, list[float]] = {"concatenating": [], "growing": []}
     tokens: list[torch.Tensor] = []
     for _ in range(repeats):  # alternated, so load changes hit both alike

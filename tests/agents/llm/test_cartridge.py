@@ -11,6 +11,7 @@ import pytest
 import torch
 from peft import LoraConfig, get_peft_model
 
+from worldgym.agents.llm.cache_argument import returned_cache
 from worldgym.agents.llm.cartridge import Cartridge, ModelFingerprint, kv_bytes_per_token
 from worldgym.agents.llm.engines import HFEngine, SamplingParams
 from worldgym.agents.llm.models import build_tiny_model, sharpen
@@ -53,7 +54,7 @@ def _padded(
 def test_from_text_holds_the_real_kv_of_the_first_tokens(sharp_model, tokenizer):
     tokens = _ids(tokenizer, DOCUMENT)
     cartridge = Cartridge.from_text(sharp_model, tokenizer, DOCUMENT, num_tokens=7, num_frozen=2)
-    cache = sharp_model(torch.tensor([tokens]), use_cache=True).past_key_values
+    cache = returned_cache(sharp_model(torch.tensor([tokens]), use_cache=True))
     for layer, (keys, values) in enumerate(zip(cartridge.keys, cartridge.values)):
         assert torch.allclose(keys, cache.layers[layer].keys[0, :, :7], atol=1e-4)
         assert torch.allclose(values, cache.layers[layer].values[0, :, :7], atol=1e-4)

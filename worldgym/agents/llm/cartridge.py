@@ -43,6 +43,7 @@ from peft import PeftModel
 from safetensors.torch import save_file
 from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
+from worldgym.agents.llm.cache_argument import returned_cache
 from worldgym.checkpointing import checkpoint_directory, open_checkpoint, read_json, read_tensors
 from worldgym.errors import CartridgeError, CheckpointError
 
@@ -187,7 +188,7 @@ class Cartridge(torch.nn.Module):
         was_training = base.training
         base.eval()
         try:
-            cache = base.get_decoder()(input_ids=ids, use_cache=True).past_key_values
+            cache = returned_cache(base.get_decoder()(input_ids=ids, use_cache=True))
         finally:
             base.train(was_training)
         keys = torch.stack([layer.keys[0] for layer in cache.layers])

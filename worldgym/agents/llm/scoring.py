@@ -20,6 +20,7 @@ import torch
 from peft import PeftModel
 from transformers import DynamicCache, PreTrainedModel
 
+from worldgym.agents.llm.cache_argument import cache_argument, returned_cache
 from worldgym.agents.llm.cartridge import Cartridge
 from worldgym.agents.llm.constrained import mask_logits
 from worldgym.errors import CartridgeError
@@ -180,8 +181,8 @@ def _decode(
         input_ids=input_ids,
         attention_mask=full_mask,
         position_ids=positions,
-        past_key_values=_cartridge_cache(decoder, cartridge, len(input_ids)),
         use_cache=True,
+        **cache_argument(_cartridge_cache(decoder, cartridge, len(input_ids))),
     ).last_hidden_state
 
 
@@ -223,10 +224,10 @@ def _decode_with_shared_prefix(
         input_ids=prefix_ids,
         attention_mask=torch.cat([seen, prefix_mask], 1),
         position_ids=offset + steps.expand(len(prefix_length), -1),
-        past_key_values=None if cartridge is None else _cartridge_cache(decoder, cartridge, len(prefix_length)),
         use_cache=True,
+        **cache_argument(None if cartridge is None else _cartridge_cache(decoder, cartridge, len(prefix_length))),
     )
-    cache = prefix.past_key_values
+    cache = returned_cache(prefix)
     cache.batch_select_indices(row_group)  # one copy of its group's prefix per row (gradients flow back)
 
     start = prefix_length[row_group]  # [R] first position of each row's own continuation
@@ -241,8 +242,8 @@ def _decode_with_shared_prefix(
         input_ids=suffix_ids,
         attention_mask=torch.cat([seen[row_group], prefix_mask[row_group], in_row.long()], 1),
         position_ids=offset + positions,
-        past_key_values=cache,
         use_cache=True,
+        **cache_argument(cache),
     ).last_hidden_state
     trained = in_row & (positions < last) & mask.bool().gather(1, positions.clamp(max=last - 1))
     targets = input_ids.gather(1, (positions + 1).clamp(max=last))

@@ -18,6 +18,7 @@ from peft import PeftModel
 from transformers import Cache, DynamicCache, LogitsProcessorList, PreTrainedModel, StoppingCriteriaList
 
 from worldgym.agents.llm.adapters import merged_trainable_tokens
+from worldgym.agents.llm.cache_argument import cache_argument, returned_cache
 from worldgym.agents.llm.cartridge import Cartridge
 from worldgym.agents.llm.constrained import CopyArgumentsProcessor, CopyConstraint, mask_logits
 from worldgym.agents.llm.engines.base import Generation, SamplingParams
@@ -280,7 +281,7 @@ class HFEngine:
                 input_ids=sequences,
                 attention_mask=torch.cat(
                     [attention_mask[running], attention_mask.new_ones(len(running), decoded.steps)], 1),
-                past_key_values=cache,
+                **cache_argument(cache),
                 max_new_tokens=params.max_new_tokens - decoded.steps,
                 eos_token_id=self.eos_token_ids,
                 pad_token_id=self.pad_token_id,
@@ -392,13 +393,13 @@ class HFEngine:
         # the decoder alone: the prefix's logits are never used (a [G, W, V] tensor for a real vocabulary);
         # behind the cartridge, if any
         seen = prefix_mask.new_ones(len(prefixes), self._cartridge_tokens)
-        cache = self._base_model().get_decoder()(
+        cache = returned_cache(self._base_model().get_decoder()(
             input_ids=prefix_ids,
             attention_mask=torch.cat([seen, prefix_mask], 1),
             position_ids=self._cartridge_tokens + positions,
-            past_key_values=self._cartridge_cache(len(prefixes)),
             use_cache=True,
-        ).past_key_values
+            **cache_argument(self._cartridge_cache(len(prefixes))),
+        ))
         row_group = torch.tensor(groups.row_group, device=self.device)
         cache.batch_select_indices(row_group)
         remainders = [prompt[groups.prefix_lengths[g] :] for prompt, g in zip(prompts, groups.row_group)]
