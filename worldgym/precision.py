@@ -1,0 +1,138 @@
+"""Numeric precision: one ``dtype`` setting ("auto" | "float32" | "bfloat16") shared by every trainer.
+
+Mixed precision as the library runs it: frozen (base) weights are stored in the compute dtype, trainable
+tensors (LoRA, cartridges, heads) and their optimizer state stay in float32, and forward passes run under
+``torch.autocast`` so matrix products use the compute dtype (on CPUs with AMX, bfloat16 matmuls run ~8x faster
+than float32). Logits, log-softmax, losses and advantages are computed in float32 by the callers.
+
+``"auto"`` picks bfloat16 where the hardware computes it natively (a CPU with AMX-BF16 or AVX512-BF16, a CUDA
+device that supports bf16) and float32 elsewhere; float32 remains the choice for exact comparisons (the
+engine's sampled logprobs then equal the learner's to the last bit).
+
+>>> resolve_dtype("float32", "cpu")
+torch.float32
+>>> resolve_dtype("bfloat16", "cpu")
+torch.bfloat16
+>>> dtype_name(torch.bfloat16)
+'bfloat16'
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Literal
+
+import torch
+
+__all__ = [
+    "PRECISIONS",
+    "Precision",
+    "autocast",
+    "cast_for_training",
+    "check_precision",
+    "compute_dtype",
+    "cpu_supports_bf16",
+    "dtype_name",
+    "resolve_dtype",
+]
+
+Precision = Literal["auto", "float32", "bfloat16"]
+PRECISIONS: tuple[str, ...] = ("auto", "float32", "bfloat16")
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+# CPU flags that mean native bf16 matrix instructions (lscpu / /proc/cpuinfo names)
+_BF16_CPU_FLAGS = ("amx_bf16", "avx512_bf16")
+
+
+def check_precision(name: str, value: object) -> None:
+    """Raise ``ValueError`` naming the field unless ``value`` is one of :data:`PRECISIONS`."""
+    if value not in PRECISIONS:
+        raise ValueError(f"{name}={value!r} is invalid: use one of {list(PRECISIONS)}")
+
+
+@functools.cache
+def cpu_supports_bf16() -> bool:
+    """Whether this CPU has native bf16 matrix instructions (AMX-BF16 or AVX512-BF16).
+
+    Asks torch first (its CPU-capability probes), then the kernel's ``/proc/cpuinfo`` flags.
+    """
+    probes = ("_is_amx_tile_supported", "_is_avx512_bf16_supported")
+    cpu = getattr(torch._C, "_cpu", None)
+    for probe in probes:
+        check = getattr(cpu, probe, None)
+        if check is not None and check():
+            return True
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.is_file():
+        flags = cpuinfo.read_text(errors="replace").split()
+        return any(flag in flags for flag in _BF16_CPU_FLAGS)
+    return False
+
+
+def resolve_dtype(precision: str | torch.dtype, device: str | torch.device = "cpu") -> torch.dtype:
+    """The compute dtype that ``precision`` means on ``device`` ("auto": bfloat16 where it is native)."""
+    if isinstance(precision, torch.dtype):
+        if precision not in _DTYPES.values():
+            raise ValueError(f"dtype {precision} is not supported: use torch.float32 or torch.bfloat16")
+        return precision
+    check_precision("dtype", precision)
+    if precision != "auto":
+        return _DTYPES[precision]
+    device = torch.device(device)
+    if device.type == "cuda":
+        native = torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+    else:
+        native = device.type == "cpu" and cpu_supports_bf16()
+    return torch.bfloat16 if native else torch.float32
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    """``torch.bfloat16`` -> ``"bfloat16"`` (the spelling configs and results JSON use)."""
+    return str(dtype).removeprefix("torch.")
+
+
+def autocast(dtype: torch.dtype, device: str | torch.device = "cpu") -> contextlib.AbstractContextManager:
+    """``torch.autocast`` to ``dtype`` on ``device``'s type, or a no-op context for float32."""
+    if dtype == torch.float32:
+        return contextlib.nullcontext()
+    return torch.autocast(torch.device(device).type, dtype=dtype)
+
+
+def cast_for_training(model: torch.nn.Module, dtype: torch.dtype) -> torch.nn.Module:
+    """Store ``model``'s frozen floating tensors in ``dtype`` and its trainable ones in float32, in place.
+
+    Frozen weights are only read (under autocast they would be cast to ``dtype`` on every use anyway);
+    trainable tensors keep float32 so small updates are not rounded away and the optimizer state is float32.
+    Buffers (e.g. rotary frequencies) are left as they are. Returns ``model``.
+    """
+    with torch.no_grad():
+        for parameter in model.parameters():
+            if not parameter.is_floating_point():
+                continue
+            target = torch.float32 if parameter.requires_grad else dtype
+            if parameter.dtype != target:
+                parameter.data = parameter.data.to(target)
+    return model
+
+
+def compute_dtype(model: torch.nn.Module) -> torch.dtype:
+    """The dtype a model prepared by :func:`cast_for_training` computes in: that of its frozen floating
+    weights (float32 when every weight is trainable or float32)."""
+    for parameter in model.parameters():
+        if parameter.is_floating_point() and not parameter.requires_grad and parameter.dtype != torch.float32:
+            return parameter.dtype
+    return torch.float32
+
+
+@contextlib.contextmanager
+def model_autocast(model: torch.nn.Module, device: str | torch.device | None = None) -> Iterator[None]:
+    """Autocast to ``model``'s :func:`compute_dtype` on its device (a no-op for a float32 model)."""
+    if device is None:
+        device = next(model.parameters()).device
+    with autocast(compute_dtype(model), device):
+        yield
+
+
+__all__ += ["model_autocast"]
