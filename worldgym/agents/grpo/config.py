@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from worldgym.agents.llm.losses import AdvantageNorm, Aggregation
 from worldgym.config import check_choice, check_device, check_field, check_positive_int, check_range
+from worldgym.precision import Precision, check_precision
 
 __all__ = ["GRPOConfig"]
 
@@ -30,7 +32,16 @@ class GRPOConfig:
             ``DEFAULT_MMAP_THRESHOLD``): freed activations then leave the process instead of piling up in
             malloc's heap, at the cost of fresh pages for every large tensor (``cpu_allocator_memory.py``: a
             SmolLM2 backward held ~9x less memory, and took longer). None (default) leaves malloc as it is.
-        bf16_autocast: run the training forward under bfloat16 autocast (CPUs with AMX and GPUs gain).
+        dtype: numeric precision, "float32", "bfloat16" or "auto" (bf16 on a CPU with AMX-BF16/AVX512-BF16 or a
+            CUDA device with bf16, else float32; :mod:`worldgym.precision`). Under bf16 the frozen base weights are
+            stored in bf16, trainable tensors and optimizer state stay float32, forward passes (rollouts and
+            updates) run under autocast, and logits, log-softmax, losses and advantages are float32. The trainer's
+            ``dtype`` attribute holds what "auto" resolved to (also in checkpoints' config).
+        recompute_old_logprobs: before a step's first update, score the episodes again with the learner's own
+            forward and use those as the PPO ratio's old logprobs (the engine's incremental logprobs and the
+            learner's full forward differ by rounding under bf16; in float32 they are equal). None: on under
+            bf16, off in float32. The engine-vs-learner gap is logged as ``precision/logprob_gap_mean|max``.
+        bf16_autocast: deprecated spelling of ``dtype="bfloat16"``.
         env_id: the training env, gym.make(env_id, **env_kwargs); text in, text out.
         env_kwargs: keyword arguments of the training env.
         eval_env_kwargs: overrides of env_kwargs for the validation env (e.g. {"split": "test"}).
@@ -113,6 +124,8 @@ class GRPOConfig:
     lora_target_modules: tuple[str, ...] = _TARGET_MODULES
     device: str = "cpu"
     cpu_mmap_threshold: int | None = None
+    dtype: Precision = "float32"
+    recompute_old_logprobs: bool | None = None
     bf16_autocast: bool = False
 
     env_id: str = "MathQA-v0"
@@ -200,6 +213,13 @@ class GRPOConfig:
         check_field(self.overlong_buffer <= longest, "overlong_buffer", self.overlong_buffer,
                     f"use at most the longest response, max_new_tokens * max_turns = {longest}")
         check_device("device", self.device)
+        if self.bf16_autocast:
+            warnings.warn("GRPOConfig.bf16_autocast is deprecated: use dtype='bfloat16'", DeprecationWarning,
+                          stacklevel=3)
+            self.dtype, self.bf16_autocast = "bfloat16", False
+        check_precision("dtype", self.dtype)
+        if self.recompute_old_logprobs is not None:
+            check_choice("recompute_old_logprobs", self.recompute_old_logprobs, (True, False, None))
         if self.cpu_mmap_threshold is not None:
             check_positive_int("cpu_mmap_threshold", self.cpu_mmap_threshold)
         check_range("max_policy_lag", self.max_policy_lag, 0, None)

@@ -46,6 +46,7 @@ from worldgym.agents.llm.scoring import score_tokens
 from worldgym.agents.llm.tokenizer import env_text_corpus, train_chat_tokenizer
 from worldgym.checkpointing import resolve_checkpoint
 from worldgym.jsonl import append_jsonl, truncate_jsonl
+from worldgym.precision import autocast, cast_for_training, dtype_name, resolve_dtype
 
 if TYPE_CHECKING:
     from worldgym.distributed.data_parallel import DataParallelLearner
@@ -133,11 +134,12 @@ class _Round:
     request: Any = None
 
 
-def default_engine(pad_token_id: int, eos_token_id: int, min_shared_prefix: int, policy: PreTrainedModel
-                   ) -> HFEngine:
-    """The trainer's default engine: :class:`HFEngine` on ``policy`` (a module-level function, so rollout
-    workers can build the same engine on their copy)."""
-    return HFEngine(policy, pad_token_id, [eos_token_id], min_shared_prefix=min_shared_prefix)
+def default_engine(pad_token_id: int, eos_token_id: int, min_shared_prefix: int, policy: PreTrainedModel,
+                   dtype: torch.dtype | None = None) -> HFEngine:
+    """The trainer's default engine: :class:`HFEngine` on ``policy`` computing in ``dtype`` (None: the
+    policy's frozen weights' dtype); a module-level function, so rollout workers can build the same engine on
+    their copy."""
+    return HFEngine(policy, pad_token_id, [eos_token_id], min_shared_prefix=min_shared_prefix, dtype=dtype)
 
 
 def make_text_env(env_id: str, env_kwargs: dict[str, Any], wrap_tool_calls: bool) -> gym.Env:
@@ -186,6 +188,7 @@ class GRPOTrainer:
         auxiliary_loss: AuxiliaryLoss | None = None,
     ):
         self.config = config
+        self.dtype = resolve_dtype(config.dtype, config.device)  # what "auto" means on this machine
         map_large_allocations_on_cpu(config.device, config.cpu_mmap_threshold)
         self.rank = _join_learner_group(config)
         self.reward_fn = reward_fn
@@ -212,7 +215,7 @@ class GRPOTrainer:
         self.reference = self._frozen_reference(model)
         make_engine = make_engine or partial(
             default_engine, self.tokenizer.pad_token_id, self.tokenizer.eos_token_id,
-            config.min_shared_prefix if config.share_prompt_prefix else 0,
+            config.min_shared_prefix if config.share_prompt_prefix else 0, dtype=self.dtype,
         )
         self.engine = make_engine(self.policy)
         self.rollout_limits = {"max_turns": config.max_turns, "max_episode_tokens": config.max_episode_tokens,
@@ -243,8 +246,8 @@ class GRPOTrainer:
             return tokenizer, model
         if name in TINY_SIZES:
             tokenizer = tokenizer or train_chat_tokenizer(env_text_corpus(self.make_env), vocab_size=2000)
-            return tokenizer, build_tiny_model(tokenizer, name, seed=self.config.seed)
-        return tokenizer or load_tokenizer(name), load_model(name)
+            return tokenizer, build_tiny_model(tokenizer, name, seed=self.config.seed, dtype=self.dtype)
+        return tokenizer or load_tokenizer(name), load_model(name, dtype=self.dtype)
 
     def _make_rollouts(self, make_engine: Callable[[PreTrainedModel], GenerationEngine]) -> RolloutRuntime:
         """Where training rollouts run (``config.runtime``): this process, or Ray workers built from copies of
@@ -262,6 +265,10 @@ class GRPOTrainer:
         )
 
     def _prepare_policy(self, model: PreTrainedModel) -> PreTrainedModel:
+        """The model to train, its frozen weights in the trainer's dtype and trainable ones in float32."""
+        return cast_for_training(self._with_adapter(model), self.dtype)
+
+    def _with_adapter(self, model: PreTrainedModel) -> PreTrainedModel:
         if self.config.finetune == "full" or isinstance(model, PeftModel):
             return model
         lora = LoraConfig(
@@ -288,7 +295,7 @@ class GRPOTrainer:
             return None
         reference = copy.deepcopy(model).eval()
         reference.requires_grad_(False)
-        return reference
+        return cast_for_training(reference, self.dtype)
 
     # ---------------------------------------------------------------- loop
     @property
@@ -422,10 +429,51 @@ class GRPOTrainer:
             minibatch_step: runs one minibatch ``(batch, advantages, rows) -> metrics`` (default: this
                 trainer's loss, backward, clip and optimizer step; a data-parallel learner passes its own).
         """
-        metrics = self._update(prepared.batch, prepared.advantages, minibatch_step)
+        batch, metrics = prepared.batch, {}
+        if self.recomputes_old_logprobs:
+            batch, metrics = self._with_learner_logprobs(batch)
+        metrics |= self._update(batch, prepared.advantages, minibatch_step)
         if self.auxiliary_loss is not None:
             metrics.update(self.auxiliary_loss.end_step())
         return metrics
+
+    @property
+    def recomputes_old_logprobs(self) -> bool:
+        """Whether the PPO ratio's old logprobs come from the learner's forward rather than the engine's
+        (``config.recompute_old_logprobs``; by default only under bf16, where the two differ by rounding)."""
+        setting = self.config.recompute_old_logprobs
+        return self.dtype != torch.float32 if setting is None else setting
+
+    @torch.no_grad()
+    def _with_learner_logprobs(self, batch: dict[str, Any]) -> tuple[dict[str, Any], dict[str, float]]:
+        """``batch`` with ``old_logprobs`` scored again by the learner's forward (in microbatches, before any
+        update), and the engine-vs-learner gap over the trained tokens: ``precision/logprob_gap_mean|max``."""
+        config = self.config
+        was_training = self.policy.training
+        self.policy.eval()  # no dropout: the old policy's logprobs are its deterministic ones
+        recomputed = torch.zeros_like(batch["old_logprobs"])
+        rows = torch.arange(len(recomputed))
+        try:
+            for chunk in rows.split(config.microbatch_size or config.minibatch_size):
+                width = int(batch["attention_mask"][chunk].sum(1).max())
+                with self._autocast():
+                    scored = score_tokens(
+                        self.policy,
+                        batch["input_ids"][chunk, :width].to(config.device),
+                        batch["attention_mask"][chunk, :width].to(config.device),
+                        batch["action_mask"][chunk, : width - 1].to(config.device),
+                        config.temperature,
+                        group_ids=batch["group_ids"][chunk] if config.share_prompt_prefix else None,
+                        allowed=[batch["allowed"][row] for row in chunk.tolist()],
+                    )
+                recomputed[chunk, : width - 1] = scored.logprobs.float().cpu()
+        finally:
+            self.policy.train(was_training)
+        trained = batch["action_mask"].bool()
+        gap = (recomputed - batch["old_logprobs"])[trained].abs()
+        metrics = {"precision/logprob_gap_mean": gap.mean().item() if gap.numel() else 0.0,
+                   "precision/logprob_gap_max": gap.max().item() if gap.numel() else 0.0}
+        return {**batch, "old_logprobs": recomputed * trained}, metrics
 
     def _submit_round(self, first_group_id: int) -> _Round:
         """Draw ``prompts_per_step`` tasks and a sampling seed, and submit their groups to the runtime."""
@@ -510,7 +558,10 @@ class GRPOTrainer:
                     rows = order[start : start + config.minibatch_size]
                     for key, value in minibatch_step(batch, advantages, rows).items():
                         totals.setdefault(key, []).append(value)
-        return {key: float(np.mean(values)) for key, values in totals.items()}
+        metrics = {key: float(np.mean(values)) for key, values in totals.items()}
+        if "loss/ratio_mean" in totals:  # before any update: 1 where old and new logprobs agree
+            metrics["loss/ratio_first_minibatch"] = totals["loss/ratio_mean"][0]
+        return metrics
 
     def _minibatch_step(
         self, batch: dict[str, torch.Tensor], advantages: torch.Tensor, rows: torch.Tensor
@@ -666,8 +717,7 @@ class GRPOTrainer:
             return scored.logprobs
 
     def _autocast(self):
-        device_type = "cuda" if self.config.device.startswith("cuda") else "cpu"
-        return torch.autocast(device_type, dtype=torch.bfloat16, enabled=self.config.bf16_autocast)
+        return autocast(self.dtype, self.config.device)
 
     # ---------------------------------------------------------------- evaluation
     def evaluate(
@@ -723,7 +773,8 @@ class GRPOTrainer:
             weights, optimizer_state = dict(self.trainable), self.optimizer.state_dict()
         if not self.is_main:
             return Path(path)
-        state = {"step": self.step, "rng": self.rng.bit_generator.state, "config": self.config.to_dict()}
+        state = {"step": self.step, "rng": self.rng.bit_generator.state, "config": self.config.to_dict(),
+                 "dtype": dtype_name(self.dtype)}
         if self._pending is not None:  # async: the next step's tasks, already drawn from the RNG
             state["pending_round"] = {"seeds": self._pending.seeds, "params": asdict(self._pending.params),
                                       "first_group_id": self._pending.first_group_id}

@@ -16,6 +16,8 @@ from transformers import (
     Qwen3Config,
 )
 
+from worldgym.precision import resolve_dtype
+
 __all__ = [
     "TINY_SIZES",
     "TinySize",
@@ -87,12 +89,16 @@ def tiny_model_config(
     )
 
 
-def model_from_config(config: PretrainedConfig, seed: int = 0) -> PreTrainedModel:
+def model_from_config(
+    config: PretrainedConfig, seed: int = 0, dtype: str | torch.dtype = "float32"
+) -> PreTrainedModel:
     """A causal LM of ``config`` with weights drawn from ``seed``; the caller's global torch RNG is untouched
-    (the draw runs inside ``torch.random.fork_rng``)."""
+    (the draw runs inside ``torch.random.fork_rng``). The weights are drawn in float32 and then stored in
+    ``dtype`` (see :mod:`worldgym.precision`), so both precisions start from the same values."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        return AutoModelForCausalLM.from_config(config)
+        model = AutoModelForCausalLM.from_config(config)
+    return model.to(resolve_dtype(dtype))
 
 
 def build_tiny_model(
@@ -100,11 +106,13 @@ def build_tiny_model(
     size: TinySize | Mapping[str, int] = "tiny",
     seed: int = 0,
     max_position_embeddings: int = 4096,
+    dtype: str | torch.dtype = "float32",
 ) -> PreTrainedModel:
     """A randomly initialised Qwen3 causal LM sized for ``tokenizer``; the same seed gives the same weights.
 
     ``size`` is a :data:`TINY_SIZES` name or a shape (see :func:`tiny_model_config`). The weights are drawn
-    inside ``torch.random.fork_rng`` so building a model never moves the caller's global RNG.
+    inside ``torch.random.fork_rng`` so building a model never moves the caller's global RNG; ``dtype``
+    ("float32", "bfloat16", "auto" or a torch dtype) is the dtype they are stored in.
     """
     config = tiny_model_config(
         len(tokenizer),
@@ -113,7 +121,7 @@ def build_tiny_model(
         eos_token_id=tokenizer.eos_token_id,
         max_position_embeddings=max_position_embeddings,
     )
-    model = model_from_config(config, seed)
+    model = model_from_config(config, seed, dtype)
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     return model
@@ -134,14 +142,18 @@ def sharpen(model: PreTrainedModel, factor: float = 6.0) -> PreTrainedModel:
 
 def load_model(
     name_or_path: str | Path,
-    dtype: torch.dtype | str = "auto",
+    dtype: torch.dtype | str = "float32",
     device: str | torch.device = "cpu",
     config: PretrainedConfig | None = None,
 ) -> PreTrainedModel:
     """Any causal LM by hub name (e.g. ``Qwen/Qwen3-8B``, from the local cache) or by local directory;
-    ``config`` replaces the saved config (e.g. the same one with dropout switched off)."""
+    ``config`` replaces the saved config (e.g. the same one with dropout switched off). ``dtype`` is the
+    library's precision setting ("float32", "bfloat16", "auto": bf16 where the hardware computes it natively;
+    or a torch dtype), resolved for ``device``."""
     extra = {} if config is None else {"config": config}
-    model = AutoModelForCausalLM.from_pretrained(str(name_or_path), dtype=dtype, **extra)
+    model = AutoModelForCausalLM.from_pretrained(
+        str(name_or_path), dtype=resolve_dtype(dtype, device), **extra
+    )
     return model.to(device)
 
 

@@ -22,6 +22,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from worldgym.agents.llm.tokenizer import CHAT_TEMPLATE, COMPACT_TOOLS_CHAT_TEMPLATE, TOOL_SPECIAL_TOKENS
+from worldgym.precision import resolve_dtype
 
 __all__ = [
     "NAMED_MODELS",
@@ -103,17 +104,20 @@ def load_chat_model(
     name_or_path: str | Path,
     extra_special_tokens: Sequence[str] = (),
     tool_format: Literal["json", "signatures"] | None = None,
-    dtype: torch.dtype = torch.float32,
+    dtype: str | torch.dtype = "float32",
 ) -> ChatModel:
     """A pretrained causal LM with the library's chat template and special tokens.
 
     ``name_or_path`` is a key of :data:`NAMED_MODELS` (e.g. ``"smollm2-135m"``), a local directory or a hub
     name in the local cache. The tokenizer gets the library's ChatML template (with ``{% generation %}``
     blocks, which assistant-token masks need; the model's own template may lack them), left padding, the tool
-    tokens (:data:`TOOL_SPECIAL_TOKENS`) and ``extra_special_tokens`` as atomic special tokens. The embedding
+    tokens (:data:`TOOL_SPECIAL_TOKENS`) and ``extra_special_tokens`` as atomic special tokens. ``dtype`` is
+    the precision the weights are stored in ("float32", "bfloat16", "auto" or a torch dtype; see
+    :mod:`worldgym.precision`). The embedding
     matrix grows for the new tokens; each new row starts as the mean embedding of the pieces its text
     tokenized into before (so ``<tool_call>`` and ``</tool_call>`` start apart and near their meaning).
     """
+    dtype = resolve_dtype(dtype)
     named = NAMED_MODELS.get(str(name_or_path))
     if named is not None:
         folder = named.path()

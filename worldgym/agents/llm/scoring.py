@@ -24,6 +24,7 @@ from worldgym.agents.llm.cache_argument import cache_argument, returned_cache
 from worldgym.agents.llm.cartridge import Cartridge
 from worldgym.agents.llm.constrained import mask_logits
 from worldgym.errors import CartridgeError
+from worldgym.precision import model_autocast
 
 __all__ = ["ScoredTokens", "SharedPrefix", "score_tokens", "shared_prefix"]
 
@@ -129,18 +130,9 @@ def score_tokens(
                 "activation checkpointing drops the KV cache in training mode, and with it the cartridge: call "
                 "model.gradient_checkpointing_disable() (or model.eval()) to score with a cartridge"
             )
-    split = None
-    if group_ids is not None and not checkpointing:
-        split = shared_prefix(input_ids, attention_mask, mask, group_ids)
-    if (
-        split is not None
-        and int(split.prefix_length.min()) > 0  # a row with no prefix would attend to padding only
-        and split.padded_tokens < input_ids.numel()  # cheaper than the plain pass, padding included
-    ):
-        hidden, targets = _decode_with_shared_prefix(decoder, input_ids, attention_mask, mask, split, cartridge)
-    else:
-        hidden = _decode(decoder, input_ids, attention_mask, cartridge)
-        hidden, targets = hidden[:, :-1][selected], input_ids[:, 1:][selected]
+    with model_autocast(model):  # a model whose frozen weights are bf16 computes in bf16
+        hidden, targets = _hidden_and_targets(decoder, input_ids, attention_mask, mask, group_ids, cartridge,
+                                              checkpointing)
     logits = base.get_output_embeddings()(hidden).float() / temperature
     if allowed is not None and any(allowed):
         logits = _constrain(logits, selected, allowed)
@@ -149,6 +141,31 @@ def score_tokens(
         selected, chosen
     )
     return ScoredTokens(logprobs, logits)
+
+
+def _hidden_and_targets(
+    decoder: torch.nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    mask: torch.Tensor,
+    group_ids: torch.Tensor | None,
+    cartridge: Cartridge | None,
+    checkpointing: bool,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The decoder's hidden states at the trained positions ``[N, H]`` and their targets ``[N]``: through the
+    shared-prefix pass where it is valid and cheaper, else over every row in full."""
+    split = None
+    if group_ids is not None and not checkpointing:
+        split = shared_prefix(input_ids, attention_mask, mask, group_ids)
+    if (
+        split is not None
+        and int(split.prefix_length.min()) > 0  # a row with no prefix would attend to padding only
+        and split.padded_tokens < input_ids.numel()  # cheaper than the plain pass, padding included
+    ):
+        return _decode_with_shared_prefix(decoder, input_ids, attention_mask, mask, split, cartridge)
+    hidden = _decode(decoder, input_ids, attention_mask, cartridge)
+    selected = mask.bool()
+    return hidden[:, :-1][selected], input_ids[:, 1:][selected]
 
 
 def _constrain(

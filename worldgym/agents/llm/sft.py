@@ -13,6 +13,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from worldgym.agents.llm.scoring import score_tokens
 from worldgym.config import check_field, check_positive_int, check_range
+from worldgym.precision import Precision, autocast, cast_for_training, check_precision, resolve_dtype
 
 __all__ = ["Chat", "ExpertPolicy", "SFTConfig", "Untrained", "collect_expert_chats", "sft_train"]
 
@@ -57,6 +58,9 @@ class SFTConfig:
             rounding, and the long opening's cost paid once per batch instead of once per chat). Batches are
             drawn within such families, shuffled every epoch. Not with ``bucket_by_length`` or
             ``activation_checkpointing`` (the shared pass needs the KV cache, which checkpointing drops).
+        dtype: numeric precision ("float32", "bfloat16", "auto"; :mod:`worldgym.precision`): under bf16 the
+            model's frozen weights are stored in bf16 (in place), trainable ones stay float32, and the forward
+            runs under autocast; the loss is float32.
     """
 
     epochs: int = 3
@@ -69,8 +73,10 @@ class SFTConfig:
     progress: bool = True
     activation_checkpointing: bool = False
     shared_prefix_tokens: int = 0
+    dtype: Precision = "float32"
 
     def __post_init__(self) -> None:
+        check_precision("dtype", self.dtype)
         for name in ("epochs", "batch_size", "max_length"):
             check_positive_int(name, getattr(self, name))
         check_range("learning_rate", self.learning_rate, 0, None, low_open=True)
@@ -126,10 +132,12 @@ def sft_train(
     config = config or SFTConfig()
     examples = [_encode(tokenizer, chat, config.max_length) for chat in chats]
     families = _prefix_families([ids for ids, _ in examples], config.shared_prefix_tokens)
+    device = next(model.parameters()).device
+    dtype = resolve_dtype(config.dtype, device)
+    cast_for_training(model, dtype)
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=config.learning_rate)
     generator = torch.Generator().manual_seed(config.seed)
-    device = next(model.parameters()).device
     groups = families or [examples]  # a family's batches never mix in another's chats
     steps = config.epochs * sum(-(-len(group) // config.batch_size) for group in groups)
     losses: list[float] = []
@@ -142,8 +150,9 @@ def sft_train(
                 for batch in _batches(examples, families, config, generator):
                     input_ids, attention, labels = _pad([examples[i] for i in batch], tokenizer.pad_token_id)
                     group_ids = torch.zeros(len(batch), dtype=torch.long) if families else None
-                    loss = assistant_token_loss(model, input_ids.to(device), attention.to(device),
-                                                labels.to(device), group_ids)
+                    with autocast(dtype, device):
+                        loss = assistant_token_loss(model, input_ids.to(device), attention.to(device),
+                                                    labels.to(device), group_ids)
                     optimizer.zero_grad(set_to_none=True)
                     loss.backward()
                     torch.nn.utils.clip_grad_norm_(params, config.grad_clip)

@@ -27,6 +27,7 @@ from worldgym.agents.llm.pretrained import load_chat_model
 from worldgym.agents.llm.sft import Chat, ExpertPolicy, SFTConfig, Untrained, collect_expert_chats, sft_train
 from worldgym.agents.llm.tokenizer import train_chat_tokenizer
 from worldgym.config import check_field, check_positive_int, check_range
+from worldgym.precision import Precision, check_precision, resolve_dtype
 
 __all__ = [
     "CSRTextExpert", "MultipleChoiceExpert", "WarmStart", "WarmStartConfig", "expert_chats", "is_cached",
@@ -61,6 +62,8 @@ class WarmStartConfig:
         continue_from: the key of a cached (or shipped) warm start of the same model to go on training (its
             weights, adapter and tokenizer) on these chats, e.g. the harder difficulties with mistakes; empty:
             start from the model itself.
+        dtype: the precision the model is loaded and fine-tuned in ("float32", "bfloat16", "auto";
+            :mod:`worldgym.precision`); a trainer may load the result in either precision.
     """
 
     model: str = "smollm2-135m"
@@ -79,8 +82,10 @@ class WarmStartConfig:
     shared_prefix_tokens: int = 0
     mistake_rate: float = 0.0
     continue_from: str = ""
+    dtype: Precision = "float32"
 
     def __post_init__(self) -> None:
+        check_precision("dtype", self.dtype)
         object.__setattr__(self, "difficulties", tuple(self.difficulties))
         object.__setattr__(self, "extra_special_tokens", tuple(self.extra_special_tokens))
         for name in ("episodes_per_difficulty", "epochs", "batch_size", "lora_rank", "lora_alpha"):
@@ -106,6 +111,8 @@ class WarmStartConfig:
         for name in ("shared_prefix_tokens", "mistake_rate", "continue_from"):
             if not settings[name]:
                 del settings[name]
+        if settings["dtype"] == "float32":
+            del settings["dtype"]
         digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:12]
         return f"{self.model.replace('/', '_')}-{self.env_id}-{digest}"
 
@@ -220,9 +227,10 @@ def load_or_train_warm_start(
         corpus += [json.dumps(t) for t in (chats[0].tools or [])]
         tokenizer = train_chat_tokenizer(corpus, vocab_size=2000, extra_special_tokens=config.extra_special_tokens,
                                          tool_format="signatures", split_digits=True)
-        model = build_tiny_model(tokenizer, config.model, seed=config.seed)
+        model = build_tiny_model(tokenizer, config.model, seed=config.seed, dtype=config.dtype)
     else:
-        loaded = load_chat_model(config.model, extra_special_tokens=config.extra_special_tokens)
+        loaded = load_chat_model(config.model, extra_special_tokens=config.extra_special_tokens,
+                                 dtype=config.dtype)
         tokenizer, model = loaded.tokenizer, _with_lora(loaded.model, config, loaded)
     tokens = sum(len(tokenizer.apply_chat_template(c.messages, tools=c.tools, tokenize=True, return_dict=True)
                      ["input_ids"]) for c in chats)
@@ -231,6 +239,7 @@ def load_or_train_warm_start(
         epochs=config.epochs, batch_size=config.batch_size, learning_rate=config.learning_rate,
         max_length=config.max_length, seed=config.seed, progress=progress,
         shared_prefix_tokens=config.shared_prefix_tokens, bucket_by_length=not config.shared_prefix_tokens,
+        dtype=config.dtype,
         # a real model's long chats: keep memory bounded (a shared opening runs once per batch instead)
         activation_checkpointing=config.finetune == "lora" and not config.shared_prefix_tokens))
     summary = {"chats": len(chats), "tokens": tokens, "seconds": time.perf_counter() - start,
@@ -303,9 +312,10 @@ def _load(path: Path, config: WarmStartConfig) -> WarmStart:
         raise ValueError(f"{path} holds a warm start of other settings: {asdict(saved)}")
     if config.finetune == "full":
         tokenizer = AutoTokenizer.from_pretrained(path)
-        model = AutoModelForCausalLM.from_pretrained(path)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=resolve_dtype(config.dtype))
     else:
-        loaded = load_chat_model(config.model, extra_special_tokens=config.extra_special_tokens)
+        loaded = load_chat_model(config.model, extra_special_tokens=config.extra_special_tokens,
+                                 dtype=config.dtype)
         tokenizer = loaded.tokenizer
         model = PeftModel.from_pretrained(loaded.model, path, is_trainable=True)
     tokenizer.padding_side = "left"

@@ -25,6 +25,7 @@ from worldgym.agents.llm.engines.base import Generation, SamplingParams
 from worldgym.agents.llm.engines.growing_cache import growing_cache
 from worldgym.agents.llm.engines.prefix_cache import PrefixKVCache, batched_cache, row_kv, storable
 from worldgym.agents.llm.engines.retiring_rows import DecodedRows, RetireFinishedRows
+from worldgym.precision import autocast, compute_dtype
 
 __all__ = ["HFEngine", "PrefixGroups", "group_shared_prefixes"]
 
@@ -136,6 +137,9 @@ class HFEngine:
         retire_stopped_rows: end a ``generate`` call once a quarter of its rows have stopped and go on with the
             rest only (:mod:`~worldgym.agents.llm.engines.retiring_rows`): the same completions, fewer decoded
             positions when replies differ in length.
+        dtype: the compute dtype (bfloat16: forward passes under autocast, so KV caches are bf16 too; logits
+            and logprobs stay float32). None: the dtype of the model's frozen weights
+            (:func:`worldgym.precision.compute_dtype`), e.g. bf16 for a LoRA model whose base is stored in bf16.
 
     Raises:
         CartridgeError: the cartridge was made for another model.
@@ -152,6 +156,7 @@ class HFEngine:
         kv_cache_max_tokens: int = 32768,
         cartridge: Cartridge | None = None,
         retire_stopped_rows: bool = True,
+        dtype: torch.dtype | None = None,
     ):
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
@@ -165,6 +170,7 @@ class HFEngine:
         self.batch_size = batch_size
         self.min_shared_prefix = min_shared_prefix
         self.retire_stopped_rows = retire_stopped_rows
+        self.dtype = dtype
         self.kv_cache = PrefixKVCache(kv_cache_max_tokens) if reuse_kv_cache else None
         self._kv_weight_versions: tuple[int, ...] = ()
         self.cartridge: Cartridge | None = None
@@ -220,6 +226,7 @@ class HFEngine:
             with (
                 merged_trainable_tokens(self.model),
                 torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []),
+                autocast(self.dtype or compute_dtype(self.model), self.device),
             ):
                 torch.manual_seed(params.seed)
                 for start in range(0, len(jobs), self.batch_size):
