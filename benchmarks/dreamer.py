@@ -1,6 +1,7 @@
 """Dreamer v3 benchmarks: s per gradient step, CartPole sample efficiency vs SB3 PPO, replay-ratio accuracy.
 
     python benchmarks/dreamer.py speed --sizes tiny XS --steps 5        # (1) s/gradient step vs sheeprl
+    python benchmarks/dreamer.py speed --dtype float32 bfloat16         #     float32 and bf16 side by side
     python benchmarks/dreamer.py cartpole --seeds 0 1 2 --max-steps 30000  # (2) env steps to mean return 475
     python benchmarks/dreamer.py ratio --ratios 0.1 0.5 1.0                # (3) replay ratio actual vs target
 
@@ -10,6 +11,10 @@ to use more cores, then collect them with ``cartpole --report-only`` (with the s
 figures. ``speed`` compares with sheeprl 0.8.4's figures from ``sheeprl_dreamer_step.json`` in the same folder
 (written by ``benchmarks/sheeprl_dreamer_step.py``: run it right before, on the same sizes, batch, length and
 thread count, so that both see the same load); without a matching row the comparison is left empty and says so.
+``speed --dtype`` times each precision on the same sizes, batch and length, alternating their steps so both see
+the same load; float32 is the baseline (each row's top-level figures) and is compared with sheeprl's ``32-true``
+rows, bfloat16 (``row["dtypes"]["bfloat16"]``) with its ``bf16-mixed`` rows (``sheeprl_dreamer_step.py
+--precision``).
 Set ``--label`` (e.g. ``shared-load``) when the machine is busy: the label is stored with the figures.
 Every command takes ``--quick`` (tiny sizes, a few hundred env steps, one seed: seconds; run folders under
 ``<results-dir>/runs/``).
@@ -41,10 +46,14 @@ from worldgym.agents.dreamer_v3 import (
 )
 from worldgym.agents.dreamer_v3.learner import DreamerLearner
 from worldgym.agents.dreamer_v3.replay import ReplayRing, dreamer_schema
+from worldgym.precision import cpu_supports_bf16
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a file: find the benchmarks package
 from benchmarks.common import REPO, portable, results_dir, results_parser, write_json
 from benchmarks.sheeprl_dreamer_step import RESULTS_NAME as SHEEPRL_RESULTS
+from benchmarks.sheeprl_dreamer_step import row_precision
+
+SHEEPRL_PRECISION = {"float32": "32-true", "bfloat16": "bf16-mixed"}  # our dtype -> sheeprl's Fabric precision
 
 SOLVED = 475.0
 
@@ -58,78 +67,125 @@ def write_result(args: argparse.Namespace, name: str, payload: dict[str, Any]) -
     return write_json(results_dir(args) / f"dreamer_{name}.json", payload | {"quick": args.quick})
 
 
-def sheeprl_figures(args: argparse.Namespace, size: str) -> tuple[dict[str, Any] | None, str]:
-    """sheeprl's row for ``size`` at this batch, length and thread count, from ``sheeprl_dreamer_step.json``
-    (None when there is none), and where it came from (or why there is none)."""
+def sheeprl_figures(
+    args: argparse.Namespace, size: str, precision: str = "32-true"
+) -> tuple[dict[str, Any] | None, str]:
+    """sheeprl's row for ``size`` at this batch, length, thread count and Fabric ``precision``, from
+    ``sheeprl_dreamer_step.json`` (None when there is none), and where it came from (or why there is none)."""
     path = results_dir(args) / SHEEPRL_RESULTS
     if not path.is_file():
         return None, f"not measured: no {portable(path)} (run benchmarks/sheeprl_dreamer_step.py)"
     settings = {"size": size, "batch_size": args.batch_size, "seq_len": args.seq_len, "threads": args.threads}
     for row in json.loads(path.read_text())["rows"]:
-        if all(row[key] == value for key, value in settings.items()):
-            return row, f"{portable(path)} (sheeprl {row['sheeprl']}, label {row['label']!r})"
+        if all(row[key] == value for key, value in settings.items()) and row_precision(row) == precision:
+            return row, f"{portable(path)} (sheeprl {row['sheeprl']}, {precision}, label {row['label']!r})"
+    if precision != "32-true":
+        settings["precision"] = precision
     return None, f"not measured: {portable(path)} has no row with {settings}"
 
 
-def speed(args: argparse.Namespace) -> None:
-    """(1) Mean seconds per gradient step (world model + behavior) on synthetic CartPole-shaped batches."""
-    rows = []
-    for size in args.sizes:
-        cfg = DreamerConfig(
-            model=model_size(size),
-            replay=ReplayConfig(
-                capacity=512,
-                seq_len=args.seq_len,
-                batch_size=args.batch_size,
-                min_ready_steps=args.seq_len,
-                safety_margin=args.seq_len,
-            ),
-        )
-        torch.manual_seed(0)
-        learner = DreamerLearner(cfg, (4,), action_dim=2)
-        ring = ReplayRing(dreamer_schema((4,)), 512, 1, args.seq_len)
-        gen = torch.Generator().manual_seed(0)
-        for t in range(256):
-            ring.write(
-                {
-                    "obs": torch.randn(1, 4, generator=gen),
-                    "action": torch.randint(2, (1,), generator=gen),
-                    "reward": torch.ones(1),
-                    "is_first": torch.tensor([float(t % 50 == 0)]),
-                    "cont": torch.ones(1),
-                    "episode_id": torch.tensor([t // 50]),
-                }
-            )
-            ring.commit()
-        batch, _ = ring.sample(args.batch_size, args.seq_len, gen)
-        learner.train_step(batch, gen)  # warm-up
-        start, cpu_start = time.perf_counter(), time.process_time()
-        for _ in range(args.steps):
-            learner.train_step(batch, gen)
-        seconds = (time.perf_counter() - start) / args.steps
-        cpu_seconds = (time.process_time() - cpu_start) / args.steps  # less sensitive to other jobs
-        sheeprl, source = sheeprl_figures(args, size)
-        theirs = sheeprl["s_per_step"] if sheeprl else None
-        theirs_cpu = sheeprl["cpu_s_per_step"] if sheeprl else None
-        rows.append(
+def speed_learner(args: argparse.Namespace, size: str, dtype: str) -> DreamerLearner:
+    """A seeded learner of ``size`` computing in ``dtype`` (the same weights for every dtype)."""
+    cfg = DreamerConfig(
+        model=model_size(size),
+        dtype=dtype,
+        replay=ReplayConfig(
+            capacity=512,
+            seq_len=args.seq_len,
+            batch_size=args.batch_size,
+            min_ready_steps=args.seq_len,
+            safety_margin=args.seq_len,
+        ),
+    )
+    torch.manual_seed(0)
+    return DreamerLearner(cfg, (4,), action_dim=2)
+
+
+def speed_batch(args: argparse.Namespace) -> dict[str, torch.Tensor]:
+    """A synthetic CartPole-shaped replay batch (episodes of 50 steps)."""
+    ring = ReplayRing(dreamer_schema((4,)), 512, 1, args.seq_len)
+    gen = torch.Generator().manual_seed(0)
+    for t in range(256):
+        ring.write(
             {
-                "sheeprl_source": source,
-                "size": size,
-                "s_per_step": seconds,
-                "cpu_s_per_step": cpu_seconds,
-                "sheeprl_s_per_step": theirs,
-                "sheeprl_cpu_s_per_step": theirs_cpu,
-                "speedup": theirs / seconds if theirs else None,
-                "cpu_speedup": theirs_cpu / cpu_seconds if theirs_cpu else None,
+                "obs": torch.randn(1, 4, generator=gen),
+                "action": torch.randint(2, (1,), generator=gen),
+                "reward": torch.ones(1),
+                "is_first": torch.tensor([float(t % 50 == 0)]),
+                "cont": torch.ones(1),
+                "episode_id": torch.tensor([t // 50]),
             }
         )
-        versus = (
-            f"sheeprl {theirs:.3f} s/step ({theirs_cpu:.3f} CPU s): {theirs / seconds:.2f}x wall, "
-            f"{theirs_cpu / cpu_seconds:.2f}x CPU"
-            if sheeprl
-            else f"sheeprl {source}"
-        )
-        print(f"{size:>4}: {seconds:.3f} s/step ({cpu_seconds:.3f} CPU s)  {versus}")
+        ring.commit()
+    return ring.sample(args.batch_size, args.seq_len, gen)[0]
+
+
+def time_steps(args: argparse.Namespace, size: str) -> dict[str, tuple[float, float]]:
+    """Wall and CPU seconds per gradient step of each ``--dtype``, their steps alternating (same load)."""
+    batch = speed_batch(args)
+    learners = {dtype: speed_learner(args, size, dtype) for dtype in args.dtype}
+    gens = {dtype: torch.Generator().manual_seed(0) for dtype in args.dtype}
+    totals = dict.fromkeys(args.dtype, (0.0, 0.0))
+    for dtype, learner in learners.items():
+        learner.train_step(batch, gens[dtype])  # warm-up
+    for _ in range(args.steps):
+        for dtype, learner in learners.items():
+            start, cpu_start = time.perf_counter(), time.process_time()  # CPU time: less sensitive to other jobs
+            learner.train_step(batch, gens[dtype])
+            wall, cpu = totals[dtype]
+            totals[dtype] = (wall + time.perf_counter() - start, cpu + time.process_time() - cpu_start)
+    return {dtype: (wall / args.steps, cpu / args.steps) for dtype, (wall, cpu) in totals.items()}
+
+
+def speed_figures(args: argparse.Namespace, size: str, dtype: str, seconds: float, cpu_seconds: float) -> dict[str, Any]:
+    """One dtype's figures and sheeprl's in the matching precision (None where sheeprl was not measured)."""
+    sheeprl, source = sheeprl_figures(args, size, SHEEPRL_PRECISION[dtype])
+    theirs = sheeprl["s_per_step"] if sheeprl else None
+    theirs_cpu = sheeprl["cpu_s_per_step"] if sheeprl else None
+    return {
+        "sheeprl_source": source,
+        "sheeprl_precision": SHEEPRL_PRECISION[dtype],
+        "s_per_step": seconds,
+        "cpu_s_per_step": cpu_seconds,
+        "sheeprl_s_per_step": theirs,
+        "sheeprl_cpu_s_per_step": theirs_cpu,
+        "speedup": theirs / seconds if theirs else None,
+        "cpu_speedup": theirs_cpu / cpu_seconds if theirs_cpu else None,
+    }
+
+
+def describe_speed(dtype: str, figures: dict[str, Any], baseline: dict[str, Any]) -> str:
+    """One printed line part: s/step, the ratio to float32 (for other dtypes) and the sheeprl comparison."""
+    seconds, cpu_seconds = figures["s_per_step"], figures["cpu_s_per_step"]
+    text = f"{dtype} {seconds:.3f} s/step ({cpu_seconds:.3f} CPU s"
+    if figures is not baseline:
+        text += f", {baseline['cpu_s_per_step'] / cpu_seconds:.2f}x float32"
+    theirs, theirs_cpu = figures["sheeprl_s_per_step"], figures["sheeprl_cpu_s_per_step"]
+    if theirs is None:
+        return f"{text})  sheeprl {figures['sheeprl_source']}"
+    precision = "" if figures["sheeprl_precision"] == "32-true" else f" {figures['sheeprl_precision']}"
+    return (f"{text})  sheeprl{precision} {theirs:.3f} s/step ({theirs_cpu:.3f} CPU s): "
+            f"{theirs / seconds:.2f}x wall, {theirs_cpu / cpu_seconds:.2f}x CPU")
+
+
+def speed(args: argparse.Namespace) -> None:
+    """(1) Mean seconds per gradient step (world model + behavior) on synthetic CartPole-shaped batches, per
+    ``--dtype``; each row's top-level figures are float32's."""
+    if args.dtype[0] != "float32":
+        raise SystemExit(f"--dtype {' '.join(args.dtype)}: list float32 first (it is the baseline of every row)")
+    rows = []
+    for size in args.sizes:
+        timings = time_steps(args, size)
+        dtypes = {dtype: speed_figures(args, size, dtype, *timings[dtype]) for dtype in args.dtype}
+        baseline = dtypes["float32"]
+        row = {"sheeprl_source": baseline["sheeprl_source"], "size": size}
+        row |= {k: v for k, v in baseline.items() if k not in ("sheeprl_source", "sheeprl_precision")}
+        row["dtypes"] = dtypes
+        for figures in dtypes.values():
+            figures["cpu_ratio_to_float32"] = baseline["cpu_s_per_step"] / figures["cpu_s_per_step"]
+            figures["ratio_to_float32"] = baseline["s_per_step"] / figures["s_per_step"]
+        rows.append(row)
+        print(f"{size:>4}: " + "; ".join(describe_speed(d, f, baseline) for d, f in dtypes.items()))
     write_result(
         args,
         "speed",
@@ -138,6 +194,8 @@ def speed(args: argparse.Namespace) -> None:
             "threads": torch.get_num_threads(),
             "batch_size": args.batch_size,
             "seq_len": args.seq_len,
+            "dtypes": args.dtype,
+            "cpu_bf16_native": cpu_supports_bf16(),
             "rows": rows,
         },
     )
@@ -343,6 +401,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--seq-len", type=int, default=64)
+    p.add_argument("--dtype", nargs="+", choices=["float32", "bfloat16"], default=["float32", "bfloat16"],
+                   help="precisions to time side by side, float32 first (default: both)")
     p = sub.add_parser("cartpole", parents=common)
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--agents", nargs="+", choices=["dreamer", "ppo"], default=["dreamer", "ppo"])

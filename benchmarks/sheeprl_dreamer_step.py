@@ -3,13 +3,16 @@
     python -m venv runs/sheeprl-venv
     runs/sheeprl-venv/bin/pip install torch==2.13.0 sheeprl==0.8.4     # ~40 s, ~30 packages
     python benchmarks/sheeprl_dreamer_step.py --size XS --steps 4        # any python: see below
+    python benchmarks/sheeprl_dreamer_step.py --size XS --precision bf16-mixed   # Fabric's bf16 autocast
     python benchmarks/sheeprl_dreamer_step.py --quick                    # 1 step of a 2 x 8 batch
 
 Builds sheeprl's own agent from its Hydra configs (vector obs of CartPole shape, 2 discrete actions) and
 times its ``train`` (world model + behavior) on a random batch of ``batch_size x seq_len``, the shape
-``benchmarks/dreamer.py speed`` uses. Writes wall and CPU seconds per step to ``sheeprl_dreamer_step.json`` in
-``benchmarks/results/`` (``--results-dir``), one row per size, batch, length and thread count (a new
-measurement replaces the row with the same settings); ``dreamer.py speed`` reads them from there.
+``benchmarks/dreamer.py speed`` uses, in Fabric's ``--precision`` (``32-true``, sheeprl's default, or
+``bf16-mixed``: sheeprl's ``fabric.precision``, forward passes under bf16 autocast). Writes wall and CPU seconds
+per step to ``sheeprl_dreamer_step.json`` in ``benchmarks/results/`` (``--results-dir``), one row per size, batch,
+length, thread count and precision (a new measurement replaces the row with the same settings; rows without a
+``precision`` were measured in ``32-true``); ``dreamer.py speed`` reads them from there.
 
 When this python has no sheeprl, the script runs itself again with ``$WORLDGYM_SHEEPRL_PYTHON`` or
 ``runs/sheeprl-venv/bin/python``; with neither, it says so and exits 0 without writing anything.
@@ -33,6 +36,14 @@ from benchmarks.common import REPO, results_dir, results_parser, write_json  # s
 SHEEPRL_PYTHON = "WORLDGYM_SHEEPRL_PYTHON"
 DEFAULT_VENV_PYTHON = REPO / "runs" / "sheeprl-venv" / "bin" / "python"
 RESULTS_NAME = "sheeprl_dreamer_step.json"
+PRECISIONS = ("32-true", "bf16-mixed")  # Fabric's names
+DEFAULT_PRECISION = "32-true"  # sheeprl's default, and that of rows written before rows named one
+SAME_SETTINGS = ("size", "batch_size", "seq_len", "threads", "precision")
+
+
+def row_precision(row: dict[str, Any]) -> str:
+    """A results row's Fabric precision (``32-true`` for rows from before the option)."""
+    return row.get("precision", DEFAULT_PRECISION)
 
 
 def sheeprl_python() -> Path | None:
@@ -49,6 +60,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--seq-len", type=int, default=64)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--precision", choices=PRECISIONS, default=DEFAULT_PRECISION,
+                        help="Fabric precision (sheeprl's fabric.precision)")
     parser.add_argument("--label", default="", help="e.g. 'shared-load' when other jobs share the CPU")
     args = parser.parse_args(argv)
     if args.quick:
@@ -70,11 +83,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     row = measure(args)
     path = results_dir(args) / RESULTS_NAME
     table = json.loads(path.read_text()) if path.is_file() else {"rows": []}
-    same = ("size", "batch_size", "seq_len", "threads")
-    table["rows"] = [r for r in table["rows"] if any(r[k] != row[k] for k in same)] + [row]
+    table["rows"] = [r for r in table["rows"] if not _same_settings(r, row)] + [row]
     table["quick"] = args.quick
     write_json(path, table)
     return row
+
+
+def _same_settings(old: dict[str, Any], new: dict[str, Any]) -> bool:
+    return all((row_precision(old) if k == "precision" else old[k]) == new[k] for k in SAME_SETTINGS)
 
 
 def measure(args: argparse.Namespace) -> dict[str, Any]:
@@ -103,11 +119,12 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         f"algo.per_rank_batch_size={args.batch_size}",
         f"algo.per_rank_sequence_length={args.seq_len}",
         "fabric.accelerator=cpu",
+        f"fabric.precision={args.precision}",
         "metric.log_level=0",
     ]
     with initialize_config_module("sheeprl.configs", version_base="1.3"):
         cfg = dotdict(OmegaConf.to_container(compose("config", overrides=overrides), resolve=True))
-    fabric = Fabric(accelerator="cpu", devices=1)
+    fabric = Fabric(accelerator="cpu", devices=1, precision=args.precision)
     obs_space = gym.spaces.Dict({"vector": gym.spaces.Box(-np.inf, np.inf, (4,), np.float32)})
     world_model, actor, critic, target_critic, _ = build_agent(fabric, [2], False, cfg, obs_space)
     optimizers = [torch.optim.Adam(m.parameters(), lr=1e-4, eps=1e-8) for m in (world_model, actor, critic)]
@@ -157,6 +174,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         "batch_size": B,
         "seq_len": T,
         "threads": args.threads,
+        "precision": args.precision,
         "load_average_before": load,
         "label": args.label,
         "quick": args.quick,

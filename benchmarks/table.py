@@ -93,6 +93,19 @@ def _ztoken_ppo(data: Results) -> str:
             f"{exact('supervised_control')}")
 
 
+def _dreamer_speed_bf16(row: Results) -> str:
+    """`` bf16 ...`` figures of a ``speed`` row timed in bfloat16 too (empty otherwise)."""
+    bf16 = row.get("dtypes", {}).get("bfloat16")
+    if bf16 is None:
+        return ""
+    text = (f"; bf16 {bf16['cpu_s_per_step']:.2f} CPU s/step ({bf16['cpu_ratio_to_float32']:.2f}x float32's "
+            f"{row['cpu_s_per_step']:.2f}")
+    if bf16.get("sheeprl_cpu_s_per_step"):
+        text += (f"), **{bf16['cpu_speedup']:.2f}x** faster than sheeprl bf16-mixed's "
+                 f"{bf16['sheeprl_cpu_s_per_step']:.2f} (wall {bf16['speedup']:.2f}x")
+    return text + ")"
+
+
 def _dreamer_speed(data: Results) -> str:
     parts = []
     for row in data["rows"]:
@@ -101,7 +114,7 @@ def _dreamer_speed(data: Results) -> str:
             ours = (f"{row['size']}: {row['cpu_s_per_step']:.2f} vs {row['sheeprl_cpu_s_per_step']:.2f} CPU s/step: "
                     f"**{row['cpu_speedup']:.2f}x** faster than sheeprl (wall {row['s_per_step']:.2f} vs "
                     f"{row['sheeprl_s_per_step']:.2f} s, {row['speedup']:.2f}x)")
-        parts.append(ours)
+        parts.append(ours + _dreamer_speed_bf16(row))
     if not any(row.get("sheeprl_cpu_s_per_step") for row in data["rows"]):
         parts.append("no sheeprl figure: `benchmarks/sheeprl_dreamer_step.py` has not run")
     return "; ".join(parts)

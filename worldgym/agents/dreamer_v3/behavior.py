@@ -17,7 +17,7 @@ from worldgym.agents.dreamer_v3.loss import (
     lambda_returns,
 )
 from worldgym.agents.dreamer_v3.model import Actor, Critic, RSSMState, WorldModel
-from worldgym.agents.dreamer_v3.onehot import multi_hot, one_hot_mlp
+from worldgym.agents.dreamer_v3.onehot import autocast_dtype, multi_hot, one_hot_mlp
 
 
 @dataclass
@@ -88,7 +88,8 @@ def behavior_losses(
     Args:
         start_continue (torch.Tensor): true continue flags of the start states ``[M, 1]``.
     """
-    cols, h = rollout.columns, rollout.h
+    cols = rollout.columns
+    h = rollout.h.to(autocast_dtype(rollout.h.device.type))  # the heads' input, cast once for all four
     # The critic loss only uses the first H steps: the last step's values need no graph
     critic_logits = critic.from_latent(cols[:-1], h[:-1])
     with torch.no_grad():

@@ -7,7 +7,10 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+import torch
+
 from worldgym.config import check_choice, check_field, check_positive_int
+from worldgym.precision import Precision, check_precision, resolve_dtype
 
 SizeName = Literal["tiny", "XS", "S", "M"]
 ObsKind = Literal["vector", "pixels"]
@@ -251,6 +254,10 @@ class DreamerConfig:
         loss (LossConfig): loss coefficients.
         optim (OptimConfig): optimiser settings.
         device (str): torch device of the learner.
+        dtype (Precision): compute precision: ``float32``, ``bfloat16`` (mixed precision: weights, optimiser
+            state, gradients, distributions and losses stay float32; the networks' forward passes in learning
+            and acting run under ``torch.autocast`` to bfloat16) or ``auto`` (bfloat16 where ``device``
+            computes it natively, else float32).
         log_every (int): policy steps between two JSONL metric lines.
         checkpoint_every (int): policy steps between two checkpoints (0 = only at the end).
         run_dir (str): where metrics, checkpoints and failure bundles go.
@@ -270,6 +277,7 @@ class DreamerConfig:
     loss: LossConfig = field(default_factory=LossConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
     device: str = "cpu"
+    dtype: Precision = "float32"
     log_every: int = 500
     checkpoint_every: int = 0
     run_dir: str = "runs/dreamer_v3"
@@ -282,6 +290,7 @@ class DreamerConfig:
             check_positive_int(name, getattr(self, name))
         check_choice("obs_kind", self.obs_kind, ("vector", "pixels"))
         check_choice("engine", self.engine, ("cpu", "async"))
+        check_precision("dtype", self.dtype)
         check_field(self.checkpoint_every >= 0, "checkpoint_every", self.checkpoint_every, "must be >= 0")
         check_field(
             self.checkpoint_every == 0 or self.checkpoint_every >= self.num_envs,
@@ -299,6 +308,11 @@ class DreamerConfig:
             value = getattr(self, name)
             if not isinstance(value, kind):
                 raise TypeError(f"{name} must be a {kind.__name__}, got {type(value).__name__}")
+
+    @property
+    def compute_dtype(self) -> torch.dtype:
+        """The torch dtype ``dtype`` resolves to on ``device`` (``auto`` made concrete)."""
+        return resolve_dtype(self.dtype, self.device)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain nested dict (JSON-safe) of this config."""

@@ -26,14 +26,14 @@ class TwoHotSymlog:
     """Categorical over ``bins`` equally spaced points in symlog space [low, high] (DreamerV3 eq. 10-11).
 
     Args:
-        logits (torch.Tensor): ``[..., bins]``.
+        logits (torch.Tensor): ``[..., bins]`` of any floating dtype (the distribution computes in float32).
         low (float): first bin in symlog space.
         high (float): last bin in symlog space.
     """
 
     def __init__(self, logits: torch.Tensor, low: float = -20.0, high: float = 20.0) -> None:
-        self.logits = logits
-        self.bins = torch.linspace(low, high, logits.shape[-1], device=logits.device, dtype=logits.dtype)
+        self.logits = logits.float()
+        self.bins = torch.linspace(low, high, logits.shape[-1], device=logits.device, dtype=self.logits.dtype)
 
     @cached_property
     def log_probs(self) -> torch.Tensor:
@@ -104,11 +104,13 @@ def sample_index(probs: torch.Tensor, generator: torch.Generator | None) -> torc
     """Class indices ``[...]`` drawn from ``[..., D]`` probabilities by inverse CDF with a given generator.
 
     One uniform per draw and a cumulative sum: much cheaper than ``torch.multinomial`` for many small
-    categoricals.
+    categoricals. The index is the number of CDF entries below the draw (a binary search: the CDF of
+    non-negative probabilities never decreases).
     """
     uniform = torch.rand((*probs.shape[:-1], 1), generator=generator, device=probs.device, dtype=probs.dtype)
     cdf = probs.cumsum(dim=-1)
-    return (cdf < uniform * cdf[..., -1:]).sum(dim=-1).clamp_max(probs.shape[-1] - 1)
+    below = torch.searchsorted(cdf, uniform * cdf[..., -1:]).squeeze(-1)
+    return below.clamp_max(probs.shape[-1] - 1)
 
 
 def straight_through_sample(logits: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:

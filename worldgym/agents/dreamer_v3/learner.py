@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 
 import torch
@@ -10,10 +11,11 @@ from torch import nn
 
 from worldgym.agents.dreamer_v3.behavior import behavior_losses, imagine, update_slow_critic
 from worldgym.agents.dreamer_v3.config import DreamerConfig
-from worldgym.agents.dreamer_v3.loss import ReturnNormalizer, world_model_loss
+from worldgym.agents.dreamer_v3.loss import ReturnNormalizer, WorldModelLosses, world_model_loss
 from worldgym.agents.dreamer_v3.model import Actor, Critic, ObserveOutput, RSSMState, WorldModel
 from worldgym.agents.dreamer_v3.onehot import one_hot_mlp
 from worldgym.agents.dreamer_v3.pixels import shades_to_float, unpack_2bit
+from worldgym.precision import autocast
 
 
 def prepare_sequence(batch: dict[str, torch.Tensor], action_dim: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -28,6 +30,10 @@ def prepare_sequence(batch: dict[str, torch.Tensor], action_dim: int) -> tuple[t
 class DreamerLearner(nn.Module):
     """World model, actor, critic (+ slow critic, return normaliser) and their Adam optimisers.
 
+    Weights, optimiser state and gradients are float32. With ``cfg.dtype`` resolving to bfloat16, the
+    networks' forward passes run under autocast (mixed precision) while distributions, losses, returns and
+    advantages are computed in float32; backward passes and gradient clipping run outside autocast.
+
     Args:
         cfg (DreamerConfig): run config.
         obs_shape (tuple[int, ...]): stored observation shape (packed ``[C, H, W/4]`` for pixels).
@@ -39,6 +45,7 @@ class DreamerLearner(nn.Module):
         self.cfg = cfg
         self.action_dim = action_dim
         self.pixels = cfg.obs_kind == "pixels"
+        self.dtype = cfg.compute_dtype
         self.world_model = WorldModel(cfg.model, obs_shape, action_dim, self.pixels)
         self.actor = Actor(cfg.model, action_dim)
         self.critic = Critic(cfg.model)
@@ -53,6 +60,10 @@ class DreamerLearner(nn.Module):
             "critic": torch.optim.Adam(self.critic.parameters(), lr=o.critic_lr, eps=o.eps),
         }
         self.gradient_steps = 0
+
+    def autocast(self) -> contextlib.AbstractContextManager:
+        """Autocast to the run's compute dtype on the learner's device (a no-op for float32)."""
+        return autocast(self.dtype, self.cfg.device)
 
     def observation_target(self, obs: torch.Tensor) -> torch.Tensor:
         """The decoder target: raw vectors (symlog in the loss) or unpacked pixels in [-0.5, 0.5]."""
@@ -77,15 +88,12 @@ class DreamerLearner(nn.Module):
         optimizer.step()
         return norm.detach()
 
-    def train_step(
+    def _world_model_losses(
         self, batch: dict[str, torch.Tensor], generator: torch.Generator
-    ) -> dict[str, torch.Tensor]:
-        """One world-model + behavior gradient step on a time-major batch; metrics stay on device."""
-        cfg = self.cfg
-        tau = 1.0 if self.gradient_steps == 0 else cfg.loss.critic_tau
-        update_slow_critic(self.critic, self.slow_critic, tau)
+    ) -> tuple[ObserveOutput, WorldModelLosses]:
+        """Filter the batch through the world model; its posterior and the (float32) world-model losses."""
+        cfg, wm = self.cfg, self.world_model
         prev_action, is_first = prepare_sequence(batch, self.action_dim)
-        wm = self.world_model
         embed = wm.encode(batch["obs"])
         posterior = wm.rssm.observe(embed, prev_action, is_first, generator=generator)
         losses = world_model_loss(
@@ -102,15 +110,28 @@ class DreamerLearner(nn.Module):
             kl_representation=cfg.loss.kl_representation,
             kl_free_nats=cfg.loss.kl_free_nats,
         )
+        return posterior, losses
+
+    def train_step(
+        self, batch: dict[str, torch.Tensor], generator: torch.Generator
+    ) -> dict[str, torch.Tensor]:
+        """One world-model + behavior gradient step on a time-major batch; metrics stay on device."""
+        cfg = self.cfg
+        tau = 1.0 if self.gradient_steps == 0 else cfg.loss.critic_tau
+        update_slow_critic(self.critic, self.slow_critic, tau)
+        wm = self.world_model
+        with self.autocast():
+            posterior, losses = self._world_model_losses(batch, generator)
         metrics = losses.as_metrics()
         metrics["grad/world_norm"] = self._step("world_model", losses.total, wm, cfg.optim.world_clip)
 
         start = RSSMState(posterior.h.detach().flatten(0, 1), posterior.z.detach().flatten(0, 1))
-        rollout = imagine(wm, self.actor, start, cfg.loss.horizon, generator)
         start_continue = batch["cont"].float().reshape(-1, 1)
-        behavior = behavior_losses(
-            wm, self.actor, self.critic, self.slow_critic, self.normalizer, rollout, start_continue, cfg.loss
-        )
+        with self.autocast():
+            rollout = imagine(wm, self.actor, start, cfg.loss.horizon, generator)
+            behavior = behavior_losses(
+                wm, self.actor, self.critic, self.slow_critic, self.normalizer, rollout, start_continue, cfg.loss
+            )
         metrics["grad/actor_norm"] = self._step(
             "actor", behavior["actor"], self.actor, cfg.optim.behavior_clip
         )

@@ -63,6 +63,8 @@ def world_model_loss(
 ) -> WorldModelLosses:
     """World-model loss (DreamerV3 eq. 5): prediction (obs, two-hot reward, continue) + balanced KL.
 
+    Network outputs may come in a lower precision (autocast); every loss is computed in float32.
+
     Args:
         obs_pred (torch.Tensor): decoder output ``[T, B, ...]`` (symlog space for vectors).
         obs (torch.Tensor): targets ``[T, B, ...]``.
@@ -74,10 +76,14 @@ def world_model_loss(
         cont_targets (torch.Tensor): ``[T, B, 1]``, 0 only at true terminals.
         symlog_obs (bool): compare against ``symlog(obs)`` (vector observations).
     """
-    observation_loss = observation_nll(obs_pred, obs, symlog_obs)
+    observation_loss = observation_nll(obs_pred.float(), obs.float(), symlog_obs)
     reward_loss = -TwoHotSymlog(reward_logits).log_prob(rewards)
-    kl, kl_loss = kl_balanced(post_logits, prior_logits, kl_dynamic, kl_representation, kl_free_nats)
-    continue_loss = F.binary_cross_entropy_with_logits(cont_logits, cont_targets, reduction="none").sum(-1)
+    kl, kl_loss = kl_balanced(
+        post_logits.float(), prior_logits.float(), kl_dynamic, kl_representation, kl_free_nats
+    )
+    continue_loss = F.binary_cross_entropy_with_logits(
+        cont_logits.float(), cont_targets.float(), reduction="none"
+    ).sum(-1)
     total = (kl_loss + observation_loss + reward_loss + continue_loss).mean()
     return WorldModelLosses(
         total, kl.mean(), kl_loss.mean(), reward_loss.mean(), observation_loss.mean(), continue_loss.mean()
@@ -135,6 +141,7 @@ def actor_loss(
     ``action_logits``/``actions`` are ``[H, B, A]`` (one-hot actions); ``advantage``/``weights`` are
     ``[H, B, 1]``.
     """
+    action_logits = action_logits.float()
     log_probs = torch.log_softmax(action_logits, dim=-1)
     log_prob = (log_probs * actions.detach()).sum(-1, keepdim=True)
     entropy = categorical_entropy(action_logits).unsqueeze(-1)

@@ -70,10 +70,16 @@ def check_batch(
         problem = None
         if tuple(value.shape) != shape:
             problem = f"field {name!r} has shape {tuple(value.shape)}, expected {shape}"
-        elif value.device != device:
+        elif not _same_device(value.device, torch.device(device)):
             problem = f"field {name!r} is on {value.device}, expected {device}"
         elif value.is_floating_point() and not bool(torch.isfinite(value).all()):
             problem = f"field {name!r} holds non-finite values"
         if problem:
             bundle = write_failure_bundle(run_dir, problem, {}, batch)
             raise TrainingFailure(problem, bundle)
+
+
+def _same_device(actual: torch.device, expected: torch.device) -> bool:
+    """Whether ``actual`` is ``expected``; an expected device without an index ("cuda") takes any index (a
+    tensor made on "cuda" reports "cuda:0")."""
+    return actual.type == expected.type and (expected.index is None or actual.index == expected.index)

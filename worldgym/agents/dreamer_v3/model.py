@@ -18,7 +18,7 @@ from worldgym.agents.dreamer_v3.distributions import (
     unimix_logits,
     unimix_probs,
 )
-from worldgym.agents.dreamer_v3.onehot import one_hot_columns, one_hot_mlp
+from worldgym.agents.dreamer_v3.onehot import autocast_dtype, one_hot_columns, one_hot_mlp
 from worldgym.agents.dreamer_v3.pixels import shades_to_float, unpack_2bit
 from worldgym.agents.dreamer_v3.timemajor import flatten_time, unflatten_time
 
@@ -48,7 +48,11 @@ def zero_output_layer(net: nn.Sequential) -> nn.Sequential:
 
 
 class LayerNormGRUCell(nn.Module):
-    """GRU cell with one fused Linear over ``[h, x]`` and LayerNorm on the gates; computes in fp32."""
+    """GRU cell with one fused Linear over ``[h, x]`` and LayerNorm on the gates.
+
+    The fused matmul follows the ambient autocast (bfloat16 under mixed precision); the gates and the state
+    ``h`` are computed in float32.
+    """
 
     def __init__(self, input_size: int, hidden_size: int, eps: float) -> None:
         super().__init__()
@@ -57,12 +61,15 @@ class LayerNormGRUCell(nn.Module):
 
     def forward(self, x: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
         """One step: ``x [B, I]``, ``h [B, H]`` -> new ``h [B, H]`` (update gate biased towards keeping h)."""
+        h = h.float()
+        low = autocast_dtype(x.device.type)  # build the matmul's input in its dtype: one cast, not three
+        mixed = self.linear(torch.cat((h.to(low), x.to(low)), dim=-1))
         with torch.autocast(device_type=x.device.type, enabled=False):
-            gates = self.layer_norm(self.linear(torch.cat((h.float(), x.float()), dim=-1)))
+            gates = self.layer_norm(mixed.float())
             reset, cand, update = gates.chunk(3, dim=-1)
             cand = torch.tanh(torch.sigmoid(reset) * cand)
             update = torch.sigmoid(update - 1)
-            return update * cand + (1 - update) * h.float()
+            return update * cand + (1 - update) * h
 
 
 @dataclass
@@ -111,7 +118,8 @@ class RSSM(nn.Module):
         self.initial_h = nn.Parameter(torch.zeros(cfg.recurrent_size))
 
     def _latents(self, flat_logits: torch.Tensor) -> torch.Tensor:
-        mixed = unimix_logits(flat_logits, self.cfg.discrete_size, self.cfg.unimix)
+        """Float32 unimix logits ``[..., S, D]`` of a layer's ``[..., S * D]`` output (any dtype)."""
+        mixed = unimix_logits(flat_logits.float(), self.cfg.discrete_size, self.cfg.unimix)
         return mixed.view(*mixed.shape[:-1], self.cfg.stochastic_size, self.cfg.discrete_size)
 
     def prior_logits(self, h: torch.Tensor) -> torch.Tensor:
@@ -162,7 +170,7 @@ class RSSM(nn.Module):
         first, rest = self.representation[0], self.representation[1:]
         hidden = self.cfg.recurrent_size
         embed_part = F.linear(embed, first.weight[:, hidden:])
-        h_weight = first.weight[:, :hidden].t()
+        h_weight = first.weight[:, :hidden].t().to(embed_part.dtype)  # cast once, not per step (autocast)
         hs, zs, posts = [], [], []
         for t in range(time):
             action = prev_action[t]
@@ -206,7 +214,7 @@ class RSSM(nn.Module):
         x = one_hot_mlp(self.input_mlp, torch.cat((columns, action.unsqueeze(-1) + stoch), dim=-1))
         h = self.gru(x, h)
         # sample_index normalises by the total, so the mixed probabilities need no log/softmax round trip
-        probs = unimix_probs(self.transition(h), self.cfg.discrete_size, self.cfg.unimix)
+        probs = unimix_probs(self.transition(h).float(), self.cfg.discrete_size, self.cfg.unimix)
         classes = sample_index(probs, generator)
         return h, one_hot_columns(classes, self.cfg.discrete_size)
 
@@ -346,12 +354,12 @@ class Actor(nn.Module):
         self.action_dim = action_dim
 
     def forward(self, features: torch.Tensor) -> torch.Tensor:
-        """Action logits ``[..., A]`` (already mixed)."""
-        return unimix_logits(self.net(features), self.action_dim, self.unimix)
+        """Float32 action logits ``[..., A]`` (already mixed)."""
+        return unimix_logits(self.net(features).float(), self.action_dim, self.unimix)
 
     def from_latent(self, columns: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
         """:meth:`forward` on features given as latent columns ``[..., S]`` and ``h [..., H]``."""
-        return unimix_logits(one_hot_mlp(self.net, columns, h), self.action_dim, self.unimix)
+        return unimix_logits(one_hot_mlp(self.net, columns, h).float(), self.action_dim, self.unimix)
 
 
 class Critic(nn.Module):

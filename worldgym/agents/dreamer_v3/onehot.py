@@ -13,11 +13,27 @@ import torch.nn.functional as F
 from torch import nn
 
 
+def autocast_dtype(device_type: str) -> torch.dtype:
+    """The dtype matrix products compute in on ``device_type`` here: autocast's, else float32."""
+    if torch.is_autocast_enabled(device_type):
+        return torch.get_autocast_dtype(device_type)
+    return torch.float32
+
+
+def _transposed(weight: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``weight.t()`` as a contiguous ``dtype`` tensor (one copy)."""
+    if dtype == weight.dtype:
+        return weight.t().contiguous()
+    return weight.t().to(dtype, memory_format=torch.contiguous_format)
+
+
 class _GatherColumns(torch.autograd.Function):
     """``weight [U, K]``, ``index [M, G]`` -> ``[M, U]``: the sum of the ``G`` indexed columns per row.
 
     ``one_hot [M, K]`` (optional) is the dense multi-hot tensor the indices describe; it only receives the
-    input gradient (``grad @ weight``), e.g. to pass it on through a straight-through sample.
+    input gradient (``grad @ weight``), e.g. to pass it on through a straight-through sample. Under autocast
+    the columns are gathered from a copy of ``weight`` in the autocast dtype (sums accumulate in float32);
+    gradients are computed in ``weight``'s dtype.
     """
 
     @staticmethod
@@ -25,14 +41,14 @@ class _GatherColumns(torch.autograd.Function):
         ctx, weight: torch.Tensor, index: torch.Tensor, one_hot: torch.Tensor | None
     ) -> torch.Tensor:
         ctx.save_for_backward(weight, index)
-        return F.embedding_bag(index, weight.t().contiguous(), mode="sum")
+        return F.embedding_bag(index, _transposed(weight, autocast_dtype(weight.device.type)), mode="sum")
 
     @staticmethod
     def backward(  # type: ignore[override]
         ctx, grad: torch.Tensor
     ) -> tuple[torch.Tensor | None, None, torch.Tensor | None]:
         weight, index = ctx.saved_tensors
-        grad = grad.contiguous()
+        grad = grad.to(weight.dtype).contiguous()
         grad_weight = grad_one_hot = None
         if ctx.needs_input_grad[0]:
             rows, groups = index.shape
@@ -85,9 +101,13 @@ def one_hot_linear(
         linear.weight[:, :sparse_width], columns.reshape(-1, columns.shape[-1]), flat_one_hot
     )
     if dense is not None:
-        out = out.addmm_(dense.reshape(-1, dense_width), linear.weight[:, sparse_width:].t())  # no copy
+        flat, weight = dense.reshape(-1, dense_width), linear.weight[:, sparse_width:].t()
+        if torch.is_autocast_enabled(flat.device.type):
+            out = torch.addmm(out, flat, weight)  # autocast runs it in the lower precision
+        else:
+            out = out.addmm_(flat, weight)  # no copy
     if linear.bias is not None:
-        out = out + linear.bias
+        out = out + linear.bias.to(out.dtype)
     return out.view(*lead, linear.out_features)
 
 

@@ -11,13 +11,15 @@ from torch import nn
 from worldgym.agents.dreamer_v3.behavior import sample_actions
 from worldgym.agents.dreamer_v3.learner import DreamerLearner
 from worldgym.agents.dreamer_v3.model import RSSMState
+from worldgym.precision import autocast
 
 
 class DreamerPolicy(nn.Module):
     """Acts in ``num_envs`` envs from a weight copy of the learner, refreshed by :meth:`sync_from`.
 
     The copy lets an actor keep acting while the learner updates its own weights (the async engine);
-    ``version`` counts refreshes so metrics can report how stale the acting weights are.
+    ``version`` counts refreshes so metrics can report how stale the acting weights are. The forward passes
+    run in the learner's compute dtype (autocast; weights, filter state and action sampling stay float32).
     """
 
     def __init__(self, learner: DreamerLearner, num_envs: int) -> None:
@@ -26,6 +28,7 @@ class DreamerPolicy(nn.Module):
         self.rssm = copy.deepcopy(learner.world_model.rssm).requires_grad_(False)
         self.actor = copy.deepcopy(learner.actor).requires_grad_(False)
         self.action_dim = learner.action_dim
+        self.dtype = learner.dtype
         self.num_envs = num_envs
         self.version = 0
         self.state: RSSMState | None = None
@@ -74,10 +77,11 @@ class DreamerPolicy(nn.Module):
         first = is_first.float().view(1, -1, 1)
         if self.state is None:
             first = torch.ones_like(first)
-        embed = self.encoder(obs).unsqueeze(0)
-        out = self.rssm.observe(embed, self.prev_action.unsqueeze(0), first, self.state, generator=generator)
-        self.state = out.last
-        logits = self.actor(self.state.features())
+        with autocast(self.dtype, device):
+            embed = self.encoder(obs).unsqueeze(0)
+            out = self.rssm.observe(embed, self.prev_action.unsqueeze(0), first, self.state, generator=generator)
+            self.state = out.last
+            logits = self.actor(self.state.features())
         actions = logits.argmax(-1) if greedy else sample_actions(logits, generator)
         self.prev_action = F.one_hot(actions, self.action_dim).float()
         return actions

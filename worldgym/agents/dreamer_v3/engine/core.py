@@ -33,6 +33,7 @@ from worldgym.agents.dreamer_v3.replay import ReplayRing, dreamer_schema
 from worldgym.agents.dreamer_v3.scheduler import TrainSchedule
 from worldgym.errors import CheckpointError
 from worldgym.jsonl import append_jsonl, truncate_jsonl
+from worldgym.precision import dtype_name
 
 
 @dataclass
@@ -264,6 +265,7 @@ class EngineCore:
         c = self.counters
         state = {
             "config": self.cfg.to_dict(),
+            "resolved_dtype": dtype_name(self.learner.dtype),  # what config["dtype"] ran as
             "iter_num": c.iter_num,
             "owed_steps": c.owed_steps,
             "learner_version": c.learner_version,
