@@ -1,6 +1,7 @@
 """CSRPhone-v0 rollout speed of ``HFEngine``: whole multi-turn episodes per second, with and without keeping
 each episode's KV cache across turns (``reuse_kv_cache``), or (``--compare retire``, KV reuse on) with and
-without dropping rows that stopped from the batch (``retire_stopped_rows``).
+without dropping rows that stopped from the batch (``retire_stopped_rows``), or (``--compare dtype``, both
+options on) in float32 and then bfloat16 (frozen weights stored in bf16, forwards under autocast, bf16 KV).
 
 For every difficulty, batch size (episodes run together in one ``RolloutCollector.collect`` call) and the
 compared option off / on, the same seeds are played greedily to the end (16 turns at most, the env's own
@@ -17,10 +18,13 @@ CPU seconds and the load average are recorded too (the machine's cores may be sh
     OMP_WAIT_POLICY=PASSIVE python benchmarks/csr_rollout_speed.py --model smollm2-135m --adapter runs/x/adapter
     OMP_WAIT_POLICY=PASSIVE python benchmarks/csr_rollout_speed.py --model smollm2-135m --warm-start \
         --compare retire --difficulties 3 --batch-sizes 16
+    OMP_WAIT_POLICY=PASSIVE python benchmarks/csr_rollout_speed.py --model smollm2-135m --warm-start \
+        --compare dtype --difficulties 3 --batch-sizes 16 --threads 1
     OMP_WAIT_POLICY=PASSIVE python benchmarks/csr_rollout_speed.py --quick   # 2 episodes, d1, batch 2
 
 Writes ``csr_rollout_speed.json`` (``csr_rollout_speed_<model>.json`` for another model, e.g. ``_smollm2``;
-``csr_rollout_speed_retire[_<model>].json`` for ``--compare retire``) to ``benchmarks/results/``
+``csr_rollout_speed_retire[_<model>].json`` for ``--compare retire``, ``..._dtype...`` for ``--compare dtype``;
+``diverging_episodes`` counts the seeds whose token ids differ between the two runs) to ``benchmarks/results/``
 (``--results-dir``).
 
 ``--model tiny`` is a randomly initialised tiny Qwen3 with a tokenizer trained on the env's text (quick, for
@@ -49,6 +53,7 @@ from worldgym.agents.grpo.presets import CSR_PRESETS
 from worldgym.agents.grpo.trainer import make_text_env
 from worldgym.agents.llm.engines import HFEngine, SamplingParams
 from worldgym.agents.llm.rollout import Episode, RolloutCollector
+from worldgym.precision import cast_for_training
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a file: find the benchmarks package
 from benchmarks.common import portable, results_dir, results_parser, write_json
@@ -58,6 +63,7 @@ MAX_TURNS = 16
 COMPARED: dict[str, tuple[str, dict[str, bool]]] = {
     "kv_reuse": ("reuse_kv_cache", {"retire_stopped_rows": True}),
     "retire": ("retire_stopped_rows", {"reuse_kv_cache": True}),
+    "dtype": ("bfloat16", {"reuse_kv_cache": True, "retire_stopped_rows": True}),  # off: float32
 }
 
 
@@ -147,12 +153,24 @@ def summarise(result: Run) -> dict[str, float]:
     }
 
 
-def same_episodes(a: list[Episode], b: list[Episode]) -> tuple[bool, float]:
-    """Whether two runs produced the same token ids, and the largest logprob difference where they did."""
-    identical = all(x.token_ids == y.token_ids for x, y in zip(a, b, strict=True))
+def same_episodes(a: list[Episode], b: list[Episode]) -> tuple[int, float]:
+    """How many episodes of two runs differ in their token ids, and the largest logprob difference among those
+    that do not."""
+    diverging = sum(x.token_ids != y.token_ids for x, y in zip(a, b, strict=True))
     gaps = [abs(p - q) for x, y in zip(a, b) if x.token_ids == y.token_ids
             for p, q in zip(x.old_logprobs, y.old_logprobs)]
-    return identical, max(gaps, default=0.0)
+    return diverging, max(gaps, default=0.0)
+
+
+def engine_settings(compare: str, on: bool, model: PreTrainedModel) -> dict[str, Any]:
+    """The engine options of one run of the comparison; for ``dtype`` the engine's compute dtype, and
+    ``model``'s weights (all frozen here) are cast to it in place (float32 off, bfloat16 on)."""
+    option, shared = COMPARED[compare]
+    if compare != "dtype":
+        return {**shared, option: on}
+    dtype = torch.bfloat16 if on else torch.float32
+    cast_for_training(model.requires_grad_(False), dtype)
+    return {**shared, "dtype": dtype}
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -210,7 +228,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
         "load_average_before": os.getloadavg()[0],
         "runs": [],
     }
-    option, shared = COMPARED[args.compare]
+    shared = COMPARED[args.compare][1]
     header = (f"{'difficulty':>10} {'batch':>5} {args.compare:>8} {'episodes/s':>10} {'s/episode':>9} "
               f"{'positions/ep':>12} {'turns/ep':>8} {'same':>5}")
     print(header)
@@ -219,19 +237,24 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
             runs: dict[bool, Run] = {}
             for on in (False, True):
                 engine = HFEngine(model, tokenizer.pad_token_id, [tokenizer.eos_token_id], batch_size=batch,
-                                  kv_cache_max_tokens=batch * args.max_episode_tokens, **shared, **{option: on})
+                                  kv_cache_max_tokens=batch * args.max_episode_tokens,
+                                  **engine_settings(args.compare, on, model))
                 collector = RolloutCollector(engine, tokenizer, make_env_factory(difficulty), max_turns=MAX_TURNS,
                                              max_episode_tokens=args.max_episode_tokens)
                 collector.collect(seeds[:1], 1, SamplingParams(temperature=0.0, max_new_tokens=2))  # warm-up
                 engine.clear_kv_cache()
                 runs[on] = run(collector, counter, seeds, batch, params)
-            identical, logprob_gap = same_episodes(runs[False].episodes, runs[True].episodes)
+            diverging, logprob_gap = same_episodes(runs[False].episodes, runs[True].episodes)
+            identical = diverging == 0
             for on, result in runs.items():
                 figures = summarise(result)
                 settings = {"kv_reuse": shared.get("reuse_kv_cache", on),
                             "retire": shared.get("retire_stopped_rows", on)}
+                if args.compare == "dtype":
+                    settings["dtype"] = "bfloat16" if on else "float32"
                 results["runs"].append({"difficulty": difficulty, "batch": batch, **settings, **figures,
-                                        "same_episodes": identical, "max_logprob_gap": logprob_gap})
+                                        "same_episodes": identical, "diverging_episodes": diverging,
+                                        "max_logprob_gap": logprob_gap})
                 print(f"{difficulty:>10} {batch:>5} {'on' if on else 'off':>8} "
                       f"{figures['episodes_per_s']:>10.3f} {figures['episode_seconds']:>9.2f} "
                       f"{figures['positions_per_episode']:>12,.0f} {figures['turns_per_episode']:>8.1f} "
@@ -240,7 +263,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
             print(f"{'':>10} {'':>5} speed-up with {args.compare}: {speedup:.2f}x "
                   f"(max logprob gap {logprob_gap:.1e})")
     results["load_average_after"] = os.getloadavg()[0]
-    name = ("csr_rollout_speed" + ("_retire" if args.compare == "retire" else "")
+    name = ("csr_rollout_speed" + ("" if args.compare == "kv_reuse" else "_" + args.compare)
             + ("" if args.model == "tiny" else "_" + args.model.split("-")[0]))
     write_json(results_dir(args) / f"{name}.json", results, indent=2)
     return results

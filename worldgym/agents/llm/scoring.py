@@ -67,7 +67,9 @@ def shared_prefix(
     >>> split.row_group.tolist(), split.prefix_length.tolist(), split.saved_tokens
     ([0, 0, 1], [1, 0], 1)
     """
-    groups, row_group = torch.unique(group_ids, return_inverse=True)
+    # bookkeeping on the CPU: a handful of integers per row, whatever device the batch is on
+    input_ids, attention_mask, mask = input_ids.cpu(), attention_mask.cpu(), mask.cpu()
+    groups, row_group = torch.unique(group_ids.cpu(), return_inverse=True)
     lengths = attention_mask.sum(1)
     first_trained = torch.where(mask.bool().any(1), mask.float().argmax(1), lengths - 1)
     prefix_length = torch.zeros(len(groups), dtype=torch.long)

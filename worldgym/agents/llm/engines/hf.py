@@ -22,6 +22,7 @@ from worldgym.agents.llm.cache_argument import cache_argument, returned_cache
 from worldgym.agents.llm.cartridge import Cartridge
 from worldgym.agents.llm.constrained import CopyArgumentsProcessor, CopyConstraint, mask_logits
 from worldgym.agents.llm.engines.base import Generation, SamplingParams
+from worldgym.agents.llm.engines.decode_attention import use_fast_decode_attention
 from worldgym.agents.llm.engines.growing_cache import growing_cache
 from worldgym.agents.llm.engines.prefix_cache import PrefixKVCache, batched_cache, row_kv, storable
 from worldgym.agents.llm.engines.retiring_rows import DecodedRows, RetireFinishedRows
@@ -171,6 +172,10 @@ class HFEngine:
         self.min_shared_prefix = min_shared_prefix
         self.retire_stopped_rows = retire_stopped_rows
         self.dtype = dtype
+        if self._compute_dtype() == torch.bfloat16 and self.device.type == "cpu":
+            # bf16 decode steps with the faster grouped-query layout (decode_attention.py; float32 keeps sdpa,
+            # so its engine logprobs stay bit-equal to the learner's)
+            use_fast_decode_attention(model)
         self.kv_cache = PrefixKVCache(kv_cache_max_tokens) if reuse_kv_cache else None
         self._kv_weight_versions: tuple[int, ...] = ()
         self.cartridge: Cartridge | None = None
@@ -179,6 +184,9 @@ class HFEngine:
     @property
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
+
+    def _compute_dtype(self) -> torch.dtype:
+        return self.dtype or compute_dtype(self.model)
 
     def sync_weights(self) -> None:
         """Nothing to copy (generation uses the trained model object itself); drops the stored KV, which the
@@ -226,7 +234,7 @@ class HFEngine:
             with (
                 merged_trainable_tokens(self.model),
                 torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []),
-                autocast(self.dtype or compute_dtype(self.model), self.device),
+                autocast(self._compute_dtype(), self.device),
             ):
                 torch.manual_seed(params.seed)
                 for start in range(0, len(jobs), self.batch_size):
