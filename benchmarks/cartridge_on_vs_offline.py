@@ -39,6 +39,10 @@ accuracy none / cartridge / teacher, recovery = (cartridge - none) / (teacher - 
 better than no documents), memory ratio (the documents' KV over the cartridge's) and tokens/s ratio, and the
 issue's goals with their status.
 
+``--dtype`` (``run`` and ``teacher``; float32 by default, ``--dtype float32 bfloat16`` runs the stage once per
+precision) sets :attr:`CartridgeDistillConfig.dtype`; a run in another precision than float32 is reported as its own
+model, ``<model>-<dtype>`` (e.g. ``tiny-bfloat16``), distilled from the same (float32) teacher warm-up.
+
 ``--quick`` (every stage): a 5-patient panel, an 8-chat one-epoch warm-up, 2 steps of 1 x 1 answers of 4 tokens,
 an 8-token cartridge, run folders and warm-up under ``<results-dir>/runs/``; the figures mean nothing.
 """
@@ -63,11 +67,13 @@ from worldgym.agents.grpo.trainer import make_text_env
 from worldgym.agents.llm.evaluation import evaluate_chat_policy
 from worldgym.agents.llm.models import TINY_SIZES
 from worldgym.envs.longhealth import ANSWER_FORMATS
+from worldgym.precision import dtype_name
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a file: find the benchmarks package
 from benchmarks.common import portable, results_dir, results_parser, set_torch_threads, write_json
 
 MODES = ("on_policy", "offline", "hybrid")
+DTYPES = ("float32", "bfloat16")
 INITS = ("text", "random")
 GOALS = {"kl_drop": 0.5, "recovery": 0.7, "memory_ratio": 10.0}
 # what the tiny teacher's probe measured (runs/cartridge_probe): it does not read the documents
@@ -92,6 +98,7 @@ def runs_dir(args: argparse.Namespace) -> Path:
 def model_label(args: argparse.Namespace) -> str:
     """The model as the report groups runs: a pretrained model with the teacher warm-up is another teacher."""
     text = "-text" if args.answer_format == "text" else ""  # asked for the option's text, not its letter
+    text += "" if args.dtype == "float32" else f"-{args.dtype}"  # another precision: reported on its own
     if not args.teacher_warmup or args.model in TINY_SIZES:
         return args.model + text
     return f"{args.model}+warmup" + (f"-{args.warmup_patients}p" if args.warmup_patients else "") + text
@@ -107,7 +114,8 @@ def teacher_settings(args: argparse.Namespace) -> dict[str, Any]:
     settings: dict[str, Any] = {
         "model": args.model, "env_kwargs": {"num_patients": 20, **_answer_format(args)},
         "max_new_tokens": args.max_new_tokens,
-        "device": args.device, "progress": not args.quick, "warm_start_dir": str(runs_dir(args) / "warm_starts"),
+        "device": args.device, "dtype": args.dtype, "progress": not args.quick,
+        "warm_start_dir": str(runs_dir(args) / "warm_starts"),
         "teacher_warmup": True if args.teacher_warmup else None}
     settings |= {f"warmup_{key}": getattr(args, f"warmup_{key}") for key in WARMUP_FLAGS
                  if getattr(args, f"warmup_{key}") is not None and key != "patients"}
@@ -146,7 +154,7 @@ def run(args: argparse.Namespace) -> None:
     name = run_name(args)
     part = {
         "model": model_label(args), "mode": args.mode, "init": args.init, "seed": args.seed,
-        "patient_id": trainer.patient_id, "quick": args.quick,
+        "patient_id": trainer.patient_id, "quick": args.quick, "dtype": dtype_name(trainer.dtype),
         "config": trainer.config.to_dict() | {"output_dir": portable(trainer.config.output_dir),
                                               "warm_start_dir": portable(trainer.config.warm_start_dir)},
         "evals": [{"step": row["step"], **{k.removeprefix("eval/"): v for k, v in row.items() if k.startswith("eval/")}}
@@ -216,8 +224,9 @@ def _answer_format(args: argparse.Namespace) -> dict[str, str]:
 
 
 def _warmup_flags(args: argparse.Namespace) -> str:
-    """The teacher's flags as written: its warm-up and the answer format."""
+    """The teacher's flags as written: its warm-up, the answer format and a precision other than float32."""
     flags = " --teacher-warmup" if args.teacher_warmup else ""
+    flags += "" if args.dtype == "float32" else f" --dtype {args.dtype}"
     flags += "".join(f" --answer-format {value}" for value in _answer_format(args).values())
     return flags + "".join(f" --warmup-{key.replace('_', '-')} {getattr(args, f'warmup_{key}')}"
                            for key in WARMUP_FLAGS if getattr(args, f"warmup_{key}") is not None)
@@ -414,6 +423,8 @@ def main(argv: list[str] | None = None) -> None:
                        help="ask for the option's letter or its text copied out (LongHealthQA-v0 answer_format; "
                             "text answers need --max-new-tokens ~40)")
     model.add_argument("--device", default="cpu")
+    model.add_argument("--dtype", nargs="+", choices=DTYPES, default=["float32"],
+                       help="the distiller's precision; several: the stage once per dtype (default float32)")
     model.add_argument("--teacher-warmup", action="store_true",
                        help="teach a pretrained model the task first (LoRA SFT with documents, cached; a tiny model "
                             "always gets it): SmolLM2-135M does not answer without it")
@@ -448,7 +459,12 @@ def main(argv: list[str] | None = None) -> None:
     if args.stage == "teacher" and args.quick:
         args.questions, args.max_new_tokens = 2, 4
     set_torch_threads(1)
-    {"run": run, "teacher": teacher, "report": report}[args.stage](args)
+    stage = {"run": run, "teacher": teacher, "report": report}[args.stage]
+    if args.stage == "report":
+        stage(args)
+        return
+    for dtype in dict.fromkeys(args.dtype):
+        stage(argparse.Namespace(**{**vars(args), "dtype": dtype}))
 
 
 if __name__ == "__main__":

@@ -1,27 +1,40 @@
-"""float32 vs bfloat16 for the LLM stack's learner: LoRA forward + backward of a causal LM, side by side.
+"""float32 vs bfloat16 for the LLM stack: the learner's LoRA forward + backward, and a whole DAPO step.
 
-The model is loaded once; the float32 figure is measured first, then its frozen weights are cast to bf16 in
+``learner``: the model is loaded once; the float32 figure is measured first, then its frozen weights are cast to bf16 in
 place (:func:`worldgym.precision.cast_for_training`; LoRA stays float32) and the same batches are timed under
 autocast, as ``GRPOTrainer``/``sft_train`` run them with ``dtype="bfloat16"``. Each figure is the median of
 ``--repeats`` timed passes after a warm-up; ``loss_gap`` is the relative difference of the two precisions'
-losses on the same batch.
+losses on the same batch. The default shape, one sequence of 3,072 tokens with the last quarter trained, is a
+CSR difficulty-3 episode's (~3,000 tokens, the model's replies a minority of them).
 
-    OMP_WAIT_POLICY=PASSIVE python benchmarks/llm_precision.py --model smollm2-135m --threads 1
-    OMP_WAIT_POLICY=PASSIVE python benchmarks/llm_precision.py --quick      # tiny model, seconds
+``dapo-step``: one DAPO step of the model's CSR preset (its shipped warm start, CSRPhone-v0 at ``--difficulty``,
+``--prompts`` x ``--group-size`` episodes at temperature 0.5, dynamic sampling) in each ``--dtypes``: rollout,
+update and step seconds, and under bf16 the engine-vs-learner logprob gap.
 
-Writes ``llm_precision.json`` (``llm_precision_<model>.json`` for a model other than tiny) to
-``benchmarks/results/`` (``--results-dir``). The default shape, 2 sequences of 3,072 tokens with the last
-quarter trained, is a CSR difficulty-3 episode's (~3,000 tokens, the model's replies a minority of them).
+``sft``: the model's CSR warm start (the preset's SFT recipe, expert chats at d1-d3) trained in bf16 from
+scratch, timed, then greedy validation success at ``--difficulties`` for it (in bf16) and for the float32 warm
+start (cached or shipped, in float32) on the same seeds.
+
+    OMP_WAIT_POLICY=PASSIVE python benchmarks/llm_precision.py learner --model smollm2-135m --threads 1
+    OMP_WAIT_POLICY=PASSIVE python benchmarks/llm_precision.py sft --model smollm2-135m --threads 2
+    OMP_WAIT_POLICY=PASSIVE python benchmarks/llm_precision.py dapo-step --model smollm2-135m --dtypes bfloat16
+    OMP_WAIT_POLICY=PASSIVE python benchmarks/llm_precision.py learner --quick      # tiny model, seconds
+
+Both write into ``llm_precision.json`` (``llm_precision_<model>.json`` for a model other than tiny) in
+``benchmarks/results/`` (``--results-dir``), each under its own key, keeping the other's figures.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import statistics
 import sys
+import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -85,17 +98,79 @@ def measure(model: PreTrainedModel, dtype: torch.dtype, data: tuple[torch.Tensor
             "all_seconds": [t for t, _ in timed]}
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], parents=[results_parser()])
-    parser.add_argument("--model", default="smollm2-135m", help="'tiny' or a name for load_chat_model")
-    parser.add_argument("--rows", type=int, default=2)
-    parser.add_argument("--length", type=int, default=3072)
-    parser.add_argument("--trained", type=float, default=0.25, help="share of positions with a target")
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
-    args = parser.parse_args(argv)
+def dapo_step(model: str, dtype: str, difficulty: int, prompts: int, group_size: int, quick: bool
+              ) -> dict[str, float]:
+    """One DAPO step of ``model``'s CSR preset in ``dtype``; the step's timings and precision metrics."""
+    from worldgym.agents.grpo import GRPOTrainer
+    from worldgym.agents.grpo.presets import CSR_PRESETS
+    from worldgym.agents.llm.warm_start import load_or_train_warm_start
+
+    preset = CSR_PRESETS[model]
+    warm = load_or_train_warm_start(preset.warm_start)
+    with tempfile.TemporaryDirectory() as run_dir:
+        config = preset.grpo_config(difficulty, dtype=dtype, num_steps=1, eval_every=0, temperature=0.5,
+                                    prompts_per_step=prompts, group_size=group_size, output_dir=run_dir,
+                                    progress=False, **({"max_new_tokens": 16, "max_turns": 2} if quick else {}))
+        trainer = GRPOTrainer(config, model=warm.model, tokenizer=warm.tokenizer,
+                              make_engine=lambda policy: preset.engine(policy, warm.tokenizer))
+        row = trainer.train_step()
+    keys = ("time/rollout_s", "time/update_s", "time/step_s", "rollout/episodes_sampled", "rollout/success_rate",
+            "rollout/model_tokens", "precision/logprob_gap_mean", "precision/logprob_gap_max",
+            "loss/ratio_first_minibatch", "loss/skipped_update")
+    return {key: row[key] for key in keys if key in row}
+
+
+def sft_in_bf16(args: argparse.Namespace) -> dict[str, Any]:
+    """Train the preset's warm start in bf16 (cached in ``runs/warm_starts``), then validate it and the float32
+    one at each difficulty."""
+    from benchmarks.csr_policy import evaluate
+    from worldgym.agents.grpo.presets import CSR_PRESETS
+    from worldgym.agents.llm.warm_start import load_or_train_warm_start
+
+    reference = CSR_PRESETS[args.model].warm_start
     if args.quick:
+        reference = replace(reference, difficulties=(1,), episodes_per_difficulty=4, epochs=1)
+    cache = results_dir(args) / "runs" / "warm_starts" if args.quick else Path("runs/warm_starts")
+    start = time.perf_counter()
+    half = load_or_train_warm_start(replace(reference, dtype="bfloat16"), cache_dir=cache, progress=False)
+    out: dict[str, Any] = {"sft_seconds": time.perf_counter() - start, "sft_summary_seconds":
+                           half.summary["seconds"], "loss_first": half.summary["loss_first"],
+                           "loss_last": half.summary["loss_last"], "validation": {}}
+    full = load_or_train_warm_start(reference, cache_dir=cache, progress=False)
+    for name, warm in (("bfloat16", half), ("float32", full)):
+        out["validation"][name] = {
+            f"d{d}": evaluate(warm, args.model, d, args.episodes, CSR_PRESETS[args.model].decoding)
+            for d in args.difficulties}
+        print(name, out["validation"][name])
+    return out
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    modes = parser.add_subparsers(dest="mode", required=True)
+    learner = modes.add_parser("learner", parents=[results_parser()], help="LoRA forward + backward")
+    learner.add_argument("--rows", type=int, default=1)
+    learner.add_argument("--length", type=int, default=3072)
+    learner.add_argument("--trained", type=float, default=0.25, help="share of positions with a target")
+    learner.add_argument("--repeats", type=int, default=3)
+    step = modes.add_parser("dapo-step", parents=[results_parser()], help="one DAPO step of the CSR preset")
+    step.add_argument("--dtypes", nargs="+", choices=["float32", "bfloat16"], default=["float32", "bfloat16"])
+    step.add_argument("--difficulty", type=int, default=3)
+    step.add_argument("--prompts", type=int, default=2)
+    step.add_argument("--group-size", type=int, default=8)
+    sft = modes.add_parser("sft", parents=[results_parser()], help="the CSR warm start's SFT in bf16")
+    sft.add_argument("--difficulties", type=int, nargs="+", default=[1, 2])
+    sft.add_argument("--episodes", type=int, default=16, help="validation episodes per difficulty")
+    for mode in (learner, step, sft):
+        mode.add_argument("--model", default="smollm2-135m", help="'tiny' or a name for load_chat_model")
+        mode.add_argument("--threads", type=int, default=torch.get_num_threads())
+    args = parser.parse_args(argv)
+    if args.quick and args.mode == "learner":
         args.model, args.rows, args.length, args.repeats = "tiny", 2, 128, 1
+    if args.quick and args.mode == "dapo-step":
+        args.model, args.prompts, args.group_size = "tiny", 1, 2
+    if args.quick and args.mode == "sft":
+        args.model, args.difficulties, args.episodes = "tiny", [1], 2
     return args
 
 
@@ -108,6 +183,32 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
             print(f"skipped: {args.model} is not installed here (see worldgym.agents.llm.pretrained)")
             return None
     torch.set_num_threads(args.threads)
+    name = "llm_precision" + ("" if args.model == "tiny" else "_" + args.model.split("-")[0])
+    path = results_dir(args) / f"{name}.json"
+    results = json.loads(path.read_text()) if path.is_file() else {}
+    results |= {"model": args.model, "cpu_native_bf16": cpu_supports_bf16(), "python": platform.python_version(),
+                "torch": torch.__version__, "cpu_count": os.cpu_count()}
+    if args.mode == "learner":
+        results["learner"] = run_learner(args)
+    elif args.mode == "sft":
+        results["sft"] = sft_in_bf16(args)
+    else:
+        results["dapo_step"] = run_dapo_step(args)
+    write_json(path, results, indent=2)
+    return results
+
+
+def run_dapo_step(args: argparse.Namespace) -> dict[str, Any]:
+    figures = {}
+    for dtype in args.dtypes:
+        figures[dtype] = dapo_step(args.model, dtype, args.difficulty, args.prompts, args.group_size, args.quick)
+        print(dtype, {k: round(v, 4) for k, v in figures[dtype].items()})
+    return {"what": f"one DAPO step of the {args.model} CSR preset (shipped warm start), d{args.difficulty}, "
+                    f"{args.prompts} prompts x {args.group_size}, temperature 0.5",
+            "quick": args.quick, "threads": args.threads, "load_average": os.getloadavg()[0], "figures": figures}
+
+
+def run_learner(args: argparse.Namespace) -> dict[str, Any]:
     model, _ = load(args.model)
     model.train()
     data = batch(model.get_input_embeddings().weight.shape[0], args.rows, args.length, args.trained)
@@ -121,17 +222,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     for name, row in figures.items():
         print(f"{name:>9} {row['seconds']:>8.2f} {row['tokens_per_s']:>9.0f} {row['loss']:>8.4f}")
     print(f"bf16 speed-up {speedup:.2f}x, relative loss gap {loss_gap:.1e}")
-    results = {
+    return {
         "what": "LoRA (r16, all linear layers) forward + backward through score_tokens, float32 vs bf16",
-        "model": args.model, "quick": args.quick,
+        "quick": args.quick,
         "settings": {k: getattr(args, k) for k in ("rows", "length", "trained", "repeats", "threads")},
-        "figures": figures, "bf16_speedup": speedup, "loss_gap": loss_gap,
-        "cpu_native_bf16": cpu_supports_bf16(), "python": platform.python_version(), "torch": torch.__version__,
-        "cpu_count": os.cpu_count(), "load_average": os.getloadavg()[0],
+        "figures": figures, "bf16_speedup": speedup, "loss_gap": loss_gap, "load_average": os.getloadavg()[0],
     }
-    name = "llm_precision" + ("" if args.model == "tiny" else "_" + args.model.split("-")[0])
-    write_json(results_dir(args) / f"{name}.json", results, indent=2)
-    return results
 
 
 if __name__ == "__main__":

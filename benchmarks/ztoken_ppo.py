@@ -3,9 +3,12 @@ over several seeds, with Stable-Baselines3 PPO (MLP policy) on the same env and 
 
     python benchmarks/ztoken_ppo.py           # 3 seeds, CPU (~15-25 min on 2 shared cores)
     python benchmarks/ztoken_ppo.py --quick   # smoke run: seed 0, tiny budgets (seconds)
+    python benchmarks/ztoken_ppo.py --dtype float32 bfloat16   # the whole benchmark once per precision
 
 Prints a table; writes ztoken_ppo.json and ztoken_ppo.png (exact match vs env steps) to benchmarks/results/
-(``--results-dir``).
+(``--results-dir``). ``--dtype`` sets the PPO phase's precision (``ZTokenPPOConfig.dtype``; the warm start and
+the supervised control stay float32): float32 writes ztoken_ppo.json / .png, another dtype
+ztoken_ppo_<dtype>.json / .png of the same shape.
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a file: f
 from benchmarks.common import portable, results_dir, results_parser, write_json
 
 ENV_ID = "ZTokenDigits-v0"
+DTYPES = ("float32", "bfloat16")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -60,6 +64,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--lr", type=float, default=3e-4)
     parser.add_argument("--eval-episodes", type=int, default=512)
     parser.add_argument("--eval-every", type=int, default=2)
+    parser.add_argument("--dtype", nargs="+", choices=DTYPES, default=["float32"],
+                        help="the PPO phase's precision; several: the benchmark once per dtype (default float32)")
     args = parser.parse_args(argv)
     if args.seeds is None:
         args.seeds = [0] if args.quick else [0, 1, 2]
@@ -123,9 +129,10 @@ def run_supervised_control(
 
 
 def run_seed(
-    seed: int, env_kwargs: dict[str, Any], args: argparse.Namespace, workdir: Path
+    seed: int, env_kwargs: dict[str, Any], args: argparse.Namespace, workdir: Path, dtype: str = "float32"
 ) -> dict[str, Any]:
-    """Warm start, PPO (evaluated along the way), supervised control, SB3 baseline; this seed's figures."""
+    """Warm start, PPO in ``dtype`` (evaluated along the way), supervised control, SB3 baseline; this seed's
+    figures."""
     start = time.perf_counter()
     policy, encoder = build_policy(ZTokenModelConfig(seed=seed), ZTokenVocab(env_kwargs["num_z_tokens"]))
     warm_start(
@@ -146,7 +153,8 @@ def run_seed(
         eval_every=args.eval_every,
         log_rollouts=False,
         progress=False,
-        output_dir=str(workdir / f"ppo{seed}"),
+        output_dir=str(workdir / f"ppo{seed}-{dtype}"),
+        dtype=dtype,
     )
     trainer = ZTokenPPOTrainer(config)
     start = time.perf_counter()
@@ -173,6 +181,7 @@ def run_seed(
         "sb3": sb3_curve[-1],
         "sb3_curve": sb3_curve,
         "seconds": {"warm_start": warm_s, "ppo": ppo_s, "sb3": sb3_s},
+        "ppo_update_seconds": [line["time/update_s"] for line in lines if "time/update_s" in line],
     }
 
 
@@ -240,13 +249,19 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     torch.set_num_threads(1)
     env_kwargs = {"num_z_tokens": 8, "max_new_tokens": 8, "operand_digits": args.operand_digits}
+    for dtype in dict.fromkeys(args.dtype):
+        run_dtype(args, env_kwargs, dtype)
+
+
+def run_dtype(args: argparse.Namespace, env_kwargs: dict[str, Any], dtype: str) -> None:
+    """Every seed with PPO in ``dtype``; writes the results JSON and PNG (named after a dtype other than float32)."""
     runs = []
     with tempfile.TemporaryDirectory() as tmp:
         for seed in args.seeds:
-            run = run_seed(seed, env_kwargs, args, Path(tmp))
+            run = run_seed(seed, env_kwargs, args, Path(tmp), dtype)
             runs.append(run)
             print(
-                f"seed {seed}: exact match warm {run['warm_start']['eval/exact_match']:.3f} -> PPO "
+                f"[{dtype}] seed {seed}: exact match warm {run['warm_start']['eval/exact_match']:.3f} -> PPO "
                 f"{run['ppo']['eval/exact_match']:.3f} | supervised control "
                 f"{run['supervised_control']['eval/exact_match']:.3f} | "
                 f"SB3 {run['sb3']['eval/exact_match']:.3f} | "
@@ -264,15 +279,17 @@ def main(argv: list[str] | None = None) -> None:
     report = {
         "quick": args.quick,
         "settings": vars(args),  # write_json stores the results folder relative to the repository
+        "dtype": dtype,
         "env_kwargs": env_kwargs,
         "machine": platform.platform(),
         "torch_threads": torch.get_num_threads(),
         "summary": summary,
         "runs": runs,
     }
-    write_json(out / "ztoken_ppo.json", report)
-    plot(runs, out / "ztoken_ppo.png")
-    print(f"wrote {portable(out / 'ztoken_ppo.png')}")
+    name = "ztoken_ppo" if dtype == "float32" else f"ztoken_ppo_{dtype}"
+    write_json(out / f"{name}.json", report)
+    plot(runs, out / f"{name}.png")
+    print(f"wrote {portable(out / f'{name}.png')}")
 
 
 if __name__ == "__main__":

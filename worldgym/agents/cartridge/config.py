@@ -8,6 +8,7 @@ from typing import Any, Literal
 from worldgym.agents.cartridge.losses import KLKind
 from worldgym.agents.llm.models import TINY_SIZES
 from worldgym.config import check_choice, check_device, check_field, check_positive_int, check_range
+from worldgym.precision import Precision, check_precision
 
 __all__ = ["CartridgeDistillConfig", "DistillMode"]
 
@@ -72,6 +73,12 @@ class CartridgeDistillConfig:
         checkpoint_every: steps between checkpoints (0 = only at the end).
         seed: seeds the cartridge's random init, sampling and question order (not the warm-up: warmup_seed).
         device: "cpu", "cuda" or "cuda:N".
+        dtype: compute precision, "float32", "bfloat16" or "auto" (bfloat16 where the device computes it natively;
+            :mod:`worldgym.precision`). Under bfloat16 the frozen model's weights are stored in bfloat16 (in place,
+            after any teacher warm-up, which trains in float32), the cartridge and its Adam state stay float32
+            (cast to the model's dtype when its KV is handed to the model), the teacher's and the student's
+            forwards and sampling run under autocast, and the distillation loss is computed in float32. The
+            resolved dtype is logged in every metrics row (``dtype``) and stored in checkpoints.
         cpu_mmap_threshold: on the CPU, the trainer asks glibc to map every allocation of at least this many
             bytes on its own (:func:`worldgym.agents.llm.allocator.map_large_allocations`, process-wide; e.g.
             ``DEFAULT_MMAP_THRESHOLD``): freed activations then leave the process instead of piling up in
@@ -110,6 +117,7 @@ class CartridgeDistillConfig:
     checkpoint_every: int = 0
     seed: int = 0
     device: str = "cpu"
+    dtype: Precision = "float32"
     cpu_mmap_threshold: int | None = None
     progress: bool = True
 
@@ -134,6 +142,7 @@ class CartridgeDistillConfig:
         if self.warmup_batch_size is not None:
             check_positive_int("warmup_batch_size", self.warmup_batch_size)
         check_device("device", self.device)
+        check_precision("dtype", self.dtype)
         if self.cpu_mmap_threshold is not None:
             check_positive_int("cpu_mmap_threshold", self.cpu_mmap_threshold)
         check_field(self.teacher_warmup is not False or self.model not in TINY_SIZES, "teacher_warmup",

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import time
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -50,6 +51,7 @@ from worldgym.agents.llm.warm_start import WarmStartConfig, load_or_train_warm_s
 from worldgym.checkpointing import load_checkpoint, resolve_checkpoint, save_checkpoint
 from worldgym.errors import CartridgeError, CheckpointError
 from worldgym.jsonl import append_jsonl, read_jsonl, truncate_jsonl
+from worldgym.precision import autocast, cast_for_training, dtype_name, resolve_dtype
 
 __all__ = ["CartridgeDistillTrainer", "teacher_warm_start_config"]
 
@@ -84,7 +86,8 @@ class CartridgeDistillTrainer:
     Args:
         config: the settings.
         model, tokenizer: the frozen model (default: the teacher warm-up of a tiny ``config.model``, or the
-            pretrained ``config.model``); it is never changed.
+            pretrained ``config.model``); its weights are never trained (under ``config.dtype`` bfloat16 they are
+            stored in bfloat16, in place).
 
     The run folder gets ``metrics.jsonl``, ``checkpoint-last`` (cartridge, Adam state, RNG, step) and, at the
     end of :meth:`train`, ``cartridge/`` (:meth:`Cartridge.save`).
@@ -99,11 +102,12 @@ class CartridgeDistillTrainer:
         self.config = config
         map_large_allocations_on_cpu(config.device, config.cpu_mmap_threshold)
         self.patient_id = config.patient_id or self._default_patient()
+        self.dtype = resolve_dtype(config.dtype, config.device)  # what "auto" means on this machine
         self.model, self.tokenizer = self._model_and_tokenizer(model, tokenizer)
-        self.model.requires_grad_(False).eval().to(config.device)
+        cast_for_training(self.model.requires_grad_(False).eval().to(config.device), self.dtype)
         self.documents = patient_documents(config.env_id, config.env_kwargs, self.patient_id)
         self._check_documents_fit()
-        self.cartridge = self._new_cartridge().to(config.device)
+        self.cartridge = self._new_cartridge().to(config.device, torch.float32)  # trained: float32 in any dtype
         self.optimizer = torch.optim.Adam(self.cartridge.parameters(), lr=config.learning_rate)
         pad, eos = self.tokenizer.pad_token_id, [self.tokenizer.eos_token_id]
         self.student_engine = HFEngine(self.model, pad, eos, cartridge=self.cartridge)
@@ -115,9 +119,7 @@ class CartridgeDistillTrainer:
         self._offline: dict[int, list[Episode]] = {}
         self._references: dict[str, _Reference] = {}  # split -> the frozen model's held-out figures
         self.documents_prefix_ids = self._documents_prefix_ids()
-        self.documents_prefix = (Cartridge.from_token_ids(self.model, self.documents_prefix_ids,
-                                                          num_frozen=len(self.documents_prefix_ids)).to(config.device)
-                                 if self.documents_prefix_ids else None)
+        self.documents_prefix = self._documents_prefix()
         self.rng = np.random.default_rng(config.seed)
         self.step = 0
         self.output_dir = Path(config.output_dir)
@@ -137,7 +139,7 @@ class CartridgeDistillTrainer:
             # a pretrained model's adapter is merged in: the frozen teacher and student are one plain model
             model = warm.model.merge_and_unload() if isinstance(warm.model, PeftModel) else warm.model
             return model, warm.tokenizer
-        loaded = load_chat_model(self.config.model)
+        loaded = load_chat_model(self.config.model, dtype=self.dtype)  # stored in the compute dtype from the start
         return loaded.model, loaded.tokenizer
 
     def _default_patient(self) -> str:
@@ -182,8 +184,23 @@ class CartridgeDistillTrainer:
     def _new_cartridge(self) -> Cartridge:
         c = self.config
         if c.init == "text":
-            return Cartridge.from_text(self.model, self.tokenizer, self.documents, c.num_tokens, c.num_frozen_tokens)
+            with self.autocast():
+                return Cartridge.from_text(self.model, self.tokenizer, self.documents, c.num_tokens,
+                                           c.num_frozen_tokens)
         return Cartridge.random(self.model, c.num_tokens, c.num_frozen_tokens, seed=c.seed)
+
+    def _documents_prefix(self) -> Cartridge | None:
+        """The documents' KV as an all-frozen cartridge (kept in the model's dtype), or None without a prefix."""
+        if not self.documents_prefix_ids:
+            return None
+        with self.autocast():
+            prefix = Cartridge.from_token_ids(self.model, self.documents_prefix_ids,
+                                              num_frozen=len(self.documents_prefix_ids))
+        return prefix.to(self.config.device)
+
+    def autocast(self) -> AbstractContextManager:
+        """The forward passes' autocast context for ``config.dtype`` (a no-op in float32)."""
+        return autocast(self.dtype, self.config.device)
 
     def _collector(self, engine: HFEngine, split: str, documents: str) -> RolloutCollector:
         c = self.config
@@ -275,8 +292,9 @@ class CartridgeDistillTrainer:
         batch = collate_episodes(episodes, self.tokenizer.pad_token_id)
         device = self.config.device
         ids, mask = batch["input_ids"].to(device), batch["action_mask"].to(device)
-        scored = score_tokens(self.model, ids, batch["attention_mask"].to(device), mask,
-                              group_ids=batch["group_ids"].to(device), cartridge=cartridge)
+        with self.autocast():
+            scored = score_tokens(self.model, ids, batch["attention_mask"].to(device), mask,
+                                  group_ids=batch["group_ids"].to(device), cartridge=cartridge)
         return scored, ids[:, 1:][mask.bool()]
 
     def _prompt(self, seed: int, documents: str) -> list[int]:
@@ -306,7 +324,8 @@ class CartridgeDistillTrainer:
         kl_cartridge = distillation_loss(reference.teacher_logits,
                                          self._score(reference.students, self.cartridge)[0].logits)[1]
         document_tokens = len(self._prompt(0, "full")) - len(self._prompt(0, "none"))
-        full_bytes = document_tokens * kv_bytes_per_token(self.model)
+        token_bytes = kv_bytes_per_token(self.model)  # at the model's dtype, which the cartridge is served in
+        full_bytes = document_tokens * token_bytes
         return {
             "eval/accuracy_none": _accuracy(reference.none),
             "eval/accuracy_cartridge": _accuracy(with_cartridge),
@@ -316,7 +335,7 @@ class CartridgeDistillTrainer:
             "eval/questions": float(len(reference.teacher)),
             "eval/cartridge_bytes": float(self.cartridge.nbytes),
             "eval/documents_kv_bytes": float(full_bytes),
-            "eval/memory_ratio": full_bytes / self.cartridge.nbytes,
+            "eval/memory_ratio": full_bytes / (self.cartridge.num_tokens * token_bytes),
             "eval/tokens_per_s_cartridge": cartridge_tps,
             "eval/tokens_per_s_documents": reference.teacher_tokens_per_s,
         }
@@ -348,6 +367,7 @@ class CartridgeDistillTrainer:
 
     # ---------------------------------------------------------------- logging and checkpoints
     def _log(self, metrics: dict[str, Any]) -> None:
+        metrics["dtype"] = dtype_name(self.dtype)
         self.history.append(metrics)
         append_jsonl(self.output_dir / "metrics.jsonl", metrics)
         if self.config.progress and "eval/accuracy_cartridge" in metrics:
@@ -359,7 +379,7 @@ class CartridgeDistillTrainer:
     def save(self, path: str | Path) -> Path:
         """Cartridge + Adam state (safetensors) and step, RNG, patient and config (JSON)."""
         state = {"step": self.step, "rng": self.rng.bit_generator.state, "config": self.config.to_dict(),
-                 "patient_id": self.patient_id, "cartridge": self.cartridge.metadata()}
+                 "patient_id": self.patient_id, "cartridge": self.cartridge.metadata(), "dtype": dtype_name(self.dtype)}
         return save_checkpoint(path, self.cartridge.tensors(), state, self.optimizer)
 
     def load(self, path: str | Path) -> None:

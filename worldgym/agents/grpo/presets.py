@@ -14,6 +14,7 @@ from worldgym.agents.llm.allocator import DEFAULT_MMAP_THRESHOLD
 from worldgym.agents.llm.engines import HFEngine
 from worldgym.agents.llm.tokenizer import WORLD_MODEL_TOKENS
 from worldgym.agents.llm.warm_start import WarmStartConfig
+from worldgym.precision import Precision
 
 __all__ = ["CSR_PRESETS", "CSRPreset", "at_difficulty", "csr_engine"]
 
@@ -60,6 +61,7 @@ class CSRPreset:
             for every running episode's conversation, or early rows are evicted and re-prefilled).
         microbatch_size, activation_checkpointing, cpu_mmap_threshold: the learner's memory settings
             (``GRPOConfig``).
+        dtype: the precision of rollouts and updates (``GRPOConfig.dtype``).
     """
 
     warm_start: WarmStartConfig
@@ -75,6 +77,7 @@ class CSRPreset:
     microbatch_size: int = 0
     activation_checkpointing: bool = False
     cpu_mmap_threshold: int | None = None
+    dtype: Precision = "float32"
 
     def engine(self, model: Any, tokenizer: Any) -> HFEngine:
         """The rollout engine: batched, each episode's KV cache kept across turns."""
@@ -101,6 +104,7 @@ class CSRPreset:
             "microbatch_size": self.microbatch_size,
             "activation_checkpointing": self.activation_checkpointing,
             "cpu_mmap_threshold": self.cpu_mmap_threshold,
+            "dtype": self.dtype,
             "loss_aggregation": "token_mean",
             "eps_low": 0.2,
             "eps_high": 0.28,

@@ -6,6 +6,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, get_args
 
 from worldgym.config import check_choice, check_field, check_positive_int
+from worldgym.precision import Precision, check_precision
 
 DigitActions = Literal["sample", "greedy"]
 AdvantageMode = Literal["terminal", "gae"]
@@ -167,6 +168,17 @@ class ZTokenPPOConfig:
         output_dir (str): where metrics, rollouts and checkpoints go.
         seed (int): seeds env resets, sampling and minibatch shuffling.
         device (str): torch device for the policy, e.g. ``"cuda"``; sampling uses a generator on that device.
+        dtype (Literal["auto", "float32", "bfloat16"]): compute precision (:mod:`worldgym.precision`). Under
+            bfloat16, frozen weights (if any) are stored in bfloat16, trainable ones (the LM, which PPO trains in
+            full, and the heads) and the Adam state stay float32, and rollouts, evaluations and the update's
+            forward run under autocast; log-probs, values, losses and advantages stay float32. "auto":
+            bfloat16 where the device computes it natively. The resolved dtype is logged in every metrics row
+            (``dtype``) and stored in checkpoints.
+        recompute_old_logprobs (bool | None): recompute the rollout's log-probs with the update's own forward
+            (the first epoch's minibatches) before the first update of each rollout, so the first minibatch's
+            ratio is exactly 1; logs the mean and max gap to the rollout's (``precision/logprob_gap_mean|max``).
+            None: on under bfloat16 (the rollout batches its steps otherwise than the update, and bf16 kernels
+            may round other batch shapes differently), off in float32.
         progress (bool): show a tqdm bar.
     """
 
@@ -199,6 +211,8 @@ class ZTokenPPOConfig:
     output_dir: str = "runs/ztoken_ppo"
     seed: int = 0
     device: str = "cpu"
+    dtype: Precision = "float32"
+    recompute_old_logprobs: bool | None = None
     progress: bool = True
 
     def __post_init__(self) -> None:
@@ -245,6 +259,13 @@ class ZTokenPPOConfig:
         check_choice("eval_token_decoding", self.eval_token_decoding, get_args(TokenDecoding))
         check_field(
             isinstance(self.env_kwargs, dict), "env_kwargs", self.env_kwargs, "use a dict of gym.make kwargs"
+        )
+        check_precision("dtype", self.dtype)
+        check_field(
+            self.recompute_old_logprobs is None or isinstance(self.recompute_old_logprobs, bool),
+            "recompute_old_logprobs",
+            self.recompute_old_logprobs,
+            "use True, False or None (on under bfloat16)",
         )
 
     def to_dict(self) -> dict[str, Any]:

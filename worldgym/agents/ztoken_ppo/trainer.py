@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,7 @@ from worldgym.agents.ztoken_ppo.encoding import ObservationEncoder
 from worldgym.agents.ztoken_ppo.evaluate import episode_metrics, evaluate_policy
 from worldgym.agents.ztoken_ppo.factory import build_policy
 from worldgym.agents.ztoken_ppo.loss import episode_advantages, ppo_loss
-from worldgym.agents.ztoken_ppo.model import ZTokenPolicy, joint_entropy, joint_log_prob
+from worldgym.agents.ztoken_ppo.model import PolicyOutput, ZTokenPolicy, joint_entropy, joint_log_prob
 from worldgym.agents.ztoken_ppo.rollout import (
     ZTokenEpisode,
     check_same_step,
@@ -32,6 +33,7 @@ from worldgym.agents.ztoken_ppo.rollout import (
     ztoken_vector_env,
 )
 from worldgym.jsonl import append_jsonl, read_jsonl, truncate_jsonl
+from worldgym.precision import autocast, cast_for_training, dtype_name, resolve_dtype
 
 CHECKPOINT_DIR = "checkpoint"
 METRICS_FILE = "metrics.jsonl"
@@ -44,7 +46,8 @@ class ZTokenPPOTrainer:
     Args:
         config: the settings.
         policy, encoder: the policy to train and its observation encoder (both or neither); default: loaded
-            from ``config.init_checkpoint`` when set, else built from ``config.model``.
+            from ``config.init_checkpoint`` when set, else built from ``config.model``. Under bfloat16
+            (``config.dtype``) the policy's frozen weights, if any, are cast to bfloat16 in place.
 
     >>> from worldgym.agents.ztoken_ppo import ZTokenModelConfig
     >>> config = ZTokenPPOConfig(env_kwargs={"num_z_tokens": 4, "max_new_tokens": 4, "operand_digits": 1},
@@ -84,7 +87,8 @@ class ZTokenPPOTrainer:
                 f"policy has {len(policy.action_token_ids) - 1} Z tokens, env has "
                 f"{self.vocab.num_z_tokens}: set env_kwargs['num_z_tokens'] to match the checkpoint"
             )
-        self.policy.to(config.device)
+        self.dtype = resolve_dtype(config.dtype, config.device)
+        cast_for_training(self.policy.to(config.device), self.dtype)
         self.optimizer = torch.optim.Adam(policy.parameters(), lr=config.lr)
         self.generator = torch.Generator(device=config.device).manual_seed(config.seed)
         self.rollout_index = 0
@@ -100,6 +104,17 @@ class ZTokenPPOTrainer:
         return build_policy(self.config.model, self.vocab)
 
     @property
+    def recomputes_old_logprobs(self) -> bool:
+        """Whether each update recomputes the rollout's log-probs first (``config.recompute_old_logprobs``;
+        by default only under bfloat16)."""
+        setting = self.config.recompute_old_logprobs
+        return self.dtype != torch.float32 if setting is None else setting
+
+    def autocast(self) -> AbstractContextManager:
+        """The forward passes' autocast context for ``config.dtype`` (a no-op in float32)."""
+        return autocast(self.dtype, self.config.device)
+
+    @property
     def checkpoint_path(self) -> Path:
         """Where this run's latest checkpoint lives."""
         return self.output_dir / CHECKPOINT_DIR
@@ -111,6 +126,7 @@ class ZTokenPPOTrainer:
             "rollout_index": self.rollout_index,
             "env_steps": self.env_steps,
             "config": self.config.to_dict(),
+            "dtype": dtype_name(self.dtype),
         }
         return save_checkpoint(
             path or self.checkpoint_path,
@@ -141,17 +157,18 @@ class ZTokenPPOTrainer:
     def collect(self) -> list[ZTokenEpisode]:
         """One rollout of complete episodes with the current policy (sampled tokens, digits per config)."""
         seed = self.config.seed * 1_000_003 + self.rollout_index * self.config.num_envs
-        episodes, steps = collect_episodes(
-            self.policy,
-            self.encoder,
-            self.envs,
-            self.config.episodes_per_rollout // self.config.num_envs,
-            seed,
-            self.generator,
-            "sample",
-            self.config.digit_actions,
-            id_prefix=f"r{self.rollout_index}",
-        )
+        with self.autocast():
+            episodes, steps = collect_episodes(
+                self.policy,
+                self.encoder,
+                self.envs,
+                self.config.episodes_per_rollout // self.config.num_envs,
+                seed,
+                self.generator,
+                "sample",
+                self.config.digit_actions,
+                id_prefix=f"r{self.rollout_index}",
+            )
         self.env_steps += steps
         return episodes
 
@@ -179,7 +196,8 @@ class ZTokenPPOTrainer:
         }
 
     def update(self, episodes: list[ZTokenEpisode]) -> dict[str, float]:
-        """``update_epochs`` passes of clipped PPO over the rollout's steps, ``num_minibatches`` each."""
+        """``update_epochs`` passes of clipped PPO over the rollout's steps, ``num_minibatches`` each (the
+        rollout's log-probs recomputed first when :attr:`recomputes_old_logprobs`)."""
         cfg = self.config
         batch = {
             key: value.to(cfg.device) if key != "obs" else value
@@ -187,41 +205,75 @@ class ZTokenPPOTrainer:
         }
         num_steps = batch["tokens"].shape[0]
         size = -(-num_steps // cfg.num_minibatches)
-        include_digits = cfg.digit_actions == "sample"
         logs: list[dict[str, float]] = []
+        gaps: dict[str, float] = {}
         self.policy.train()
-        for _ in range(cfg.update_epochs):
+        for epoch in range(cfg.update_epochs):
             order = torch.randperm(num_steps, generator=self.generator, device=self.generator.device).cpu()
-            for start in range(0, num_steps, size):
-                idx = order[start : start + size]
-                out = self.policy(self.encoder.encode(batch["obs"][idx].numpy()))
-                idx = idx.to(cfg.device)
-                log_probs = joint_log_prob(
-                    out, batch["tokens"][idx], batch["digits"][idx], self.policy.answer_action, include_digits
-                )
-                entropy = joint_entropy(out, self.policy.answer_action, include_digits)
-                advantages = batch["advantages"][idx]
-                if cfg.normalize_advantages and idx.numel() > 1:
-                    advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
-                loss, parts = ppo_loss(
-                    log_probs,
-                    batch["logp_old"][idx],
-                    advantages,
-                    out.values,
-                    batch["returns"][idx],
-                    entropy,
-                    cfg.clip_eps,
-                    cfg.value_coef,
-                    cfg.entropy_coef,
-                )
-                self.optimizer.zero_grad()
-                loss.backward()
-                parts["losses/grad_norm"] = float(
-                    torch.nn.utils.clip_grad_norm_(self.policy.parameters(), cfg.max_grad_norm)
-                )
-                self.optimizer.step()
-                logs.append(parts)
-        return {key: float(np.mean([log[key] for log in logs])) for key in logs[0]}
+            minibatches = [order[start : start + size] for start in range(0, num_steps, size)]
+            if epoch == 0 and self.recomputes_old_logprobs:
+                gaps = self._recompute_old_logprobs(batch, minibatches)
+            for idx in minibatches:
+                logs.append(self._minibatch_step(batch, idx))
+        return {**{key: float(np.mean([log[key] for log in logs])) for key in logs[0]}, **gaps}
+
+    def _policy_log_probs(
+        self, obs: torch.Tensor, tokens: torch.Tensor, digits: torch.Tensor
+    ) -> tuple[PolicyOutput, torch.Tensor]:
+        """The update's forward on ``obs`` (under autocast): its output and the float32 log-probs of the actions."""
+        with self.autocast():
+            out = self.policy(self.encoder.encode(obs.numpy()))
+        include_digits = self.config.digit_actions == "sample"
+        return out, joint_log_prob(out, tokens, digits, self.policy.answer_action, include_digits)
+
+    @torch.no_grad()
+    def _recompute_old_logprobs(
+        self, batch: dict[str, torch.Tensor], minibatches: list[torch.Tensor]
+    ) -> dict[str, float]:
+        """Replace ``batch["logp_old"]`` by the update's forward over the same minibatches; return the mean and
+        max absolute gap to the rollout's log-probs."""
+        recomputed = batch["logp_old"].clone()
+        for idx in minibatches:
+            device_idx = idx.to(self.config.device)
+            _, log_probs = self._policy_log_probs(
+                batch["obs"][idx], batch["tokens"][device_idx], batch["digits"][device_idx]
+            )
+            recomputed[device_idx] = log_probs
+        gap = (recomputed - batch["logp_old"]).abs()
+        batch["logp_old"] = recomputed
+        return {
+            "precision/logprob_gap_mean": float(gap.mean()),
+            "precision/logprob_gap_max": float(gap.max()),
+        }
+
+    def _minibatch_step(self, batch: dict[str, torch.Tensor], idx: torch.Tensor) -> dict[str, float]:
+        """One clipped-PPO Adam step on the steps ``idx`` of ``batch``; the loss parts for logging."""
+        cfg = self.config
+        obs = batch["obs"][idx]
+        idx = idx.to(cfg.device)
+        out, log_probs = self._policy_log_probs(obs, batch["tokens"][idx], batch["digits"][idx])
+        entropy = joint_entropy(out, self.policy.answer_action, cfg.digit_actions == "sample")
+        advantages = batch["advantages"][idx]
+        if cfg.normalize_advantages and idx.numel() > 1:
+            advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+        loss, parts = ppo_loss(
+            log_probs,
+            batch["logp_old"][idx],
+            advantages,
+            out.values,
+            batch["returns"][idx],
+            entropy,
+            cfg.clip_eps,
+            cfg.value_coef,
+            cfg.entropy_coef,
+        )
+        self.optimizer.zero_grad()
+        loss.backward()
+        parts["losses/grad_norm"] = float(
+            torch.nn.utils.clip_grad_norm_(self.policy.parameters(), cfg.max_grad_norm)
+        )
+        self.optimizer.step()
+        return parts
 
     def evaluate(self, env: gym.Env | gym.vector.VectorEnv | None = None) -> dict[str, float]:
         """Held-out metrics (``eval/*``) of ``config.eval_episodes`` episodes (argmax digits, Z tokens as
@@ -235,17 +287,18 @@ class ZTokenPPOTrainer:
         if cfg.eval_episodes == 0:
             raise ValueError("config.eval_episodes is 0: set it to a multiple of num_envs to evaluate")
         envs = self._evaluation_envs(env)
-        return evaluate_policy(
-            self.policy,
-            self.encoder,
-            cfg.env_id,
-            cfg.env_kwargs,
-            cfg.eval_episodes,
-            cfg.num_envs,
-            cfg.eval_seed,
-            cfg.eval_token_decoding,
-            envs=envs,
-        )
+        with self.autocast():
+            return evaluate_policy(
+                self.policy,
+                self.encoder,
+                cfg.env_id,
+                cfg.env_kwargs,
+                cfg.eval_episodes,
+                cfg.num_envs,
+                cfg.eval_seed,
+                cfg.eval_token_decoding,
+                envs=envs,
+            )
 
     def _evaluation_envs(self, env: gym.Env | gym.vector.VectorEnv | None) -> gym.vector.VectorEnv | None:
         """``env`` as a checked vector env (a single env becomes a one-env vector env over it)."""
@@ -270,6 +323,7 @@ class ZTokenPPOTrainer:
         self.envs.close()
 
     def _log(self, metrics: dict[str, Any], episodes: list[ZTokenEpisode] | None) -> None:
+        metrics["dtype"] = dtype_name(self.dtype)
         self.history.append(metrics)
         append_jsonl(self.output_dir / METRICS_FILE, metrics)
         if episodes is not None and self.config.log_rollouts:
@@ -308,6 +362,7 @@ class ZTokenPPOTrainer:
             episodes = self.collect()
             collect_s = time.perf_counter() - start
             metrics = {**episode_metrics(episodes, "rollout"), **self.update(episodes)}
+            update_s = time.perf_counter() - start - collect_s
             self.rollout_index += 1
             last = self.rollout_index == cfg.num_rollouts
             if cfg.eval_episodes and (self.rollout_index % cfg.eval_every == 0 or last):
@@ -318,6 +373,7 @@ class ZTokenPPOTrainer:
                     "env_steps": self.env_steps,
                     "charts/lr": self.optimizer.param_groups[0]["lr"],
                     "time/collect_s": collect_s,
+                    "time/update_s": update_s,
                     "time/rollout_s": time.perf_counter() - start,
                 }
             )
