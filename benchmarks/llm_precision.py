@@ -1,6 +1,6 @@
 """float32 vs bfloat16 for the LLM stack: the learner's LoRA forward + backward, and a whole DAPO step.
 
-``learner``: the model is loaded once; the float32 figure is measured first, then its frozen weights are cast to bf16 in
+``learner``: the model is loaded once; float32 and bf16 passes take turns, the frozen weights cast to each in
 place (:func:`worldgym.precision.cast_for_training`; LoRA stays float32) and the same batches are timed under
 autocast, as ``GRPOTrainer``/``sft_train`` run them with ``dtype="bfloat16"``. Each figure is the median of
 ``--repeats`` timed passes after a warm-up; ``loss_gap`` is the relative difference of the two precisions'
@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from peft import LoraConfig, get_peft_model
 from transformers import PreTrainedModel
 
@@ -88,14 +89,45 @@ def step(model: PreTrainedModel, dtype: torch.dtype, ids: torch.Tensor, attentio
     return time.perf_counter() - start, loss.item()
 
 
-def measure(model: PreTrainedModel, dtype: torch.dtype, data: tuple[torch.Tensor, ...], repeats: int
-            ) -> dict[str, float]:
-    step(model, dtype, *data)  # warm-up
-    timed = [step(model, dtype, *data) for _ in range(repeats)]
-    seconds = statistics.median(t for t, _ in timed)
-    tokens = data[0].numel()
-    return {"seconds": seconds, "tokens_per_s": tokens / seconds, "loss": timed[0][1],
-            "all_seconds": [t for t, _ in timed]}
+def measure(model: PreTrainedModel, data: tuple[torch.Tensor, ...], repeats: int) -> dict[str, dict[str, Any]]:
+    """float32 and bf16 passes taking turns (the frozen weights cast before each, untimed), after a warm-up of
+    each; per dtype the median seconds, tokens/s and the loss."""
+    timed: dict[torch.dtype, list[tuple[float, float]]] = {torch.float32: [], torch.bfloat16: []}
+    for round_ in range(repeats + 1):
+        for dtype, results in timed.items():
+            cast_for_training(model, dtype)
+            result = step(model, dtype, *data)
+            if round_:  # round 0 warms up
+                results.append(result)
+    figures = {}
+    for dtype, results in timed.items():
+        seconds = statistics.median(t for t, _ in results)
+        figures[str(dtype).removeprefix("torch.")] = {
+            "seconds": seconds, "tokens_per_s": data[0].numel() / seconds, "loss": results[0][1],
+            "all_seconds": [t for t, _ in results]}
+    return figures
+
+
+def attention_ms(model: PreTrainedModel, length: int, repeats: int) -> dict[str, dict[str, float]]:
+    """One layer's causal attention (PyTorch's sdpa, as the model runs it) forward and backward at the model's
+    head shape over ``length`` tokens: median ms per dtype."""
+    config = model.config
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    shape = (1, config.num_attention_heads, length, head_dim)
+    out: dict[str, dict[str, float]] = {}
+    for dtype in (torch.float32, torch.bfloat16):
+        q, k, v = (torch.randn(shape, dtype=dtype, requires_grad=True) for _ in range(3))
+        forward, backward = [], []
+        for _ in range(repeats + 1):
+            start = time.perf_counter()
+            output = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            middle = time.perf_counter()
+            output.sum().backward()
+            forward.append(middle - start)
+            backward.append(time.perf_counter() - middle)
+        out[str(dtype).removeprefix("torch.")] = {"forward_ms": 1000 * statistics.median(forward[1:]),
+                                                  "backward_ms": 1000 * statistics.median(backward[1:])}
+    return out
 
 
 def dapo_step(model: str, dtype: str, difficulty: int, prompts: int, group_size: int, quick: bool
@@ -212,17 +244,22 @@ def run_learner(args: argparse.Namespace) -> dict[str, Any]:
     model, _ = load(args.model)
     model.train()
     data = batch(model.get_input_embeddings().weight.shape[0], args.rows, args.length, args.trained)
-    figures = {}
-    for dtype in (torch.float32, torch.bfloat16):
-        cast_for_training(model, dtype)
-        figures[str(dtype).removeprefix("torch.")] = measure(model, dtype, data, args.repeats)
+    figures = measure(model, data, args.repeats)
+    attention = attention_ms(model, args.length, args.repeats)
+    layers = model.config.num_hidden_layers
     speedup = figures["float32"]["seconds"] / figures["bfloat16"]["seconds"]
     loss_gap = abs(figures["bfloat16"]["loss"] - figures["float32"]["loss"]) / abs(figures["float32"]["loss"])
     print(f"{'dtype':>9} {'s/pass':>8} {'tokens/s':>9} {'loss':>8}")
     for name, row in figures.items():
         print(f"{name:>9} {row['seconds']:>8.2f} {row['tokens_per_s']:>9.0f} {row['loss']:>8.4f}")
     print(f"bf16 speed-up {speedup:.2f}x, relative loss gap {loss_gap:.1e}")
+    for name, row in attention.items():
+        share = layers * (row["forward_ms"] + row["backward_ms"]) / 1000 / figures[name]["seconds"]
+        row["share_of_pass"] = share
+        print(f"{name} attention per layer: forward {row['forward_ms']:.1f} ms, backward {row['backward_ms']:.1f} ms "
+              f"(x{layers} layers = {100 * share:.0f}% of the pass)")
     return {
+        "attention_per_layer": attention,
         "what": "LoRA (r16, all linear layers) forward + backward through score_tokens, float32 vs bf16",
         "quick": args.quick,
         "settings": {k: getattr(args, k) for k in ("rows", "length", "trained", "repeats", "threads")},

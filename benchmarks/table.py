@@ -320,6 +320,56 @@ def _fuzz_envs(data: Results) -> str:
             f"the envs, {slowest} the slowest)")
 
 
+def _llm_precision(data: Results) -> str:
+    parts = []
+    learner = data.get("learner")
+    if learner:
+        figures = learner["figures"]
+        settings = learner["settings"]
+        parts.append(f"LoRA fwd+bwd, {settings['rows']} x {settings['length']:,} tokens: "
+                     f"{figures['float32']['tokens_per_s']:.0f} -> {figures['bfloat16']['tokens_per_s']:.0f} tokens/s "
+                     f"(**{learner['bf16_speedup']:.2f}x**, goal 5x; loss {learner['loss_gap']:.0e} apart)")
+    step = data.get("dapo_step")
+    if step:
+        times = ", ".join(f"{dtype} {row['time/step_s'] / 60:.1f} min (rollout {row['time/rollout_s'] / 60:.1f}, "
+                          f"update {row['time/update_s'] / 60:.1f})" for dtype, row in step["figures"].items())
+        parts.append(f"one DAPO step, {step['what'].split(', ', 2)[-1]}: {times} (goal 5 min)")
+    sft = data.get("sft")
+    if sft:
+        success = "; ".join(f"{dtype} " + " / ".join(f"{_pct(row['success'])}" for row in by_d.values())
+                            + f" at {'/'.join(by_d)}" for dtype, by_d in sft["validation"].items())
+        parts.append(f"CSR warm-start SFT in bf16: {sft['sft_summary_seconds'] / 60:.1f} min (goal 15); greedy "
+                     f"validation {success}")
+    return f"{data['model']}: " + "; ".join(parts)
+
+
+def _rollout_precision(data: Results) -> str:
+    runs = {run["dtype"]: run for run in data["runs"]}
+    full, half = runs["float32"], runs["bfloat16"]
+    return (f"{data['model']} warm start, d{full['difficulty']}, {full['episodes']} greedy episodes at batch "
+            f"{full['batch']}: {full['wall_s'] / full['episodes']:.1f} -> {half['wall_s'] / half['episodes']:.1f} s "
+            f"per episode (**{full['wall_s'] / half['wall_s']:.2f}x**, goal <= 10 s); success "
+            f"{_pct(full['success_rate'])} vs {_pct(half['success_rate'])}; {half['diverging_episodes']} of "
+            f"{half['episodes']} episodes diverge")
+
+
+def _decode_attention(data: Results) -> str:
+    step = data["whole_model_step"]
+    bf16 = next(row for row in data["layers"] if row["dtype"] == "bfloat16" and row["positions"] == step["positions"])
+    return (f"{step['rows']} rows x {step['positions']:,} cached positions, one layer in bf16 with a padding mask: "
+            f"transformers' sdpa {bf16['mask']['hf_sdpa']:.1f} ms, the engine's {bf16['mask']['fast']:.1f} ms "
+            f"(goal 2; reading the KV once takes {bf16['mask']['read']:.1f} ms); whole {step['model']} step bf16 "
+            f"{step['bfloat16']['sdpa']['mask']:.0f} -> {step['bfloat16']['fast']['mask']:.0f} ms")
+
+
+def _precision_agents(data: Results) -> str:
+    ppo = ", ".join(f"{name} ({row['parameters'] / 1e6:.1f}M) **{row['float32_over_bfloat16']['step_s']:.2f}x**"
+                    for name, row in data["ztoken_ppo"].items())
+    cartridge = ", ".join(f"{name} **{row['float32_over_bfloat16']['step_s']:.2f}x**"
+                          for name, row in data["cartridge"].items())
+    return f"float32 / bf16 step time: Z-token PPO {ppo}; cartridge distiller {cartridge}"
+
+
 ROWS: tuple[Row, ...] = (
     Row("`benchmarks/csr_env_throughput.py`", "CSRPhone-v0 env steps/s, scripted expert (goal >= 20,000)",
         ("csr_env_throughput.json",), _csr_env_throughput),
@@ -353,6 +403,14 @@ ROWS: tuple[Row, ...] = (
     Row("`benchmarks/cartridge_on_vs_offline.py`", "cartridge distillation on LongHealthQA-v0, same budget: "
         "held-out KL drop and accuracy recovery, on-policy vs offline vs hybrid, text vs random init",
         ("cartridge_on_vs_offline.json",), _cartridge),
+    Row("`benchmarks/llm_precision.py`", "float32 vs bf16 on the LLM stack: learner throughput, a DAPO step, "
+        "the CSR warm start's SFT", ("llm_precision_smollm2.json",), _llm_precision),
+    Row("`benchmarks/csr_rollout_speed.py --compare dtype`", "float32 vs bf16 CSRPhone-v0 rollouts: seconds per "
+        "episode, greedy success, diverging episodes", ("csr_rollout_speed_dtype_smollm2.json",), _rollout_precision),
+    Row("`benchmarks/decode_attention.py`", "one decode step's attention behind a long KV cache: transformers' sdpa "
+        "vs the engine's layout", ("decode_attention.json",), _decode_attention),
+    Row("`benchmarks/precision_agents.py`", "float32 vs bf16 step time of Z-token PPO and the cartridge distiller",
+        ("precision_agents.json",), _precision_agents),
     Row("`benchmarks/ray_scaleout.py`", "GRPO in process vs Ray rollout workers (1-2, sync / async lag 1): "
         "steps/s and time per phase", ("ray_scaleout.json",), _ray_scaleout),
 )

@@ -26,7 +26,7 @@ from worldgym.agents.llm.engines.decode_attention import use_fast_decode_attenti
 from worldgym.agents.llm.engines.growing_cache import growing_cache
 from worldgym.agents.llm.engines.prefix_cache import PrefixKVCache, batched_cache, row_kv, storable
 from worldgym.agents.llm.engines.retiring_rows import DecodedRows, RetireFinishedRows
-from worldgym.precision import autocast, compute_dtype
+from worldgym.precision import compute_dtype, model_autocast
 
 __all__ = ["HFEngine", "PrefixGroups", "group_shared_prefixes"]
 
@@ -234,7 +234,7 @@ class HFEngine:
             with (
                 merged_trainable_tokens(self.model),
                 torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []),
-                autocast(self._compute_dtype(), self.device),
+                model_autocast(self.model, self.device, self._compute_dtype()),
             ):
                 torch.manual_seed(params.seed)
                 for start in range(0, len(jobs), self.batch_size):
