@@ -164,3 +164,15 @@ def test_microbatches_run_the_world_model_once_per_minibatch(tmp_path, csr_token
         torch.testing.assert_close(micro_weights[name], tensor, rtol=1e-5, atol=1e-6)
     dapo, _ = step("dapo", microbatch_size=1, wm_coef=0.0)  # λ = 0: the world model's loss is a constant
     assert dapo["loss/total"] == pytest.approx(dapo["loss/policy"], abs=1e-6)
+
+
+def test_both_adapters_train_in_float32_over_a_bf16_base(tmp_path, csr_tokenizer):
+    trainer = _trainer(tmp_path, csr_tokenizer, dtype="bfloat16")
+    frozen = {p.dtype for p in trainer.policy.parameters() if not p.requires_grad and p.is_floating_point()}
+    assert frozen == {torch.bfloat16}
+    assert {p.dtype for p in trainer.trainable.values()} == {torch.float32}
+    before = _adapter_weights(trainer, "world_model")
+    metrics = trainer.train_step()
+    assert metrics["wm/loss"] > 0 and torch.isfinite(torch.tensor(metrics["loss/total"]))
+    after = _adapter_weights(trainer, "world_model")
+    assert all(not torch.equal(before[n], after[n]) for n in before if "lora_B" in n)

@@ -92,10 +92,10 @@ class DualLoRATrainer(GRPOTrainer):
         if self.config.model in TINY_SIZES:
             tokenizer = tokenizer or train_chat_tokenizer(env_text_corpus(self.make_env), vocab_size=2000,
                                                           extra_special_tokens=WM_SPECIAL_TOKENS)
-            return tokenizer, build_tiny_model(tokenizer, self.config.model, seed=self.config.seed)
+            return tokenizer, build_tiny_model(tokenizer, self.config.model, seed=self.config.seed, dtype=self.dtype)
         from worldgym.agents.llm.pretrained import load_chat_model
 
-        loaded = load_chat_model(self.config.model, extra_special_tokens=WM_SPECIAL_TOKENS)
+        loaded = load_chat_model(self.config.model, extra_special_tokens=WM_SPECIAL_TOKENS, dtype=self.dtype)
         return loaded.tokenizer, loaded.model
 
     def _make_optimizer(self) -> torch.optim.Optimizer:
@@ -109,7 +109,7 @@ class DualLoRATrainer(GRPOTrainer):
         return torch.optim.AdamW([{"params": policy}, {"params": world_model, "lr": config.wm_learning_rate}],
                                  lr=config.learning_rate, weight_decay=config.weight_decay)
 
-    def _prepare_policy(self, model: PreTrainedModel) -> PeftModel:
+    def _with_adapter(self, model: PreTrainedModel) -> PeftModel:
         return attach_adapters(model, self.config)
 
     def train_step(self) -> dict[str, Any]:
