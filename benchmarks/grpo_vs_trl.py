@@ -100,6 +100,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--finetune", choices=[*FINETUNE_MODES, "both"], default="both")
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32",
+                        help="both trainers' precision (ours: GRPOConfig.dtype; TRL: bf16=True); bf16 results go to "
+                             "grpo_vs_trl_bfloat16.json")
     args = parser.parse_args(argv)
     if args.threads < 1:
         parser.error(f"--threads must be >= 1, got {args.threads}")
@@ -113,6 +116,7 @@ def command(args: argparse.Namespace, setting: str, finetune: str) -> str:
     flags += ["--quick"] if args.quick else []
     flags += [f"--threads {args.threads}"] if args.threads != 2 else []
     flags += [f"--seed {args.seed}"] if args.seed != 0 else []
+    flags += [f"--dtype {args.dtype}"] if args.dtype != "float32" else []
     return " ".join(["OMP_WAIT_POLICY=PASSIVE python", SCRIPT, *flags])
 
 
@@ -174,8 +178,10 @@ def run_ours(
     output_dir: Path,
     seed: int,
     share_prompt_prefix: bool = True,
+    dtype: str = "float32",
 ) -> tuple[dict[str, Any], PreTrainedModel]:
     config = GRPOConfig(
+        dtype=dtype,
         share_prompt_prefix=share_prompt_prefix,
         finetune=finetune,
         lora_rank=16,
@@ -220,6 +226,7 @@ def run_trl(
     train_problems: list[MathProblem],
     output_dir: Path,
     seed: int,
+    dtype: str = "float32",
 ) -> tuple[dict[str, Any], PreTrainedModel]:
     from datasets import Dataset
     from peft import LoraConfig
@@ -262,7 +269,7 @@ def run_trl(
         weight_decay=0.0,
         max_grad_norm=1.0,
         use_cpu=True,
-        bf16=False,
+        bf16=dtype == "bfloat16",
         gradient_checkpointing=False,
         logging_steps=1,
         report_to="none",
@@ -318,11 +325,11 @@ def run_setting(name: str, setting: Setting, modes: list[str], args: argparse.Na
         with tempfile.TemporaryDirectory(prefix="grpo_vs_trl_") as scratch:
             for key, share in (("worldgym", True), ("worldgym_no_prompt_sharing", False)):
                 run, policy = run_ours(setting, finetune, tokenizer, copy.deepcopy(warm), train_problems,
-                                       Path(scratch) / key, args.seed, share)
+                                       Path(scratch) / key, args.seed, share, args.dtype)
                 run["eval_success"] = greedy_success(policy, tokenizer, test_problems, setting)
                 runs[key] = run
             run, policy = run_trl(setting, finetune, tokenizer, copy.deepcopy(warm), train_problems,
-                                  Path(scratch) / "trl", args.seed)
+                                  Path(scratch) / "trl", args.seed, args.dtype)
             run["eval_success"] = greedy_success(policy, tokenizer, test_problems, setting)
             runs["trl"] = run
         for measure in ("tokens_per_s", "tokens_per_cpu_s"):
@@ -358,6 +365,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     summary: dict[str, Any] = {
         "command": command(args, args.setting, args.finetune),
         "quick": args.quick,
+        "dtype": args.dtype,
         "machine": {
             "trl_version": trl.__version__,
             "torch_version": torch.__version__,
@@ -370,8 +378,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     }
     summary["machine"]["load_average_1min"] = {"start": load_before[0], "end": os.getloadavg()[0]}
     folder = results_dir(args)
-    write_json(folder / "grpo_vs_trl.json", summary)
-    plot(summary, folder / "grpo_vs_trl.png")
+    name = "grpo_vs_trl" + ("" if args.dtype == "float32" else f"_{args.dtype}")
+    write_json(folder / f"{name}.json", summary)
+    plot(summary, folder / f"{name}.png")
     return summary
 
 
