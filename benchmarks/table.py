@@ -180,14 +180,16 @@ def _csr_dual_lora(data: Results, demo: Results | None) -> str:
     return text + "; see the dual-LoRA section"
 
 
-def _grpo_vs_trl(data: Results) -> str:
-    """One comparison (``worldgym``/``trl`` at the top), or one per setting and finetune mode (``settings``)."""
+def _grpo_vs_trl(data: Results, bf16: Results | None = None) -> str:
+    """One comparison (``worldgym``/``trl`` at the top), or one per setting and finetune mode (``settings``);
+    then the same in bf16 where that file exists."""
     if "settings" not in data:
         return _grpo_comparison(data, data["warm_start_success"])
-    return "; ".join(
+    text = "; ".join(
         f"{name} ({entry['setting']['model_size']}, {mode}): "
         f"{_grpo_comparison(entry[mode], entry['warm_start_success'])}"
         for name, entry in data["settings"].items() for mode in ("full", "lora") if mode in entry)
+    return text if bf16 is None else f"{text}. Both in bf16: {_grpo_vs_trl(bf16)}"
 
 
 def _grpo_comparison(run: Results, warm_start_success: float) -> str:
@@ -399,7 +401,8 @@ ROWS: tuple[Row, ...] = (
         "model's loss): glibc's default malloc vs large blocks mapped on their own (the SmolLM2 preset's setting)",
         ("cpu_allocator_memory.json",), _cpu_allocator_memory),
     Row("`benchmarks/grpo_vs_trl.py`", "tokens/s and reward, our GRPO vs TRL `GRPOTrainer(loss_type=\"dapo\")`, "
-        "same model and budget (`pip install -e \".[bench]\"`)", ("grpo_vs_trl.json",), _grpo_vs_trl),
+        "same model and budget (`pip install -e \".[bench]\"`)", ("grpo_vs_trl.json",), _grpo_vs_trl,
+        optional=("grpo_vs_trl_bfloat16.json",)),
     Row("`benchmarks/cartridge_on_vs_offline.py`", "cartridge distillation on LongHealthQA-v0, same budget: "
         "held-out KL drop and accuracy recovery, on-policy vs offline vs hybrid, text vs random init",
         ("cartridge_on_vs_offline.json",), _cartridge),

@@ -144,14 +144,27 @@ def model_autocast(
         yield
 
 
-def _adapter_casts_off(model: torch.nn.Module, active: bool) -> contextlib.AbstractContextManager:
-    if not active:
-        return contextlib.nullcontext()
+@contextlib.contextmanager
+def _adapter_casts_off(model: torch.nn.Module, active: bool) -> Iterator[None]:
+    """Switch off PEFT adapter layers' input casting (``cast_input_dtype_enabled``) for the block, restoring each
+    layer's setting after it. (PEFT's own ``disable_input_dtype_casting`` reads the attribute from layers that
+    may lack it, e.g. trainable-token layers.)"""
     try:
-        from peft.helpers import disable_input_dtype_casting
+        from peft.tuners.tuners_utils import BaseTunerLayer
     except ImportError:  # no PEFT installed: no adapter layers to switch
-        return contextlib.nullcontext()
-    return disable_input_dtype_casting(model)
+        BaseTunerLayer = ()
+    layers = [module for module in model.modules() if isinstance(module, BaseTunerLayer)] if active else []
+    saved = [layer.__dict__.get("cast_input_dtype_enabled") for layer in layers]
+    for layer in layers:
+        layer.cast_input_dtype_enabled = False
+    try:
+        yield
+    finally:
+        for layer, value in zip(layers, saved, strict=True):
+            if value is None:
+                del layer.cast_input_dtype_enabled
+            else:
+                layer.cast_input_dtype_enabled = value
 
 
 __all__ += ["model_autocast"]

@@ -135,3 +135,21 @@ def test_bf16_sft_trains_in_place(tokenizer):
                                                           dtype="bfloat16"))
     assert all(math.isfinite(loss) for loss in losses) and losses[-1] < losses[0]
     assert all(p.dtype == torch.float32 for p in model.parameters())  # full fine-tuning: all trainable
+
+
+def test_bf16_scoring_of_lora_with_trainable_tokens_restores_the_adapters_casting(tokenizer):
+    from peft import LoraConfig, get_peft_model
+    from peft.tuners.tuners_utils import BaseTunerLayer
+
+    from worldgym.agents.llm.scoring import score_tokens
+
+    model = get_peft_model(build_tiny_model(tokenizer, seed=0), LoraConfig(
+        r=4, target_modules=["q_proj", "v_proj"], trainable_token_indices=[5, 6], task_type="CAUSAL_LM"))
+    cast_for_training(model, torch.bfloat16)
+    ids = torch.tensor([[5, 6, 7, 8, 9, 10]])
+    scored = score_tokens(model, ids, torch.ones_like(ids), torch.ones(1, 5))
+    scored.logprobs.sum().backward()
+    assert torch.isfinite(scored.logprobs).all()
+    assert all(p.grad is not None for p in model.parameters() if p.requires_grad)
+    layers = [m for m in model.modules() if isinstance(m, BaseTunerLayer)]
+    assert all(getattr(m, "cast_input_dtype_enabled", True) for m in layers)  # switched back on afterwards
