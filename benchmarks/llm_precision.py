@@ -130,9 +130,12 @@ def attention_ms(model: PreTrainedModel, length: int, repeats: int) -> dict[str,
     return out
 
 
-def dapo_step(model: str, dtype: str, difficulty: int, prompts: int, group_size: int, quick: bool
-              ) -> dict[str, float]:
-    """One DAPO step of ``model``'s CSR preset in ``dtype``; the step's timings and precision metrics."""
+def dapo_step(model: str, dtype: str, difficulty: int, prompts: int, group_size: int, quick: bool,
+              always_update: bool = True) -> dict[str, float]:
+    """One DAPO step of ``model``'s CSR preset in ``dtype``; the step's timings and precision metrics.
+
+    With ``always_update`` the step has an entropy term of 1e-6, so its update runs (and is timed) even when no
+    group's rewards differ, which DAPO would otherwise skip; the update's work is the same either way."""
     from worldgym.agents.grpo import GRPOTrainer
     from worldgym.agents.grpo.presets import CSR_PRESETS
     from worldgym.agents.llm.warm_start import load_or_train_warm_start
@@ -142,7 +145,8 @@ def dapo_step(model: str, dtype: str, difficulty: int, prompts: int, group_size:
     with tempfile.TemporaryDirectory() as run_dir:
         config = preset.grpo_config(difficulty, dtype=dtype, num_steps=1, eval_every=0, temperature=0.5,
                                     prompts_per_step=prompts, group_size=group_size, output_dir=run_dir,
-                                    progress=False, **({"max_new_tokens": 16, "max_turns": 2} if quick else {}))
+                                    progress=False, entropy_coef=1e-6 if always_update else 0.0,
+                                    **({"max_new_tokens": 16, "max_turns": 2} if quick else {}))
         trainer = GRPOTrainer(config, model=warm.model, tokenizer=warm.tokenizer,
                               make_engine=lambda policy: preset.engine(policy, warm.tokenizer))
         row = trainer.train_step()
@@ -190,6 +194,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     step.add_argument("--difficulty", type=int, default=3)
     step.add_argument("--prompts", type=int, default=2)
     step.add_argument("--group-size", type=int, default=8)
+    step.add_argument("--skip-empty-updates", action="store_true",
+                      help="as DAPO does: no update when no group's rewards differ (default: time the update anyway)")
     sft = modes.add_parser("sft", parents=[results_parser()], help="the CSR warm start's SFT in bf16")
     sft.add_argument("--difficulties", type=int, nargs="+", default=[1, 2])
     sft.add_argument("--episodes", type=int, default=16, help="validation episodes per difficulty")
@@ -233,10 +239,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
 def run_dapo_step(args: argparse.Namespace) -> dict[str, Any]:
     figures = {}
     for dtype in args.dtypes:
-        figures[dtype] = dapo_step(args.model, dtype, args.difficulty, args.prompts, args.group_size, args.quick)
+        figures[dtype] = dapo_step(args.model, dtype, args.difficulty, args.prompts, args.group_size, args.quick,
+                                   not args.skip_empty_updates)
         print(dtype, {k: round(v, 4) for k, v in figures[dtype].items()})
+    update = "skipped when no group's rewards differ" if args.skip_empty_updates else "always run (entropy 1e-6)"
     return {"what": f"one DAPO step of the {args.model} CSR preset (shipped warm start), d{args.difficulty}, "
-                    f"{args.prompts} prompts x {args.group_size}, temperature 0.5",
+                    f"{args.prompts} prompts x {args.group_size}, temperature 0.5, update {update}",
             "quick": args.quick, "threads": args.threads, "load_average": os.getloadavg()[0], "figures": figures}
 
 

@@ -335,7 +335,7 @@ def _llm_precision(data: Results) -> str:
     if step:
         times = ", ".join(f"{dtype} {row['time/step_s'] / 60:.1f} min (rollout {row['time/rollout_s'] / 60:.1f}, "
                           f"update {row['time/update_s'] / 60:.1f})" for dtype, row in step["figures"].items())
-        parts.append(f"one DAPO step, {step['what'].split(', ', 2)[-1]}: {times} (goal 5 min)")
+        parts.append(f"one DAPO step, {step['what'].split(', ', 1)[-1]}: {times} (goal 5 min)")
     sft = data.get("sft")
     if sft:
         success = "; ".join(f"{dtype} " + " / ".join(f"{_pct(row['success'])}" for row in by_d.values())
@@ -350,7 +350,8 @@ def _rollout_precision(data: Results) -> str:
     full, half = runs["float32"], runs["bfloat16"]
     return (f"{data['model']} warm start, d{full['difficulty']}, {full['episodes']} greedy episodes at batch "
             f"{full['batch']}: {full['wall_s'] / full['episodes']:.1f} -> {half['wall_s'] / half['episodes']:.1f} s "
-            f"per episode (**{full['wall_s'] / half['wall_s']:.2f}x**, goal <= 10 s); success "
+            f"per episode (**{full['wall_s'] / half['wall_s']:.2f}x**, CPU time {full['cpu_s'] / half['cpu_s']:.2f}x; "
+            f"goal <= 10 s); success "
             f"{_pct(full['success_rate'])} vs {_pct(half['success_rate'])}; {half['diverging_episodes']} of "
             f"{half['episodes']} episodes diverge")
 
