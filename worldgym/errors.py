@@ -1,22 +1,27 @@
-"""The library's error types, each a subclass of the matching built-in exception."""
+"""The library's error types: each derives from :class:`WorldgymError` (catch every library error with it) and
+from the matching built-in exception (``except ValueError`` keeps working)."""
 
 from __future__ import annotations
 
-__all__ = ["CheckpointError"]
+__all__ = ["CheckpointError", "WorldgymError"]
 
 
-class CheckpointError(ValueError):
+class WorldgymError(Exception):
+    """Base of every error the library raises on purpose (bad input, a broken file, a failed training run)."""
+
+
+class CheckpointError(WorldgymError, ValueError):
     """A checkpoint is missing, incomplete, corrupt, of another format version, or does not fit the model."""
 
 
-class DatasetError(ValueError):
+class DatasetError(WorldgymError, ValueError):
     """A data file (e.g. a LongHealth JSON) is malformed; the message names the record and field at fault."""
 
 
 __all__ += ["DatasetError"]
 
 
-class CartridgeError(ValueError):
+class CartridgeError(WorldgymError, ValueError):
     """A cartridge (trainable KV prefix) does not fit the model it is loaded for or used with, or is malformed
     (bad token counts, a text too short for it)."""
 

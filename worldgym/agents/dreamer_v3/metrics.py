@@ -11,8 +11,10 @@ from typing import Any
 import torch
 from safetensors.torch import save_file
 
+from worldgym.errors import WorldgymError
 
-class TrainingFailure(RuntimeError):
+
+class TrainingFailure(WorldgymError, RuntimeError):
     """A fail-fast check tripped; ``bundle`` is the folder holding what was written for debugging."""
 
     def __init__(self, message: str, bundle: Path) -> None:

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 
 import torch
 
+from worldgym.errors import WorldgymError
+
 
 @dataclass(frozen=True)
 class FieldSpec:
@@ -39,7 +41,7 @@ def dreamer_schema(
     }
 
 
-class ReplayNotReadyError(RuntimeError):
+class ReplayNotReadyError(WorldgymError, RuntimeError):
     """Raised when sampling before enough committed steps exist."""
 
 

@@ -45,6 +45,7 @@ from worldgym.agents.llm.evaluation import evaluate_chat_policy
 from worldgym.agents.llm.rollout import Episode, RolloutCollector, collate_episodes
 from worldgym.agents.llm.warm_start import WarmStartConfig, load_or_train_warm_start
 from worldgym.envs.csr_phone.phrases import RESPONSE_TYPES
+from worldgym.errors import WorldgymError
 from worldgym.jsonl import read_jsonl
 
 __all__ = [
@@ -58,7 +59,7 @@ MakeEngine = Callable[[PreTrainedModel], GenerationEngine]
 _WM_FIGURES = ("token_accuracy", "exact_match", "perplexity", "calls")
 
 
-class UserError(Exception):
+class UserError(WorldgymError):
     """A wrong path or argument: :func:`main` prints the message and exits with status 2, no traceback."""
 
 

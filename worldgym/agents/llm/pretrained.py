@@ -22,6 +22,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from worldgym.agents.llm.tokenizer import CHAT_TEMPLATE, COMPACT_TOOLS_CHAT_TEMPLATE, TOOL_SPECIAL_TOKENS
+from worldgym.errors import WorldgymError
 from worldgym.precision import resolve_dtype
 
 __all__ = [
@@ -34,7 +35,7 @@ __all__ = [
 ]
 
 
-class ModelNotInstalledError(ImportError):
+class ModelNotInstalledError(WorldgymError, ImportError):
     """A named model's package (or a package needed to read it) is not installed; the message says how."""
 
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from worldgym.errors import WorldgymError
 
-class GameBoyError(Exception):
+
+class GameBoyError(WorldgymError):
     """Base class of every Game Boy emulator error."""
 
 
