@@ -153,3 +153,11 @@ def test_bf16_scoring_of_lora_with_trainable_tokens_restores_the_adapters_castin
     assert all(p.grad is not None for p in model.parameters() if p.requires_grad)
     layers = [m for m in model.modules() if isinstance(m, BaseTunerLayer)]
     assert all(getattr(m, "cast_input_dtype_enabled", True) for m in layers)  # switched back on afterwards
+
+
+def test_the_smollm2_preset_trains_in_bf16_and_the_tiny_one_in_float32():
+    from worldgym.agents.grpo.presets import CSR_PRESETS
+
+    assert CSR_PRESETS["smollm2-135m"].grpo_config(3).dtype == "bfloat16"
+    assert CSR_PRESETS["smollm2-135m"].warm_start.dtype == "float32"  # the shipped warm start, loaded as it is
+    assert CSR_PRESETS["tiny"].grpo_config(1).dtype == "float32"

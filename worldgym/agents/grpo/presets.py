@@ -134,5 +134,8 @@ CSR_PRESETS: dict[str, CSRPreset] = {
         # freed multi-MB tensors stayed in malloc's heap: a dual-LoRA update was OOM-killed at 17 GB
         # (benchmarks/cpu_allocator_memory.py: ~9x less memory mapped, and slower; a killed step costs more)
         cpu_mmap_threshold=DEFAULT_MMAP_THRESHOLD,
+        # bf16 rollouts and updates over the (float32-trained, shipped) warm start: d3 rollouts 1.51x faster,
+        # the same greedy success (benchmarks/csr_rollout_speed.py --compare dtype; llm_precision.py)
+        dtype="bfloat16",
     ),
 }
