@@ -223,15 +223,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     torch.set_num_threads(args.threads)
     name = "llm_precision" + ("" if args.model == "tiny" else "_" + args.model.split("-")[0])
     path = results_dir(args) / f"{name}.json"
+    runs = {"learner": run_learner, "sft": sft_in_bf16, "dapo-step": run_dapo_step}
+    figures = runs[args.mode](args)
+    # read only now: another mode may have written its figures to the same file while this one ran
     results = json.loads(path.read_text()) if path.is_file() else {}
     results |= {"model": args.model, "cpu_native_bf16": cpu_supports_bf16(), "python": platform.python_version(),
-                "torch": torch.__version__, "cpu_count": os.cpu_count()}
-    if args.mode == "learner":
-        results["learner"] = run_learner(args)
-    elif args.mode == "sft":
-        results["sft"] = sft_in_bf16(args)
-    else:
-        results["dapo_step"] = run_dapo_step(args)
+                "torch": torch.__version__, "cpu_count": os.cpu_count(), args.mode.replace("-", "_"): figures}
     write_json(path, results, indent=2)
     return results
 
