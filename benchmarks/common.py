@@ -41,6 +41,19 @@ def results_dir(args: argparse.Namespace) -> Path:
     return path
 
 
+def model_missing(name: str) -> bool:
+    """Whether the named pretrained model is not installed here (not for ``"tiny"``, which is built from
+    config); says so, for a script to skip its run."""
+    if name == "tiny":
+        return False
+    from worldgym.agents.llm.pretrained import named_model_available
+
+    if named_model_available(name):
+        return False
+    print(f"skipped: {name} is not installed here (see worldgym.agents.llm.pretrained)")
+    return True
+
+
 def portable(path: str | Path) -> str:
     """``path`` relative to the repository, or just its name when it lies outside: never a machine's path."""
     resolved = Path(path).resolve()

@@ -56,7 +56,7 @@ from worldgym.agents.llm.rollout import Episode, RolloutCollector
 from worldgym.precision import cast_for_training
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a file: find the benchmarks package
-from benchmarks.common import portable, results_dir, results_parser, write_json
+from benchmarks.common import model_missing, portable, results_dir, results_parser, write_json
 
 MAX_TURNS = 16
 # the engine option each comparison turns off and on, over the engine settings both runs share
@@ -201,12 +201,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     """Run every configuration, print a table and write JSON (``None`` when the model is not installed)."""
     args = parse_args(argv)
-    if args.model != "tiny":
-        from worldgym.agents.llm.pretrained import named_model_available
-
-        if not named_model_available(args.model):
-            print(f"skipped: {args.model} is not installed here (see worldgym.agents.llm.pretrained)")
-            return None
+    if model_missing(args.model):
+        return None
     torch.set_num_threads(args.threads)
     model, tokenizer = load_model(args.model, args.adapter, args.seed, args.warm_start)
     counter = PositionCounter(model)

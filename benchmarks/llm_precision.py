@@ -47,7 +47,7 @@ from worldgym.agents.llm.scoring import score_tokens
 from worldgym.precision import autocast, cast_for_training, cpu_supports_bf16
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a file: find the benchmarks package
-from benchmarks.common import results_dir, results_parser, write_json
+from benchmarks.common import model_missing, results_dir, results_parser, write_json
 
 
 def load(name: str) -> tuple[PreTrainedModel, list[str]]:
@@ -214,12 +214,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     args = parse_args(argv)
-    if args.model != "tiny":
-        from worldgym.agents.llm.pretrained import named_model_available
-
-        if not named_model_available(args.model):
-            print(f"skipped: {args.model} is not installed here (see worldgym.agents.llm.pretrained)")
-            return None
+    if model_missing(args.model):
+        return None
     torch.set_num_threads(args.threads)
     name = "llm_precision" + ("" if args.model == "tiny" else "_" + args.model.split("-")[0])
     path = results_dir(args) / f"{name}.json"
