@@ -36,7 +36,7 @@ class GRPOConfig:
             CUDA device with bf16, else float32; :mod:`worldgym.precision`). Under bf16 the frozen base weights are
             stored in bf16, trainable tensors and optimizer state stay float32, forward passes (rollouts and
             updates) run under autocast, and logits, log-softmax, losses and advantages are float32. The trainer's
-            ``dtype`` attribute holds what "auto" resolved to (also in checkpoints' config).
+            ``dtype`` attribute holds what "auto" resolved to (checkpoints record it too).
         recompute_old_logprobs: before a step's first update, score the episodes again with the learner's own
             forward and use those as the PPO ratio's old logprobs (the engine's incremental logprobs and the
             learner's full forward differ by rounding under bf16; in float32 they are equal). None: on under
