@@ -89,6 +89,8 @@ def test_bad_dtype_and_the_deprecated_flag():
     with pytest.warns(DeprecationWarning, match="dtype='bfloat16'"):
         config = GRPOConfig(bf16_autocast=True)
     assert config.dtype == "bfloat16"
+    with pytest.raises(ValueError, match="dtype='bfloat16' is invalid: use 'float32' with learner='fsdp'"):
+        GRPOConfig(dtype="bfloat16", learner="fsdp", share_prompt_prefix=False)
 
 
 def test_auto_follows_the_hardware(monkeypatch):

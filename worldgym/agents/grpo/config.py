@@ -6,9 +6,11 @@ import warnings
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
+import torch
+
 from worldgym.agents.llm.losses import AdvantageNorm, Aggregation
 from worldgym.config import check_choice, check_device, check_field, check_positive_int, check_range
-from worldgym.precision import Precision, check_precision
+from worldgym.precision import Precision, check_precision, resolve_dtype
 
 __all__ = ["GRPOConfig"]
 
@@ -218,6 +220,9 @@ class GRPOConfig:
                           stacklevel=3)
             self.dtype, self.bf16_autocast = "bfloat16", False
         check_precision("dtype", self.dtype)
+        check_field(self.learner != "fsdp" or resolve_dtype(self.dtype, self.device) == torch.float32, "dtype",
+                    self.dtype, "use 'float32' with learner='fsdp' (FSDP shards frozen bf16 and trainable float32 "
+                    "tensors of one module together, which it cannot), or learner='ddp'")
         if self.recompute_old_logprobs is not None:
             check_choice("recompute_old_logprobs", self.recompute_old_logprobs, (True, False, None))
         if self.cpu_mmap_threshold is not None:
