@@ -106,6 +106,18 @@ class MinibatchLoss:
         }
 
 
+@dataclass
+class _ScoreInputs:
+    """Some rows of a training batch, cut to ``width`` tokens, as :func:`score_tokens` takes them."""
+
+    width: int
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    mask: torch.Tensor
+    group_ids: torch.Tensor | None
+    allowed: list[dict[int, list[int]]]
+
+
 MinibatchStep = Callable[[dict[str, Any], torch.Tensor, torch.Tensor], dict[str, float]]
 
 
@@ -455,18 +467,11 @@ class GRPOTrainer:
         rows = torch.arange(len(recomputed))
         try:
             for chunk in rows.split(config.microbatch_size or config.minibatch_size):
-                width = int(batch["attention_mask"][chunk].sum(1).max())
+                inputs = self._score_inputs(batch, chunk)
                 with self._autocast():
-                    scored = score_tokens(
-                        self.policy,
-                        batch["input_ids"][chunk, :width].to(config.device),
-                        batch["attention_mask"][chunk, :width].to(config.device),
-                        batch["action_mask"][chunk, : width - 1].to(config.device),
-                        config.temperature,
-                        group_ids=batch["group_ids"][chunk] if config.share_prompt_prefix else None,
-                        allowed=[batch["allowed"][row] for row in chunk.tolist()],
-                    )
-                recomputed[chunk, : width - 1] = scored.logprobs.float().cpu()
+                    scored = score_tokens(self.policy, inputs.input_ids, inputs.attention_mask, inputs.mask,
+                                          config.temperature, group_ids=inputs.group_ids, allowed=inputs.allowed)
+                recomputed[chunk, : inputs.width - 1] = scored.logprobs.float().cpu()
         finally:
             self.policy.train(was_training)
         trained = batch["action_mask"].bool()
@@ -620,26 +625,16 @@ class GRPOTrainer:
         """The differentiable loss terms of the minibatch ``rows`` of ``batch`` (no backward); the auxiliary
         objective's too unless ``with_auxiliary`` is False."""
         config, device = self.config, self.config.device
-        width = int(batch["attention_mask"][rows].sum(1).max())
-        input_ids = batch["input_ids"][rows, :width].to(device)
-        attention_mask = batch["attention_mask"][rows, :width].to(device)
-        mask = batch["action_mask"][rows, : width - 1].to(device)
-        old_logprobs = batch["old_logprobs"][rows, : width - 1].to(device)
-        group_ids = batch["group_ids"][rows] if config.share_prompt_prefix else None
-        allowed = [batch["allowed"][row] for row in rows.tolist()]  # constrained decoding's masks
+        inputs = self._score_inputs(batch, rows)
+        old_logprobs = batch["old_logprobs"][rows, : inputs.width - 1].to(device)
+        mask = inputs.mask
         with self._autocast():
-            scored = score_tokens(
-                self.policy,
-                input_ids,
-                attention_mask,
-                mask,
-                config.temperature,
-                group_ids=group_ids,
-                allowed=allowed,
-            )
+            scored = score_tokens(self.policy, inputs.input_ids, inputs.attention_mask, mask, config.temperature,
+                                  group_ids=inputs.group_ids, allowed=inputs.allowed)
         ref_logprobs = None
         if config.kl_coef > 0:
-            ref_logprobs = self._reference_logprobs(input_ids, attention_mask, mask, group_ids, allowed)
+            ref_logprobs = self._reference_logprobs(inputs.input_ids, inputs.attention_mask, mask,
+                                                    inputs.group_ids, inputs.allowed)
         out = policy_loss(
             scored.logprobs,
             old_logprobs,
@@ -657,6 +652,20 @@ class GRPOTrainer:
         auxiliary, auxiliary_metrics = self.auxiliary_term(rows) if with_auxiliary else (None, {})
         return MinibatchLoss(out, entropy, config.entropy_coef, auxiliary, self.policy_weight,
                              auxiliary_metrics)
+
+    def _score_inputs(self, batch: dict[str, Any], rows: torch.Tensor) -> _ScoreInputs:
+        """The rows' tensors as :func:`score_tokens` takes them, cut to their longest sequence and on the
+        trainer's device."""
+        config, device = self.config, self.config.device
+        width = int(batch["attention_mask"][rows].sum(1).max())
+        return _ScoreInputs(
+            width=width,
+            input_ids=batch["input_ids"][rows, :width].to(device),
+            attention_mask=batch["attention_mask"][rows, :width].to(device),
+            mask=batch["action_mask"][rows, : width - 1].to(device),
+            group_ids=batch["group_ids"][rows] if config.share_prompt_prefix else None,
+            allowed=[batch["allowed"][row] for row in rows.tolist()],  # constrained decoding's masks
+        )
 
     @property
     def _shapes_auxiliary_gradient(self) -> bool:
