@@ -36,6 +36,7 @@ __all__ = [
     "compute_dtype",
     "cpu_supports_bf16",
     "dtype_name",
+    "recomputes_old_logprobs",
     "resolve_dtype",
 ]
 
@@ -86,6 +87,16 @@ def resolve_dtype(precision: str | torch.dtype, device: str | torch.device = "cp
     else:
         native = device.type == "cpu" and cpu_supports_bf16()
     return torch.bfloat16 if native else torch.float32
+
+
+def recomputes_old_logprobs(setting: bool | None, dtype: torch.dtype) -> bool:
+    """Whether a PPO learner scores its rollouts again before updating (``setting``; None: only when computing
+    in a reduced precision, where the sampler's logprobs and the learner's differ by rounding).
+
+    >>> recomputes_old_logprobs(None, torch.bfloat16), recomputes_old_logprobs(None, torch.float32)
+    (True, False)
+    """
+    return dtype != torch.float32 if setting is None else setting
 
 
 def dtype_name(dtype: torch.dtype) -> str:

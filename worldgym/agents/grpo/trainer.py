@@ -46,7 +46,7 @@ from worldgym.agents.llm.scoring import score_tokens
 from worldgym.agents.llm.tokenizer import env_text_corpus, train_chat_tokenizer
 from worldgym.checkpointing import resolve_checkpoint
 from worldgym.jsonl import append_jsonl, truncate_jsonl
-from worldgym.precision import autocast, cast_for_training, dtype_name, resolve_dtype
+from worldgym.precision import autocast, cast_for_training, dtype_name, recomputes_old_logprobs, resolve_dtype
 
 if TYPE_CHECKING:
     from worldgym.distributed.data_parallel import DataParallelLearner
@@ -453,8 +453,7 @@ class GRPOTrainer:
     def recomputes_old_logprobs(self) -> bool:
         """Whether the PPO ratio's old logprobs come from the learner's forward rather than the engine's
         (``config.recompute_old_logprobs``; by default only under bf16, where the two differ by rounding)."""
-        setting = self.config.recompute_old_logprobs
-        return self.dtype != torch.float32 if setting is None else setting
+        return recomputes_old_logprobs(self.config.recompute_old_logprobs, self.dtype)
 
     @torch.no_grad()
     def _with_learner_logprobs(self, batch: dict[str, Any]) -> tuple[dict[str, Any], dict[str, float]]:

@@ -33,7 +33,7 @@ from worldgym.agents.ztoken_ppo.rollout import (
     ztoken_vector_env,
 )
 from worldgym.jsonl import append_jsonl, read_jsonl, truncate_jsonl
-from worldgym.precision import autocast, cast_for_training, dtype_name, resolve_dtype
+from worldgym.precision import autocast, cast_for_training, dtype_name, recomputes_old_logprobs, resolve_dtype
 
 CHECKPOINT_DIR = "checkpoint"
 METRICS_FILE = "metrics.jsonl"
@@ -107,8 +107,7 @@ class ZTokenPPOTrainer:
     def recomputes_old_logprobs(self) -> bool:
         """Whether each update recomputes the rollout's log-probs first (``config.recompute_old_logprobs``;
         by default only under bfloat16)."""
-        setting = self.config.recompute_old_logprobs
-        return self.dtype != torch.float32 if setting is None else setting
+        return recomputes_old_logprobs(self.config.recompute_old_logprobs, self.dtype)
 
     def autocast(self) -> AbstractContextManager:
         """The forward passes' autocast context for ``config.dtype`` (a no-op in float32)."""
