@@ -11,6 +11,7 @@ True
 from worldgym.envs.csr_phone.env import CSR_TOOLS, CSRPhoneEnv
 from worldgym.envs.csr_phone.evaluation import EpisodeResult, PolicyStats, evaluate_policy, run_episode
 from worldgym.envs.csr_phone.policies import ExpertPolicy, RandomPolicy, TextPolicy
+from worldgym.envs.csr_phone.replies import classify_reply
 from worldgym.envs.csr_phone.world import DIFFICULTIES
 
 __all__ = [
@@ -22,6 +23,7 @@ __all__ = [
     "PolicyStats",
     "RandomPolicy",
     "TextPolicy",
+    "classify_reply",
     "evaluate_policy",
     "run_episode",
 ]
