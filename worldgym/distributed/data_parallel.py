@@ -167,7 +167,7 @@ class ShardLoss(torch.nn.Module):
         and, ``with_auxiliary``, the auxiliary objective's on this rank's share of the examples of the whole
         minibatch ``rows``; every term x ``world_size`` (the wrapper averages)."""
         trainer = self._trainer[0]
-        terms = trainer.minibatch_loss(batch, advantages, micro_rows, with_auxiliary=False)
+        terms = trainer.minibatch_loss(batch, advantages, micro_rows, with_auxiliary=False, minibatch_rows=rows)
         if with_auxiliary:
             terms.auxiliary, terms.auxiliary_metrics = trainer.auxiliary_term(rows, shard)
         scale = shard.world_size

@@ -11,7 +11,7 @@ from worldgym.config import check_choice, check_field, check_positive_int, check
 
 __all__ = ["ADAPTER_TARGETS", "WM_SPECIAL_TOKENS", "DualLoRAConfig", "LambdaSchedule", "Transfer"]
 
-Transfer = Literal["separate", "stacked", "shared", "iwm"]
+Transfer = Literal["separate", "stacked", "shared", "iwm", "echo"]
 LambdaSchedule = Literal["constant", "step", "adaptive"]
 
 # The world model reads ``conversation + phone call + <|predict_csr|>`` and writes ``<|csr|> reply <|/csr|>``.
@@ -39,7 +39,16 @@ class DualLoRAConfig(GRPOConfig):
             the shared grad-norm clip couples them). "stacked": the policy's forward (and its rollouts) runs with
             both adapters active, the world model's with its own only. "shared": one adapter gets both losses (an
             auxiliary loss). "iwm": implicit world modelling first (the policy adapter learns its own rollouts'
-            CSR replies, no reward, for iwm_steps steps), then DAPO alone.
+            CSR replies, no reward, for iwm_steps steps), then DAPO alone. "echo": one adapter; the policy
+            itself learns the tool results in the rollout's own sequence, from the policy loss's forward pass
+            (echo_coef, echo_tools; no markers, no world-model forward); wm_coef is not used.
+        echo_coef: the echo loss's weight under transfer "echo" (other transfers leave the echo loss out).
+        echo_tools: the tools whose results the echo loss learns (default: the phone calls' replies; empty:
+            every tool's).
+        imagined_fraction: share of each step's groups whose phone calls the world model answers instead of the
+            env (the world_model adapter, or the policy under "echo"; lookups stay the env's; reward 1 when the
+            imagined reply completes the task): :mod:`worldgym.agents.dual_lora.imagination`. 0 = none.
+        imagined_reply_tokens: longest imagined reply, in tokens.
         iwm_steps: world-model-only steps of "iwm".
         lambda_schedule: "constant"; "step": lambda_steps; "adaptive": λ shrinks by lambda_adapt_rate after a
             step whose world-model token accuracy beats the first validation's by lambda_adapt_margin and grows
@@ -68,6 +77,10 @@ class DualLoRAConfig(GRPOConfig):
     wm_learning_rate: float | None = None
     wm_coef: float = 0.5
     transfer: Transfer = "separate"
+    echo_coef: float = 0.1
+    echo_tools: tuple[str, ...] = ("make_phone_call",)
+    imagined_fraction: float = 0.0
+    imagined_reply_tokens: int = 96
     iwm_steps: int = 4
     lambda_schedule: LambdaSchedule = "constant"
     lambda_steps: tuple[tuple[int, float], ...] = ((0, 1.0), (10, 0.5), (20, 0.3))
@@ -91,7 +104,7 @@ class DualLoRAConfig(GRPOConfig):
         self.loss_ratio_band = tuple(self.loss_ratio_band)  # type: ignore[assignment]
         super().__post_init__()
         check_choice("adapter_targets", self.adapter_targets, ("qvo", "all-linear", "custom"))
-        check_choice("transfer", self.transfer, ("separate", "stacked", "shared", "iwm"))
+        check_choice("transfer", self.transfer, ("separate", "stacked", "shared", "iwm", "echo"))
         check_choice("lambda_schedule", self.lambda_schedule, ("constant", "step", "adaptive"))
         check_field(self.finetune == "lora", "finetune", self.finetune,
                     "use 'lora': both adapters sit on one frozen base")
@@ -115,6 +128,14 @@ class DualLoRAConfig(GRPOConfig):
             if getattr(self, name) is not None:
                 check_positive_int(name, getattr(self, name))
         check_positive_int("wm_chunk_size", self.wm_chunk_size)
+        check_range("imagined_fraction", self.imagined_fraction, 0.0, 1.0)
+        check_positive_int("imagined_reply_tokens", self.imagined_reply_tokens)
+        if self.imagined_fraction > 0:
+            check_field(self.vectorization_mode == "none" and self.runtime == "local", "imagined_fraction",
+                        self.imagined_fraction, "use 0 with vectorization_mode != 'none' or runtime='ray' "
+                        "(imagined calls are answered in this process, in a pool of single envs)")
+            check_field(self.transfer != "iwm", "imagined_fraction", self.imagined_fraction,
+                        "use 0 with transfer='iwm' (its world model trains on the policy adapter first)")
         check_field(self.transfer != "iwm" or self.iwm_steps < self.num_steps, "iwm_steps", self.iwm_steps,
                     f"use fewer than num_steps={self.num_steps}, or no DAPO step would run")
         check_field(self.learner == "single" or self.lambda_schedule != "adaptive", "lambda_schedule",
@@ -123,9 +144,15 @@ class DualLoRAConfig(GRPOConfig):
                     "λ would differ")
 
     @property
+    def echo_weight(self) -> float:
+        """``echo_coef`` under transfer "echo", else 0."""
+        return self.echo_coef if self.transfer == "echo" else 0.0
+
+    @property
     def adapter_names(self) -> tuple[str, ...]:
-        """The adapters this transfer mode builds (``"shared"``/``"iwm"``: the policy adapter only)."""
-        return ("policy",) if self.transfer in ("shared", "iwm") else ("policy", "world_model")
+        """The adapters this transfer mode builds (``"shared"``/``"iwm"``/``"echo"``: the policy adapter
+        only)."""
+        return ("policy",) if self.transfer in ("shared", "iwm", "echo") else ("policy", "world_model")
 
     @property
     def policy_adapters(self) -> tuple[str, ...]:

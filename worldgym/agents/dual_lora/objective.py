@@ -16,9 +16,10 @@ from worldgym.agents.dual_lora.replay import PhoneCallReplay
 from worldgym.agents.dual_lora.schedule import LambdaController
 from worldgym.agents.dual_lora.world_model import (
     PhoneCallExample,
-    evaluation_metrics,
     phone_call_examples,
+    reply_metrics,
     score_in_chunks,
+    score_observations,
     wm_token_ids,
 )
 from worldgym.agents.grpo.auxiliary import SINGLE_PROCESS, LossShard
@@ -28,6 +29,7 @@ from worldgym.agents.llm.rollout import Episode
 __all__ = ["WorldModelObjective"]
 
 _EVAL_CHUNK = 16  # validation calls scored per forward
+_EVAL_EPISODES = 4  # validation episodes scored per forward under "echo"
 
 
 class WorldModelObjective:
@@ -132,19 +134,28 @@ class WorldModelObjective:
     @torch.no_grad()
     def evaluate(self, episodes: Sequence[Episode]) -> dict[str, float]:
         """Teacher-forced world-model metrics on the validation episodes' phone calls, overall and by response
-        type: token accuracy, exact-match reply, perplexity."""
-        examples = [e for row in phone_call_examples(episodes, self.tokenizer, self.config.wm_max_context_tokens)
-                    for e in row]
-        if not examples:
-            return {"eval/wm_calls": 0.0}
+        type: token accuracy, exact-match reply, perplexity. Under "echo" the policy scores the replies in the
+        episodes' own sequences (as it learns them); else the world-model adapter scores them behind the
+        markers."""
+        config = self.config
         was_training = self.model.training
         self.model.eval()
         try:
-            with using_adapters(self.model, [self.config.world_model_adapter], self.config.adapter_names):
-                scores = score_in_chunks(self.model, examples, self.tokenizer.pad_token_id, _EVAL_CHUNK)
+            with using_adapters(self.model, [config.world_model_adapter], config.adapter_names):
+                if config.transfer == "echo":
+                    response_types, scores = score_observations(
+                        self.model, episodes, config.echo_tools, self.tokenizer.pad_token_id, _EVAL_EPISODES)
+                else:
+                    examples = [e for row in phone_call_examples(episodes, self.tokenizer,
+                                                                 config.wm_max_context_tokens) for e in row]
+                    response_types = [example.response_type for example in examples]
+                    scores = score_in_chunks(self.model, examples, self.tokenizer.pad_token_id, _EVAL_CHUNK) \
+                        if examples else None
         finally:
             self.model.train(was_training)
-        metrics = evaluation_metrics(examples, scores)
+        if not response_types:
+            return {"eval/wm_calls": 0.0}
+        metrics = reply_metrics(response_types, scores)
         self.schedule.observe_validation(metrics["eval/wm_token_accuracy"])
         return metrics
 

@@ -19,12 +19,14 @@ from peft import LoraConfig, PeftModel, get_peft_model
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from worldgym.agents.dual_lora.config import WM_SPECIAL_TOKENS, DualLoRAConfig
+from worldgym.agents.dual_lora.imagination import PhoneCallImagination
 from worldgym.agents.dual_lora.objective import WorldModelObjective
 from worldgym.agents.grpo.rewards import EpisodeRewardFn
 from worldgym.agents.grpo.trainer import GRPOTrainer
 from worldgym.agents.llm.adapters import activate_adapters, save_adapter_flat
 from worldgym.agents.llm.engines import GenerationEngine
 from worldgym.agents.llm.models import TINY_SIZES, build_tiny_model
+from worldgym.agents.llm.rollout import Episode
 from worldgym.agents.llm.tokenizer import env_text_corpus, train_chat_tokenizer
 
 __all__ = ["DualLoRATrainer", "attach_adapters", "wm_success_correlation"]
@@ -81,8 +83,13 @@ class DualLoRATrainer(GRPOTrainer):
         if not isinstance(config, DualLoRAConfig):
             raise TypeError(f"DualLoRATrainer needs a DualLoRAConfig, got {type(config).__name__}")
         super().__init__(config, model, tokenizer, make_env, make_eval_env, make_engine, reward_fn)
+        # evaluated in every mode; trained beside the policy loss except under "echo", where the policy loss's
+        # own forward pass learns the replies (GRPOConfig.echo_weight)
         self.world_model = WorldModelObjective(self.policy, self.tokenizer, config)
-        self.auxiliary_loss = self.world_model
+        self.auxiliary_loss = None if config.transfer == "echo" else self.world_model
+        if config.imagined_fraction > 0:
+            self.collector.step_override = PhoneCallImagination(
+                self.policy, self.tokenizer, config, self.make_env().unwrapped.action_space, self.dtype)
         self._ratio_outside = False
 
     def _model_and_tokenizer(self, model, tokenizer):
@@ -108,6 +115,14 @@ class DualLoRATrainer(GRPOTrainer):
         policy = [p for name, p in self.trainable.items() if ".world_model." not in name]
         return torch.optim.AdamW([{"params": policy}, {"params": world_model, "lr": config.wm_learning_rate}],
                                  lr=config.learning_rate, weight_decay=config.weight_decay)
+
+    def evaluation_metrics(self, episodes: list[Episode]) -> dict[str, float]:
+        """The GRPO validation metrics and the world model's (under "echo" too: scored in the episodes' own
+        sequences)."""
+        metrics = super().evaluation_metrics(episodes)
+        if self.auxiliary_loss is None:
+            metrics.update(self.world_model.evaluate(episodes))
+        return metrics
 
     def _with_adapter(self, model: PreTrainedModel) -> PeftModel:
         return attach_adapters(model, self.config)

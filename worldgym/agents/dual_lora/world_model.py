@@ -18,12 +18,13 @@ from torch.utils.checkpoint import checkpoint
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from worldgym.agents.dual_lora.config import CSR_END, CSR_START, PREDICT_CSR
-from worldgym.agents.llm.rollout import Episode, Turn
+from worldgym.agents.grpo.echo import EchoTargets, echo_turns
+from worldgym.agents.llm.rollout import Episode, Turn, collate_episodes
 from worldgym.agents.llm.scoring import score_tokens
 
 __all__ = [
-    "PhoneCallExample", "WorldModelScores", "evaluation_metrics", "phone_call_examples", "phone_call_turns",
-    "score_examples", "score_in_chunks", "wm_token_ids",
+    "PhoneCallExample", "WorldModelScores", "phone_call_examples", "phone_call_turns", "reply_metrics",
+    "score_examples", "score_in_chunks", "score_observations", "wm_token_ids",
 ]
 
 PHONE_TOOL = "make_phone_call"
@@ -60,9 +61,11 @@ def wm_token_ids(tokenizer: PreTrainedTokenizerBase) -> tuple[int, int, int]:
 
 def phone_call_turns(episode: Episode) -> list[Turn]:
     """The episode's ``make_phone_call`` turns with a reply to learn from (calls the env rejected as
-    malformed are not phone calls: the env answered them, not a representative)."""
+    malformed are not phone calls: the env answered them, not a representative; imagined replies are the world
+    model's own)."""
     return [turn for turn in episode.turns
-            if turn.info.get("tool") == PHONE_TOOL and turn.action_span[1] > turn.action_span[0]]
+            if turn.info.get("tool") == PHONE_TOOL and turn.action_span[1] > turn.action_span[0]
+            and not turn.info.get("imagined", False)]
 
 
 def phone_call_examples(
@@ -162,15 +165,15 @@ def score_in_chunks(
                               for name in WorldModelScores.__dataclass_fields__))
 
 
-def evaluation_metrics(
-    examples: Sequence[PhoneCallExample], scores: WorldModelScores, prefix: str = "eval/wm_"
+def reply_metrics(
+    response_types: Sequence[str], scores: WorldModelScores, prefix: str = "eval/wm_"
 ) -> dict[str, float]:
-    """Token accuracy, exact-match rate and perplexity (exp of the token-mean cross-entropy), overall and by
-    response type."""
+    """Token accuracy, exact-match rate and perplexity (exp of the token-mean cross-entropy) of scored replies
+    (reply ``i`` of type ``response_types[i]``), overall and by response type."""
     groups: dict[str, list[int]] = defaultdict(list)
-    for index, example in enumerate(examples):
+    for index, response_type in enumerate(response_types):
         groups[""].append(index)
-        groups[f"{example.response_type}/"].append(index)
+        groups[f"{response_type}/"].append(index)
     counts = scores.num_targets.float().cpu().numpy()
     token_nll = scores.loss.detach().float().cpu().numpy() * counts
     accurate = scores.token_accuracy.float().cpu().numpy() * counts
@@ -183,3 +186,47 @@ def evaluation_metrics(
         metrics[f"{prefix}{group}perplexity"] = float(np.exp(token_nll[rows].sum() / total))
         metrics[f"{prefix}{group}calls"] = float(len(rows))
     return metrics
+
+
+@torch.no_grad()
+def score_observations(
+    model: PreTrainedModel, episodes: Sequence[Episode], tools: Sequence[str], pad_token_id: int,
+    chunk_size: int,
+) -> tuple[list[str], WorldModelScores]:
+    """Teacher-forced scores of the tool results the echo loss learns (:func:`~worldgym.agents.grpo.echo.
+    echo_turns`), each in its episode's own token sequence, under the model's active adapters; and their
+    response types. ``chunk_size`` episodes per forward."""
+    response_types = [str(turn.info.get("response_type", "unknown"))
+                      for episode in episodes for turn in echo_turns(episode, tools)]
+    parts = []
+    for start in range(0, len(episodes), chunk_size):
+        chunk = episodes[start : start + chunk_size]
+        batch = collate_episodes(chunk, pad_token_id)
+        width = batch["input_ids"].shape[1]
+        segments = EchoTargets.from_episodes(chunk, tools).segments(range(len(chunk)), width)
+        if not bool((segments >= 0).any()):
+            continue
+        parts.append(_segment_scores(model, batch, segments))
+    if not parts:
+        return [], WorldModelScores(*(torch.zeros(0) for _ in fields(WorldModelScores)))
+    return response_types, WorldModelScores.concat(parts)
+
+
+def _segment_scores(model: PreTrainedModel, batch: dict, segments: torch.Tensor) -> WorldModelScores:
+    """Per observation (``segments``: its number per target column, -1 elsewhere) of one collated batch."""
+    device = next(model.parameters()).device
+    on = (segments >= 0).to(device)
+    scored = score_tokens(model, batch["input_ids"].to(device), batch["attention_mask"].to(device), on)
+    targets = batch["input_ids"][:, 1:].to(device)[on]
+    owner = segments.to(device)[on]
+    count = int(owner.max()) + 1
+    logprobs = scored.logprobs[on]
+    right = (scored.logits.argmax(-1) == targets).float()
+
+    def per_segment(values: torch.Tensor) -> torch.Tensor:
+        return torch.zeros(count, device=device).index_add_(0, owner, values.float())
+
+    counts = per_segment(torch.ones_like(logprobs))
+    correct = per_segment(right)
+    return WorldModelScores(-per_segment(logprobs) / counts, correct / counts, correct == counts,
+                            per_segment(logprobs.exp()) / counts, counts.long())

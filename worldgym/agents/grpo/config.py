@@ -89,6 +89,10 @@ class GRPOConfig:
         auxiliary_projection: with an auxiliary loss, drop the part of its gradient that points against the
             policy's before any cap (PCGrad: where the two conflict on the tensors both reach, the auxiliary
             gradient loses its component along the policy's). Costs as the cap; single learner only.
+        echo_coef: weight of the echo loss (0 = off): the cross-entropy of the env's tool results, scored in the
+            rollout's own sequence by the same forward pass as the policy loss, each observation
+            length-normalised (:mod:`worldgym.agents.grpo.echo`; invalid calls' errors left out).
+        echo_tools: the tools whose results the echo loss learns (empty: every tool's).
         num_steps: training steps of the run.
         seed: seeds the model init, sampling and the task order.
         share_prompt_prefix: run the opening that a group's samples share (their prompt) once per group, in the
@@ -164,6 +168,8 @@ class GRPOConfig:
     activation_checkpointing: bool = False
     auxiliary_grad_ratio: float | None = None
     auxiliary_projection: bool = False
+    echo_coef: float = 0.0
+    echo_tools: tuple[str, ...] = ()
     num_steps: int = 50
     seed: int = 0
     share_prompt_prefix: bool = True
@@ -243,14 +249,26 @@ class GRPOConfig:
         check_field(self.learner == "single" or not self.auxiliary_projection, "auxiliary_projection",
                     self.auxiliary_projection, f"use False with learner={self.learner!r} (the projection's dot "
                     "products are not all-reduced), or learner='single'")
+        check_range("echo_coef", self.echo_coef, 0, None)
+        check_field(not isinstance(self.echo_tools, str), "echo_tools", self.echo_tools,
+                    f"use a tuple of tool names, e.g. ({self.echo_tools!r},)")
+        self.echo_tools = tuple(self.echo_tools)
+        check_field(all(isinstance(tool, str) and tool for tool in self.echo_tools), "echo_tools", self.echo_tools,
+                    "use a tuple of tool names, e.g. ('make_phone_call',)")
         check_field(self.learner != "fsdp" or not self.share_prompt_prefix, "share_prompt_prefix",
                     self.share_prompt_prefix, "use False with learner='fsdp': every forward all-gathers the "
                     "layers it runs, so the ranks must run as many, and the shared-prefix pass runs one or two "
                     "per rank depending on its rows")
 
+    @property
+    def echo_weight(self) -> float:
+        """The echo loss's weight the trainer applies (``echo_coef``; 0 = off)."""
+        return self.echo_coef
+
     def to_dict(self) -> dict[str, Any]:
         """The config as JSON-compatible data (stored in checkpoints)."""
         data = asdict(self)
         data["lora_target_modules"] = list(self.lora_target_modules)
+        data["echo_tools"] = list(self.echo_tools)
         return data
 

@@ -27,6 +27,7 @@ from worldgym.agents.grpo.auxiliary import (
     take_gradients,
 )
 from worldgym.agents.grpo.config import GRPOConfig
+from worldgym.agents.grpo.echo import EchoTargets, echo_loss
 from worldgym.agents.grpo.rewards import EpisodeRewardFn, episode_rewards
 from worldgym.agents.llm.allocator import map_large_allocations_on_cpu
 from worldgym.agents.llm.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
@@ -81,16 +82,20 @@ class MinibatchLoss:
     auxiliary: torch.Tensor | None = None
     policy_weight: float = 1.0
     auxiliary_metrics: dict[str, float] = field(default_factory=dict)
+    echo: torch.Tensor | None = None  # echo_coef x this part's share of the minibatch's echo loss
+    echo_metrics: dict[str, float] = field(default_factory=dict)
 
     def total(self, policy_scale: float | None = None, token_scale: float | None = None,
               auxiliary_scale: float = 1.0) -> torch.Tensor:
         """The scalar to backpropagate; ``policy_scale`` multiplies the policy loss (KL included),
-        ``token_scale`` the entropy term (a token mean) and ``auxiliary_scale`` the auxiliary term."""
+        ``token_scale`` the entropy term (a token mean) and ``auxiliary_scale`` the auxiliary and echo terms
+        (each already this part's share of the minibatch's)."""
         policy = self.policy.loss if policy_scale is None else policy_scale * self.policy.loss
         entropy = self.entropy if token_scale is None else token_scale * self.entropy
         loss = self.policy_weight * (policy - self.entropy_coef * entropy)
-        if self.auxiliary is not None:
-            loss = loss + auxiliary_scale * self.auxiliary
+        for term in (self.auxiliary, self.echo):
+            if term is not None:
+                loss = loss + auxiliary_scale * term
         return loss
 
     @property
@@ -103,6 +108,7 @@ class MinibatchLoss:
             "loss/entropy": self.entropy.item(),
             "loss/clip_fraction": out.clip_fraction.item(),
             "loss/ratio_mean": out.ratio_mean.item(),
+            **self.echo_metrics,
         }
 
 
@@ -205,6 +211,7 @@ class GRPOTrainer:
         self.rank = _join_learner_group(config)
         self.reward_fn = reward_fn
         self.auxiliary_loss = auxiliary_loss
+        self.echo_targets: EchoTargets | None = None  # the step's echo targets (echo_coef > 0)
         self.rng = np.random.default_rng(config.seed)
         self.make_env = make_env or (
             lambda: make_text_env(config.env_id, config.env_kwargs, config.wrap_tool_calls)
@@ -384,13 +391,13 @@ class GRPOTrainer:
 
     def _nothing_to_learn(self, prepared: TrainBatch) -> bool:
         """Whether an update would compute a zero loss: every advantage is 0 (no group's rewards differed, even
-        after resampling), and no auxiliary objective, KL or entropy term adds anything. The update is skipped
+        after resampling), and no auxiliary objective, echo, KL or entropy term adds anything. The update is skipped
         then (logged as ``loss/skipped_update``): it would be a full forward and backward pass for AdamW's weight
         decay alone (641 s of a SmolLM2 d3 step whose 32 sampled episodes all failed). Single learner only: the
         ranks of a data-parallel one see different shares and must all step."""
         config = self.config
         return (self.parallel is None and self.auxiliary_loss is None and config.kl_coef == 0
-                and config.entropy_coef == 0 and not bool(prepared.advantages.any()))
+                and config.entropy_coef == 0 and config.echo_weight == 0 and not bool(prepared.advantages.any()))
 
     def _sync_weights(self) -> None:
         """The trainer's own engine (validation, in-process rollouts) and the rollout runtime get the current
@@ -424,6 +431,8 @@ class GRPOTrainer:
         config = self.config
         if self.auxiliary_loss is not None:
             self.auxiliary_loss.begin_step(episodes, self.step)
+        self.echo_targets = (EchoTargets.from_episodes(episodes, config.echo_tools) if config.echo_weight > 0
+                             else None)
         max_response = config.max_new_tokens * config.max_turns
         _, rewards = episode_rewards(
             episodes, max_response, config.overlong_buffer, config.overlong_penalty, self.reward_fn
@@ -514,7 +523,7 @@ class GRPOTrainer:
         metrics: dict[str, float] = {}
         costs = {"time/worker_busy_s": 0.0, "time/weight_load_s": 0.0, "rollout/worker_restarts": 0,
                  "rollout/stale_rounds_refused": 0}
-        group_offset = 0
+        group_offset, real_sampled = 0, 0
         for round_index in range(1 + (config.max_resample_rounds if dynamic_sampling else 0)):
             if round_index == 0 and self._pending is not None:
                 round_, self._pending = self._pending, None
@@ -522,11 +531,12 @@ class GRPOTrainer:
                 round_ = self._submit_round(group_offset)
             episodes = self._gather_round(round_, costs)
             group_offset += config.prompts_per_step
+            real_sampled += sum(not e.imagined for e in episodes)
             if round_index == 0:
                 metrics = _rollout_metrics(episodes)
             if not dynamic_sampling:
                 return episodes, metrics | costs | _lag_metrics(episodes, self.step) | {
-                    "rollout/episodes_sampled": len(episodes)}
+                    "rollout/episodes_sampled": len(episodes), "rollout/real_episodes_sampled": real_sampled}
             rewards = [self.reward_fn(e) if self.reward_fn else e.reward for e in episodes]
             informative = dynamic_sampling_mask(
                 torch.tensor(rewards), torch.tensor([e.group_id for e in episodes])
@@ -536,6 +546,7 @@ class GRPOTrainer:
                 break
         metrics["rollout/kept_groups"] = len(kept) / config.group_size
         metrics["rollout/episodes_sampled"] = group_offset * config.group_size
+        metrics["rollout/real_episodes_sampled"] = real_sampled  # episodes with no step answered in the env's place
         kept = kept[: config.prompts_per_step * config.group_size]
         trained = kept or episodes  # no informative group: train on the last round (zero advantages)
         return trained, metrics | costs | _lag_metrics(trained, self.step)
@@ -596,7 +607,7 @@ class GRPOTrainer:
             policy_share, token_share = loss_shares(self.config.loss_aggregation,
                                                     float(batch["action_mask"][chunk].sum()), len(chunk), tokens,
                                                     len(rows))
-            terms = self.minibatch_loss(batch, advantages, chunk, with_auxiliary=False)
+            terms = self.minibatch_loss(batch, advantages, chunk, with_auxiliary=False, minibatch_rows=rows)
             loss = terms.total(policy_share, token_share)
             loss.backward()
             total += loss.item()
@@ -619,17 +630,33 @@ class GRPOTrainer:
 
     def minibatch_loss(
         self, batch: dict[str, torch.Tensor], advantages: torch.Tensor, rows: torch.Tensor,
-        with_auxiliary: bool = True,
+        with_auxiliary: bool = True, minibatch_rows: torch.Tensor | None = None,
     ) -> MinibatchLoss:
         """The differentiable loss terms of the minibatch ``rows`` of ``batch`` (no backward); the auxiliary
-        objective's too unless ``with_auxiliary`` is False."""
+        objective's too unless ``with_auxiliary`` is False. ``rows`` may be a part of the minibatch
+        ``minibatch_rows`` (default: the whole), over whose observations the echo loss is averaged."""
         config, device = self.config, self.config.device
         inputs = self._score_inputs(batch, rows)
         old_logprobs = batch["old_logprobs"][rows, : inputs.width - 1].to(device)
         mask = inputs.mask
+        echo_segments = None
+        if self.echo_targets is not None:
+            echo_segments = self.echo_targets.segments(rows, inputs.width).to(device)
+        scored_mask = mask if echo_segments is None else mask.bool() | (echo_segments >= 0)
         with self._autocast():
-            scored = score_tokens(self.policy, inputs.input_ids, inputs.attention_mask, mask, config.temperature,
-                                  group_ids=inputs.group_ids, allowed=inputs.allowed)
+            scored = score_tokens(self.policy, inputs.input_ids, inputs.attention_mask, scored_mask,
+                                  config.temperature, group_ids=inputs.group_ids, allowed=inputs.allowed)
+        echo, echo_metrics = None, {}
+        action_logits = scored.logits
+        if echo_segments is not None:
+            selected = echo_segments[scored_mask.bool()]
+            action_logits = scored.logits[selected < 0]
+            on_echo = echo_segments >= 0
+            echo, echo_metrics = echo_loss(
+                scored.logits[selected >= 0] * config.temperature,  # the model's own distribution
+                inputs.input_ids[:, 1:][on_echo], echo_segments[on_echo],
+                self.echo_targets.count(rows if minibatch_rows is None else minibatch_rows))
+            echo = config.echo_weight * echo
         ref_logprobs = None
         if config.kl_coef > 0:
             ref_logprobs = self._reference_logprobs(inputs.input_ids, inputs.attention_mask, mask,
@@ -647,10 +674,10 @@ class GRPOTrainer:
             max_tokens=config.max_new_tokens * config.max_turns,
         )
         with torch.set_grad_enabled(config.entropy_coef > 0):  # a metric only, unless it is in the loss
-            entropy = entropy_from_logits(scored.logits).mean() if len(scored.logits) else torch.zeros(())
+            entropy = entropy_from_logits(action_logits).mean() if len(action_logits) else torch.zeros(())
         auxiliary, auxiliary_metrics = self.auxiliary_term(rows) if with_auxiliary else (None, {})
         return MinibatchLoss(out, entropy, config.entropy_coef, auxiliary, self.policy_weight,
-                             auxiliary_metrics)
+                             auxiliary_metrics, echo, echo_metrics)
 
     def _score_inputs(self, batch: dict[str, Any], rows: torch.Tensor) -> _ScoreInputs:
         """The rows' tensors as :func:`score_tokens` takes them, cut to their longest sequence and on the
@@ -748,6 +775,11 @@ class GRPOTrainer:
             collector = RolloutCollector(self.engine, self.tokenizer, **source, **self.rollout_limits)
         params = SamplingParams(temperature=0.0, max_new_tokens=self.config.max_new_tokens)
         episodes = collector.collect(range(VALIDATION_SEEDS_START, VALIDATION_SEEDS_START + count), 1, params)
+        return self.evaluation_metrics(episodes)
+
+    def evaluation_metrics(self, episodes: list[Episode]) -> dict[str, float]:
+        """The metrics of validation ``episodes``: :func:`episode_metrics`, the ``reward_fn`` mean and the
+        auxiliary objective's."""
         metrics = episode_metrics(episodes)
         if self.reward_fn is not None:
             metrics["eval/shaped_reward_mean"] = float(np.mean([self.reward_fn(e) for e in episodes]))
@@ -904,7 +936,7 @@ def _lag_metrics(episodes: list[Episode], version: int) -> dict[str, float]:
 def _rollout_metrics(episodes: list[Episode]) -> dict[str, float]:
     rewards = np.array([e.reward for e in episodes])
     lengths = np.array([e.num_model_tokens for e in episodes])
-    return {
+    metrics = {
         "rollout/reward_mean": float(rewards.mean()),
         "rollout/reward_std": float(rewards.std()),
         "rollout/success_rate": float(np.mean([e.success for e in episodes])),
@@ -912,3 +944,22 @@ def _rollout_metrics(episodes: list[Episode]) -> dict[str, float]:
         "rollout/model_tokens": int(lengths.sum()),
         "rollout/truncated_rate": float(np.mean([e.truncated for e in episodes])),
     }
+    return metrics | _imagined_metrics(episodes) if any(e.imagined for e in episodes) else metrics
+
+
+def _imagined_metrics(episodes: list[Episode]) -> dict[str, float]:
+    """Real and imagined episodes counted apart (a step override answered some steps of the imagined ones),
+    and how often an imagined answer's type matched the env's unseen answer to the same step."""
+    imagined = [e for e in episodes if e.imagined]
+    real = [e for e in episodes if not e.imagined]
+    turns = [t for e in imagined for t in e.turns if t.info.get("imagined")]
+    judged = [t for t in turns if "real_response_type" in t.info]
+    metrics = {"rollout/real_episodes": float(len(real)), "rollout/imagined_episodes": float(len(imagined)),
+               "rollout/imagined_success_rate": float(np.mean([e.success for e in imagined])),
+               "rollout/imagined_steps": float(len(turns))}
+    if real:
+        metrics["rollout/real_success_rate"] = float(np.mean([e.success for e in real]))
+    if judged:
+        metrics["rollout/imagined_type_accuracy"] = float(np.mean(
+            [t.info["response_type"] == t.info["real_response_type"] for t in judged]))
+    return metrics

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import gymnasium as gym
 import numpy as np
@@ -26,7 +26,8 @@ from transformers import PreTrainedTokenizerBase
 from worldgym.agents.llm.constrained import CopyConstraint, TokenTextIndex, copied_argument_keys
 from worldgym.agents.llm.engines.base import Generation, GenerationEngine, SamplingParams
 
-__all__ = ["Episode", "RolloutCollector", "Turn", "collate_episodes", "encode_chat", "make_vector_env"]
+__all__ = ["Episode", "RolloutCollector", "StepOverride", "Turn", "collate_episodes", "content_token_range",
+           "encode_chat", "make_vector_env"]
 
 
 @dataclass
@@ -36,7 +37,9 @@ class Turn:
     ``action_span`` is the ``[start, end)`` range of the reply's tokens in the episode's ``token_ids`` (the
     sampled tokens, plus a closing eos the collector appended to a cut-off reply); ``observation_span`` the
     range of the template tokens that carry the env's answer and open the next reply (empty after the last
-    turn). Auxiliary losses index these tokens directly instead of re-tokenising text.
+    turn), and ``content_span`` the tokens inside it that spell the answer's text itself, without the
+    template's role header and end-of-turn tokens (empty when the tokenizer gives no character offsets).
+    Auxiliary losses index these tokens directly instead of re-tokenising text.
     """
 
     action: str
@@ -46,6 +49,7 @@ class Turn:
     info: dict[str, Any] = field(default_factory=dict)
     action_span: tuple[int, int] = (0, 0)
     observation_span: tuple[int, int] = (0, 0)
+    content_span: tuple[int, int] = (0, 0)
 
 
 @dataclass
@@ -59,7 +63,8 @@ class Episode:
     details); ``observed_values`` the copyable strings the env's observations showed
     (``info["observed_values"]``), in order. ``policy_version`` counts the optimizer updates of the weights
     that sampled it (set by the rollout runtime; a learner at version ``v`` trains on it with lag
-    ``v - policy_version``).
+    ``v - policy_version``). ``imagined``: a :class:`StepOverride` may answer some of its steps in the env's
+    place (their turns' info says ``imagined``).
     """
 
     token_ids: list[int]
@@ -77,6 +82,7 @@ class Episode:
     reset_info: dict[str, Any] = field(default_factory=dict)
     observed_values: list[str] = field(default_factory=list)
     policy_version: int = 0
+    imagined: bool = False
 
     @property
     def num_model_tokens(self) -> int:
@@ -125,6 +131,20 @@ class _Running:
 
 
 StepResult = tuple[Any, float, bool, bool, dict[str, Any]]
+
+
+class StepOverride(Protocol):
+    """Answers some steps of some episodes in the env's place (e.g. a learned model of the env)."""
+
+    def selects(self, group_id: int) -> bool:
+        """Whether episodes of this group may have steps answered by :meth:`answer` (``Episode.imagined``)."""
+        ...
+
+    def answer(self, episodes: Sequence[Episode], actions: Sequence[str], envs: Sequence[gym.Env]
+               ) -> list[StepResult | None]:
+        """Per episode, its reply text and the env that plays it: the step result in the env's place, or None
+        for the env to answer."""
+        ...
 
 
 class _EnvPool:
@@ -241,6 +261,22 @@ def _check_observation(observation: Any, env_name: str, call: str) -> None:
         )
 
 
+def content_token_range(tokenizer: PreTrainedTokenizerBase, text: str, content: str
+                        ) -> tuple[list[int], tuple[int, int]]:
+    """``text``'s token ids and the ``[start, end)`` range of the tokens that lie wholly inside the first
+    occurrence of ``content`` in it; ``(0, 0)`` when ``content`` is empty or absent, or the tokenizer gives no
+    character offsets (a slow tokenizer)."""
+    if not tokenizer.is_fast:
+        return tokenizer(text, add_special_tokens=False)["input_ids"], (0, 0)
+    encoded = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+    begin = text.find(content) if content else -1
+    if begin < 0:
+        return encoded["input_ids"], (0, 0)
+    end = begin + len(content)
+    inside = [i for i, (s, e) in enumerate(encoded["offset_mapping"]) if begin <= s and e <= end and e > s]
+    return encoded["input_ids"], (inside[0], inside[-1] + 1) if inside else (0, 0)
+
+
 def _observed_values(info: dict[str, Any], observation: str, earlier: list[str]) -> list[str]:
     """``earlier`` plus the new strings of ``info["observed_values"]`` that really occur in ``observation``."""
     new = [v for v in info.get("observed_values", ()) if isinstance(v, str) and v and v in observation]
@@ -300,6 +336,9 @@ class RolloutCollector:
         decoding: ``"free"``, or ``"constrained"``: tool arguments the schema marks as copied can only take
             values the episode's observations showed (:mod:`worldgym.agents.llm.constrained`; needs an engine
             that applies constraints, e.g. :class:`HFEngine`).
+
+    ``step_override`` (a :class:`StepOverride`, settable after construction; pools of single envs only) answers
+    some steps of the episodes it selects in the env's place; those steps never reach the env.
     """
 
     def __init__(
@@ -335,6 +374,7 @@ class RolloutCollector:
         self._prompt_cache: dict[str, list[int]] = {}
         self.decoding = decoding
         self._token_index: TokenTextIndex | None = None  # built on first constrained use (decodes the vocab)
+        self.step_override: StepOverride | None = None
 
     def collect(
         self, env_seeds: Sequence[int], group_size: int, params: SamplingParams, first_group_id: int = 0
@@ -372,12 +412,26 @@ class RolloutCollector:
                 self._add_reply(running[row].episode, generation)
                 for row, (generation,) in zip(rows, generations)
             ]
-            results = self._envs.step(rows, [text for text, _ in replies])
+            results = self._step(running, rows, [text for text, _ in replies])
             for row, (observation, *_) in zip(rows, results):
                 _check_observation(observation, self._envs.name(row), "step")
             for row, (generation,), (text, span), result in zip(rows, generations, replies, results):
                 self._add_step(running[row], text, span, generation.finish_reason, *result)
         return [run.episode for run in running]
+
+    def _step(self, running: list[_Running], rows: list[int], actions: list[str]) -> list[StepResult]:
+        """The envs' answers to ``actions`` (row ``rows[i]`` took ``actions[i]``), some from the step override."""
+        if self.step_override is None:
+            return self._envs.step(rows, actions)
+        if not isinstance(self._envs, _EnvPool):
+            raise ValueError("a step override needs a pool of single envs (make_env), not a vector env: a vector "
+                             "env steps every sub-env on every turn")
+        results = self.step_override.answer([running[row].episode for row in rows], actions,
+                                            [self._envs.envs[row] for row in rows])
+        real = [index for index, result in enumerate(results) if result is None]
+        for index, result in zip(real, self._envs.step([rows[i] for i in real], [actions[i] for i in real])):
+            results[index] = result
+        return results  # type: ignore[return-value]
 
     def _start(self, observation: Any, info: dict[str, Any], seed: int, group_id: int) -> _Running:
         tools = info.get("tools") or None
@@ -389,6 +443,7 @@ class RolloutCollector:
                 self._prompt_cache.clear()
             prompt = self._prompt_cache[key] = encode_chat(self.tokenizer, messages, tools)
         episode = Episode([], [], [], len(prompt), group_id, seed, reset_info=dict(info))
+        episode.imagined = self.step_override is not None and self.step_override.selects(group_id)
         episode.extend(prompt, from_model=False)
         episode.observed_values = _observed_values(info, str(observation), [])
         run = _Running(episode, messages, tools)
@@ -443,22 +498,26 @@ class RolloutCollector:
         role = "tool" if run.tools else "user"
         before = run.messages + [{"role": "assistant", "content": text}]
         run.messages = before + [{"role": role, "content": observation}]
-        suffix = self._turn_suffix(before, run.messages, run.tools)
+        suffix, content = self._turn_suffix(before, run.messages, run.tools, str(observation))
         if len(episode.token_ids) + len(suffix) + 1 >= self.max_episode_tokens:
             episode.truncated = True
             return
+        start = len(episode.token_ids)
         episode.extend(suffix, from_model=False)
-        turn.observation_span = (turn.observation_span[0], len(episode.token_ids))
+        turn.observation_span = (start, len(episode.token_ids))
+        turn.content_span = (start + content[0], start + content[1])
 
-    def _turn_suffix(self, before: list[dict], after: list[dict], tools: list | None) -> list[int]:
-        """Tokens of the template text that follows the last assistant turn's eos in ``after``."""
+    def _turn_suffix(self, before: list[dict], after: list[dict], tools: list | None, observation: str
+                     ) -> tuple[list[int], tuple[int, int]]:
+        """Tokens of the template text that follows the last assistant turn's eos in ``after``, and the range of
+        those that lie inside the ``observation`` text (see :func:`content_token_range`)."""
         kwargs = {"tools": tools, "tokenize": False}
         rendered_before = self.tokenizer.apply_chat_template(before, add_generation_prompt=False, **kwargs)
         rendered_after = self.tokenizer.apply_chat_template(after, add_generation_prompt=True, **kwargs)
         end_of_reply = rendered_before.rfind(self.tokenizer.eos_token) + len(self.tokenizer.eos_token)
         if not rendered_after.startswith(rendered_before[:end_of_reply]):
             raise ValueError("the chat template does not render conversations as prefixes of each other")
-        return self.tokenizer(rendered_after[end_of_reply:], add_special_tokens=False)["input_ids"]
+        return content_token_range(self.tokenizer, rendered_after[end_of_reply:], observation)
 
 
 def collate_episodes(episodes: Sequence[Episode], pad_token_id: int) -> dict[str, Any]:

@@ -1,0 +1,70 @@
+"""Imagined phone calls: the world model answers the phone in a share of the groups; lookups stay the env's."""
+
+from __future__ import annotations
+
+import pytest
+
+from worldgym.agents.dual_lora import DualLoRAConfig, DualLoRATrainer
+from worldgym.agents.dual_lora.imagination import UNRECOGNISED, _imagined_step, _tool_turn_opening, imagined_groups
+from worldgym.agents.dual_lora.world_model import phone_call_examples
+from worldgym.agents.llm.models import build_tiny_model
+
+from .conftest import PhoningEngine, make_csr_env
+
+
+def _trainer(tmp_path, tokenizer, **overrides):
+    settings = dict(env_id="CSRPhone-v0", wrap_tool_calls=True, env_kwargs={"difficulty": 1}, max_turns=3,
+                    num_steps=1, prompts_per_step=2, group_size=2, max_new_tokens=40, eval_every=0,
+                    progress=False, imagined_fraction=0.5, imagined_reply_tokens=12,
+                    output_dir=str(tmp_path / "run"))
+    config = DualLoRAConfig(**{**settings, **overrides})
+    return DualLoRATrainer(config, model=build_tiny_model(tokenizer, seed=0), tokenizer=tokenizer,
+                           make_env=make_csr_env, make_engine=lambda policy: PhoningEngine(tokenizer))
+
+
+def test_imagined_step_reads_the_reply():
+    done = _imagined_step("Perfect, your request to close the account is complete. Thanks for calling!", 3,
+                          "auth_request")
+    assert done[1:4] == (1.0, True, False)
+    assert done[4] | {} == {"tool": "make_phone_call", "response_type": "task_complete", "imagined": True,
+                            "success": True, "task_complete": True, "turn": 3, "real_response_type": "auth_request"}
+    garbled = _imagined_step("blah blah", 2, None)
+    assert garbled[1:3] == (0.0, False) and garbled[4]["response_type"] == UNRECOGNISED
+    assert "real_response_type" not in garbled[4]
+
+
+@pytest.mark.parametrize("transfer", ["separate", "echo"])
+def test_imagined_groups_phone_the_world_model_not_the_env(tmp_path, csr_tokenizer, transfer):
+    trainer = _trainer(tmp_path, csr_tokenizer, transfer=transfer)
+    episodes, metrics = trainer.collect_batch()
+    imagined = [e for e in episodes if e.imagined]
+    assert [e.group_id for e in imagined] == [0, 0] and imagined_groups(2, 0.5) == 1
+    assert metrics["rollout/imagined_episodes"] == 2 and metrics["rollout/real_episodes"] == 2
+    assert metrics["rollout/real_episodes_sampled"] == 2 and metrics["rollout/episodes_sampled"] == 4
+    for episode in imagined:
+        calls = [t for t in episode.turns if t.info.get("tool") == "make_phone_call"]
+        assert calls and all(t.info["imagined"] for t in calls)
+        # the unseen copy of the env answered the same call: an unknown number
+        assert calls[0].info["real_response_type"] == "invalid_number"
+        assert episode.turns[0].info["response_type"] == "company_not_found"  # the env's own lookup
+    # the env itself only ever got the lookups of imagined episodes; the world model never learns its own replies
+    assert all(not t.info.get("imagined") for e in episodes if not e.imagined for t in e.turns)
+    assert all(not row for row in phone_call_examples(imagined, csr_tokenizer))
+    assert "rollout/imagined_type_accuracy" in metrics
+    metrics = trainer.update(trainer.prepare(episodes))
+    assert metrics["loss/total"] == metrics["loss/total"]  # a finite update on real and imagined episodes
+
+
+def test_tool_turn_opening_is_what_precedes_a_tool_result_in_an_episode(tmp_path, csr_tokenizer):
+    trainer = _trainer(tmp_path, csr_tokenizer, imagined_fraction=0.0)
+    episodes, _ = trainer.collect_batch()
+    turn = episodes[0].turns[0]
+    assert episodes[0].token_ids[turn.observation_span[0] : turn.content_span[0]] == \
+        _tool_turn_opening(csr_tokenizer)
+
+
+def test_imagined_config_is_checked():
+    with pytest.raises(ValueError, match="imagined_fraction"):
+        DualLoRAConfig(imagined_fraction=1.5)
+    with pytest.raises(ValueError, match="imagined_fraction"):
+        DualLoRAConfig(imagined_fraction=0.5, vectorization_mode="sync")
