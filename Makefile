@@ -1,4 +1,5 @@
-# worldgym: `make demo` (set up + run the main job) and `make test` (set up, lint, run the whole test suite).
+# worldgym: `make demo` (set up + train the dual-LoRA agent on CSRPhone-v0) and `make test` (set up, lint, run the whole
+# test suite); `make docs` builds the documentation site.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -6,10 +7,10 @@ BIN := $(VENV)/bin
 # Default: the CPU wheel (on this kind of machine it lies on local disk). With a GPU, use PyPI's default Linux
 # wheel, which is the CUDA build:   make setup TORCH_SPEC=torch
 TORCH_SPEC ?= torch==2.13.0
-EXTRAS ?= llm,gameboy,dev,bench,dist
+EXTRAS ?= llm,gameboy,dev,bench,dist,docs
 export OMP_WAIT_POLICY ?= PASSIVE
 
-.PHONY: setup demo lint test bench clean smollm2
+.PHONY: setup demo lint test docs bench clean smollm2
 
 setup: $(VENV)/.installed
 
@@ -29,8 +30,13 @@ lint: setup
 test: lint
 	$(BIN)/python -m pytest -q
 
-# every benchmark in full (hours), then the README's benchmark table from benchmarks/results/*.json;
-# `$(BIN)/python -m benchmarks --quick` checks them all in minutes, `--table-only` only rewrites the table
+# the documentation site (mkdocs.yml, docs/) into site/; --strict: a broken link or a missing API module fails
+docs: setup
+	$(BIN)/mkdocs build --strict
+
+# every benchmark in full (hours), then the benchmark tables (README, docs/results/benchmarks.md) from
+# benchmarks/results/*.json; `$(BIN)/python -m benchmarks --quick` checks them all in minutes, `--table-only`
+# only rewrites the tables
 bench: setup
 	$(BIN)/python -m benchmarks
 
@@ -41,4 +47,4 @@ smollm2: setup
 	$(BIN)/pip install --quiet --disable-pip-version-check gguf
 
 clean:
-	rm -rf $(VENV) .pytest_cache
+	rm -rf $(VENV) .pytest_cache site

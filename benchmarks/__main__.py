@@ -1,14 +1,15 @@
-"""Run every benchmark (full or ``--quick``), then write the README's benchmark table from the results JSON.
+"""Run every benchmark (full or ``--quick``), then write the benchmark tables from the results JSON.
 
-    python -m benchmarks                  # every benchmark in full (hours), into benchmarks/results; README table
+    python -m benchmarks                  # every benchmark in full (hours), into benchmarks/results; both tables
     python -m benchmarks --quick          # every benchmark in seconds-to-a-minute each, into runs/benchmarks/quick;
-                                          # prints that table (the README keeps the committed figures)
-    python -m benchmarks --table-only     # only rewrite the README table from benchmarks/results
-    python -m benchmarks --check          # exit 1 when the README table differs from benchmarks/results
+                                          # prints the full table (the committed tables keep the committed figures)
+    python -m benchmarks --table-only     # only rewrite both tables from benchmarks/results
+    python -m benchmarks --check          # exit 1 when either table differs from benchmarks/results
     python -m benchmarks --only fuzz_envs dreamer --quick
 
-The README's table lies between ``<!-- benchmark-table:start -->`` and ``<!-- benchmark-table:end -->``; it is
-only ever rewritten from ``benchmarks/results`` (full runs), never from quick results.
+Two tables, each between ``<!-- benchmark-table:start -->`` and ``<!-- benchmark-table:end -->``: the README's
+short one (a headline per benchmark and a link to its docs page) and the full one on ``docs/results/benchmarks.md``.
+They are only ever rewritten from ``benchmarks/results`` (full runs), never from quick results.
 """
 
 from __future__ import annotations
@@ -21,9 +22,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from benchmarks.common import QUICK_RESULTS, REPO, RESULTS, portable
-from benchmarks.table import render, replace_table, table_in
+from benchmarks.table import render, render_summary, replace_table, table_in
 
 README = REPO / "README.md"
+BENCHMARKS_PAGE = REPO / "docs" / "results" / "benchmarks.md"
 
 
 @dataclass(frozen=True)
@@ -116,33 +118,38 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--quick", action="store_true", help="every benchmark's --quick mode")
-    mode.add_argument("--table-only", action="store_true", help="run nothing: rewrite the README table")
-    mode.add_argument("--check", action="store_true", help="run nothing: fail when the README table is stale")
+    mode.add_argument("--table-only", action="store_true", help="run nothing: rewrite both benchmark tables")
+    mode.add_argument("--check", action="store_true", help="run nothing: fail when a benchmark table is stale")
     parser.add_argument("--only", nargs="+", choices=[b.name for b in SUITE], help="run only these benchmarks")
     parser.add_argument("--results-dir", type=Path, default=None,
                         help=f"where results go (default {portable(RESULTS)}; {portable(QUICK_RESULTS)} with --quick)")
-    parser.add_argument("--readme", type=Path, default=README, help="the README whose table is rewritten")
+    parser.add_argument("--readme", type=Path, default=README, help="the README whose short table is rewritten")
+    parser.add_argument("--benchmarks-page", type=Path, default=BENCHMARKS_PAGE,
+                        help="the docs page whose full table is rewritten")
     return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    readme = args.readme.read_text()
+    tables = {args.readme: render_summary, args.benchmarks_page: render}  # file -> the table it holds
     if args.check:
-        stale = table_in(readme) != render(RESULTS)
-        print(f"{portable(args.readme)}: the benchmark table is "
-              + ("stale: run `python -m benchmarks --table-only`" if stale else "up to date"))
+        stale = False
+        for path, table in tables.items():
+            stale_here = table_in(path.read_text()) != table(RESULTS)
+            print(f"{portable(path)}: the benchmark table is "
+                  + ("stale: run `python -m benchmarks --table-only`" if stale_here else "up to date"))
+            stale |= stale_here
         return int(stale)
     results = args.results_dir or (QUICK_RESULTS if args.quick else RESULTS)
     failed = []
     if not args.table_only:
         failed = [b.name for b in SUITE if (not args.only or b.name in args.only) and not run(b, args.quick, results)]
-    table = render(results)
     if results.resolve() == RESULTS.resolve():
-        args.readme.write_text(replace_table(readme, table))
-        print(f"wrote the benchmark table of {portable(args.readme)}")
+        for path, table in tables.items():
+            path.write_text(replace_table(path.read_text(), table(results)))
+            print(f"wrote the benchmark table of {portable(path)}")
     else:
-        print(table)
+        print(render(results))
     if failed:
         print(f"failed: {', '.join(failed)}")
     return 1 if failed else 0

@@ -37,7 +37,7 @@ continues where it stopped); ``report`` merges the parts into ``benchmarks/resul
 and ``.png``: per model and mode/init, the held-out KL drop (first vs last evaluation, and vs no documents),
 accuracy none / cartridge / teacher, recovery = (cartridge - none) / (teacher - none) (None when the teacher is no
 better than no documents), memory ratio (the documents' KV over the cartridge's) and tokens/s ratio, and the
-issue's goals with their status.
+benchmark's goals (``GOALS``) with their status.
 
 ``--dtype`` (``run`` and ``teacher``; float32 by default, ``--dtype float32 bfloat16`` runs the stage once per
 precision) sets :attr:`CartridgeDistillConfig.dtype`; a run in another precision than float32 is reported as its own
@@ -311,7 +311,7 @@ def reads_documents(rows: Any, model: str, measured: dict[str, Any] | None = Non
 
 
 def goals(rows: dict[str, dict[str, Any]], accuracy_meaningful: bool) -> dict[str, Any]:
-    """The issue's goals, read from the on-policy text-init runs (and offline's for the last)."""
+    """The benchmark's goals (``GOALS``), read from the on-policy text-init runs (and offline's for the last)."""
     main = rows.get("on_policy/text")
     if main is None:
         return {"status": "no on_policy/text runs"}

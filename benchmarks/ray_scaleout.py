@@ -18,7 +18,7 @@ on one thread than on two.
 A scaling model, from the one-worker synchronous phase times, predicts steps/s for N inference workers and M
 data-parallel learners: synchronous ``1 / (gen / N + prepare + update / M + sync)``, asynchronous
 ``1 / max(gen / N, prepare + update / M + sync)`` (``gen`` = a worker's generation seconds per step). The
-prediction assumes every worker and learner has its own device; on this 2-core machine they share two cores.
+prediction assumes every worker and learner has its own device; in the committed run they share two CPU cores.
 
     OMP_WAIT_POLICY=PASSIVE python benchmarks/ray_scaleout.py            # 10 steps x 3 repeats, MathQA-v0
     OMP_WAIT_POLICY=PASSIVE python benchmarks/ray_scaleout.py --quick    # 2 steps, 3 configurations

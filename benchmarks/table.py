@@ -1,8 +1,10 @@
-"""The README's benchmark table, written from the results JSON only so that its figures and text cannot drift.
+"""The benchmark tables, written from the results JSON only so that their figures and text cannot drift.
 
-:func:`render` reads ``<results>/*.json`` and returns the markdown table; :func:`replace_table` puts it between
-the README's ``<!-- benchmark-table:start -->`` and ``<!-- benchmark-table:end -->`` markers. Each row is one
-function of the JSON it reads; a row whose file is missing says so instead of showing a figure.
+:func:`render` reads ``<results>/*.json`` and returns the full markdown table (the docs' benchmarks page);
+:func:`render_summary` returns the README's short one, a headline per benchmark and a link to the docs page that
+tells the rest. :func:`replace_table` puts a table between a file's ``<!-- benchmark-table:start -->`` and
+``<!-- benchmark-table:end -->`` markers. Each row is one function of the JSON it reads; a row whose file is
+missing says so instead of showing a figure.
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ from typing import Any
 
 START = "<!-- benchmark-table:start -->"
 END = "<!-- benchmark-table:end -->"
-HEADER = "| script | measures | result here |\n|---|---|---|"
+HEADER = "| script | measures | result (CPU) |\n|---|---|---|"
+SUMMARY_HEADER = "| benchmark | headline (CPU) | details |\n|---|---|---|"
 
 Results = dict[str, Any]
 
@@ -30,6 +33,8 @@ class Row:
     files: tuple[str, ...]
     describe: Callable[..., str]  # one argument per file (None for a missing optional file)
     optional: tuple[str, ...] = ()  # files the row reads when present
+    headline: Callable[..., str] | None = None  # the README's short cell, from the required files
+    page: str = "results/benchmarks.md"  # the docs page (under docs/) that tells the rest
 
 
 def _pct(value: float) -> str:
@@ -177,7 +182,7 @@ def _csr_dual_lora(data: Results, demo: Results | None) -> str:
         (_, first), (_, last) = demo["success"][0], demo["success"][-1]
         text += (f"; `make demo` {demo['seconds'] / 60:.1f} min on {demo['cores']} cores, validation "
                  f"{first:.1%} -> {last:.1%}")
-    return text + "; see the dual-LoRA section"
+    return text + "; see the dual-LoRA results"
 
 
 def _grpo_vs_trl(data: Results, bf16: Results | None = None) -> str:
@@ -372,51 +377,192 @@ def _precision_agents(data: Results) -> str:
                           for name, row in data["cartridge"].items())
     return f"float32 / bf16 step time: Z-token PPO {ppo}; cartridge distiller {cartridge}"
 
+# The README's short cells: one headline figure each, from the same JSON as the full rows.
+
+def _short_csr_env_throughput(data: Results) -> str:
+    goal = "met" if data["goal_met_wall"] else "NOT met"
+    return (f"{data['policies']['expert']['env_steps_per_s']:,.0f} env steps/s with the scripted expert "
+            f"(goal {data['goal_env_steps_per_s']:,}: {goal})")
+
+
+def _short_gameboy(data: Results) -> str:
+    ratios = [row["ratio_to_pyboy"] for rom in data["roms"].values() for row in rom["warp"]]
+    return f"{_span(ratios, unit='x')} PyBoy's frames/s for 1-256 emulators (device {data['device']})"
+
+
+def _short_fuzz_envs(data: Results) -> str:
+    return f"{data['total_steps']:,} hostile steps, {data['unhandled_exceptions']} unhandled exceptions"
+
+
+def _short_ztoken_ppo(data: Results) -> str:
+    summary = data["summary"]
+    return (f"exact match {summary['warm_start/exact_match']['mean']:.3f} -> {summary['ppo/exact_match']['mean']:.3f} "
+            f"({_plural(len(data['runs']), 'seed')}); SB3 PPO {summary['sb3/exact_match']['mean']:.3f}")
+
+
+def _short_dreamer_speed(data: Results) -> str:
+    compared = [row for row in data["rows"] if row.get("sheeprl_cpu_s_per_step")]
+    if not compared:
+        return "no sheeprl figure yet"
+    return ", ".join(f"{row['size']} **{row['cpu_speedup']:.2f}x** faster than sheeprl per CPU-s" for row in compared)
+
+
+def _short_dreamer_ratio(data: Results) -> str:
+    return f"within {_pct(max(row['relative_error'] for row in data['rows']))} of the target replay ratio"
+
+
+def _short_dreamer_cartpole(data: Results) -> str:
+    steps = {agent: [r["solved_at"] for r in data["runs"] if r["agent"] == agent] for agent in ("dreamer", "ppo")}
+    if any(s is None for runs in steps.values() for s in runs):
+        return f"solved: dreamer {data['dreamer_solved_runs']}, ppo {data['ppo_solved_runs']}"
+    return (f"return 475 after {_k(mean(steps['dreamer']))} env steps vs PPO's {_k(mean(steps['ppo']))} "
+            f"(mean of {_plural(len(steps['ppo']), 'seed')})")
+
+
+def _short_csr_policy(data: Results) -> str:
+    parts = [f"d1 success: copying random {_pct(data['random_copy']['1'])}"] if "random_copy" in data else []
+    for model, entry in data.items():
+        if not isinstance(entry, dict):
+            continue
+        warm = [ws["success"]["1"] for ws in entry.get("warm_start", {}).values() if "1" in ws["success"]]
+        dapo = [row["seeds"] for runs in entry.get("dapo", {}).values()
+                for d, row in runs["success"].items() if d == "1"]
+        if dapo:
+            parts.append(f"{model} DAPO {_pct_span(dapo[0])}")
+        elif warm:
+            parts.append(f"{model} warm start {_pct(max(warm))}")
+    return ", ".join(parts)
+
+
+def _short_csr_dual_lora(data: Results) -> str:
+    key, rows = max(data["runs"].items(), key=lambda item: max(len(row["seeds"]) for row in item[1].values()))
+    best = max((m for m in rows if m != "dapo"), key=lambda m: rows[m]["final_success_mean"])
+    return (f"{key}, final validation: DAPO {_pct_span(rows['dapo']['final_success'])}, {best} "
+            f"{_pct_span(rows[best]['final_success'])} ({_plural(len(rows[best]['seeds']), 'seed')})")
+
+
+def _short_csr_rollout_speed(tiny: Results) -> str:
+    speedups = {}
+    for run in tiny["runs"]:
+        speedups.setdefault((run["difficulty"], run["batch"]), {})[run["kv_reuse"]] = run["wall_s"]
+    ratios = [pair[False] / pair[True] for pair in speedups.values()]
+    return f"keeping the KV cache across turns: {_span(ratios, unit='x')} episodes/s (tiny model)"
+
+
+def _short_kv_cache_growth(data: Results) -> str:
+    return (f"{_span([run['speedup_median'] for run in data['runs']], unit='x')} faster decoding "
+            f"({data['model']}), same tokens")
+
+
+def _short_cpu_allocator_memory(data: Results) -> str:
+    return f"**{data['peak_ratio_default_to_mapped']:.1f}x** lower peak memory ({data['model']}), same loss"
+
+
+def _short_grpo_vs_trl(data: Results) -> str:
+    if "settings" not in data:
+        return f"**{data['tokens_per_s_ratio']:.2f}x** TRL's tokens/s"
+    ratios = [entry[mode]["tokens_per_s_ratio"] for entry in data["settings"].values()
+              for mode in ("full", "lora") if mode in entry]
+    return f"{_span(ratios, unit='x')} TRL's tokens/s (tiny and small models, full and LoRA)"
+
+
+def _short_cartridge(data: Results) -> str:
+    model, entry = next(iter(data["models"].items()))
+    key, row = next(iter(entry["runs"].items()))
+    return (f"{model} ({key.replace('_', '-')}): held-out KL down {_pct_span(row['kl_drop'])} with "
+            f"{row['memory_ratio']:.0f}x less KV than the documents")
+
+
+def _short_llm_precision(data: Results) -> str:
+    learner = data.get("learner")
+    if not learner:
+        return "no learner figure yet"
+    return f"bf16 LoRA learner **{learner['bf16_speedup']:.2f}x** float32's tokens/s ({data['model']})"
+
+
+def _short_rollout_precision(data: Results) -> str:
+    runs = {run["dtype"]: run for run in data["runs"]}
+    return (f"bf16 rollouts **{runs['float32']['wall_s'] / runs['bfloat16']['wall_s']:.2f}x** faster, success "
+            f"{_pct(runs['float32']['success_rate'])} vs {_pct(runs['bfloat16']['success_rate'])}")
+
+
+def _short_decode_attention(data: Results) -> str:
+    step = data["whole_model_step"]
+    return (f"whole {step['model']} decode step in bf16: {step['bfloat16']['sdpa']['mask']:.0f} -> "
+            f"{step['bfloat16']['fast']['mask']:.0f} ms")
+
+
+def _short_precision_agents(data: Results) -> str:
+    ratios = [row["float32_over_bfloat16"]["step_s"] for name in ("ztoken_ppo", "cartridge")
+              for row in data[name].values()]
+    return f"bf16 step {_span(ratios, unit='x')} float32's speed (the larger models gain)"
+
+
+def _short_ray_scaleout(data: Results) -> str:
+    results = data["results"]
+    best = max(results, key=lambda name: results[name]["steps_per_s"])
+    return (f"{results[best]['steps_per_s']:.2f} steps/s ({best}) vs {results['in-process']['steps_per_s']:.2f} "
+            f"in process, {data['machine']['cpus']} CPU cores")
+
 
 ROWS: tuple[Row, ...] = (
     Row("`benchmarks/csr_env_throughput.py`", "CSRPhone-v0 env steps/s, scripted expert (goal >= 20,000)",
-        ("csr_env_throughput.json",), _csr_env_throughput),
+        ("csr_env_throughput.json",), _csr_env_throughput,
+        headline=_short_csr_env_throughput, page="envs/csr-phone.md"),
     Row("`benchmarks/gameboy_throughput.py`", "frames/s for N emulators vs one PyBoy, same ROM and actions",
-        ("gameboy_throughput_cpu.json",), _gameboy),
+        ("gameboy_throughput_cpu.json",), _gameboy, headline=_short_gameboy, page="envs/gameboy.md"),
     Row("`benchmarks/fuzz_envs.py`", "hostile actions into every registered env: unhandled exceptions (goal 0), "
-        "steps/s", ("fuzz_envs.json",), _fuzz_envs),
+        "steps/s", ("fuzz_envs.json",), _fuzz_envs, headline=_short_fuzz_envs, page="failure-behaviour.md"),
     Row("`benchmarks/ztoken_ppo.py`", "held-out exact match: warm start vs PPO, SB3 PPO baseline",
-        ("ztoken_ppo.json",), _ztoken_ppo),
+        ("ztoken_ppo.json",), _ztoken_ppo, headline=_short_ztoken_ppo, page="agents/ztoken-ppo.md"),
     Row("`benchmarks/dreamer.py speed`", "seconds per gradient step vs sheeprl 0.8.4 "
-        "(`benchmarks/sheeprl_dreamer_step.py`, own venv)", ("dreamer_speed.json",), _dreamer_speed),
-    Row("`benchmarks/dreamer.py ratio`", "replay ratio actual vs target", ("dreamer_ratio.json",), _dreamer_ratio),
+        "(`benchmarks/sheeprl_dreamer_step.py`, own venv)", ("dreamer_speed.json",), _dreamer_speed,
+        headline=_short_dreamer_speed, page="agents/dreamer-v3.md"),
+    Row("`benchmarks/dreamer.py ratio`", "replay ratio actual vs target", ("dreamer_ratio.json",), _dreamer_ratio,
+        headline=_short_dreamer_ratio, page="agents/dreamer-v3.md"),
     Row("`benchmarks/dreamer.py cartpole`", "env steps to mean return 475 on CartPole-v1 vs SB3 PPO",
-        ("dreamer_cartpole.json",), _dreamer_cartpole),
+        ("dreamer_cartpole.json",), _dreamer_cartpole,
+        headline=_short_dreamer_cartpole, page="agents/dreamer-v3.md"),
     Row("`benchmarks/csr_policy.py`", "CSRPhone-v0 validation success on the 0/1 reward by model and difficulty: "
-        "copying random baseline, warm starts, DAPO over seeds", ("csr_policy.json",), _csr_policy),
+        "copying random baseline, warm starts, DAPO over seeds", ("csr_policy.json",), _csr_policy,
+        headline=_short_csr_policy, page="results/csr-policy.md"),
     Row("`benchmarks/csr_dual_lora_vs_dapo.py`", "dual-LoRA transfer modes vs DAPO on CSRPhone-v0: validation "
         "success, tasks to threshold, WM accuracy, step time; `make demo`'s wall time", ("csr_dual_lora_vs_dapo.json",),
-        _csr_dual_lora, optional=("csr_dual_lora_demo.json",)),
+        _csr_dual_lora, optional=("csr_dual_lora_demo.json",), headline=_short_csr_dual_lora, page="results/dual-lora.md"),
     Row("`benchmarks/csr_rollout_speed.py`", "CSRPhone-v0 rollout episodes/s, KV cache kept across turns vs "
         "re-read; rows that stopped dropped from the batch vs kept", ("csr_rollout_speed.json",), _csr_rollout_speed,
-        optional=("csr_rollout_speed_smollm2.json", "csr_rollout_speed_retire_smollm2.json")),
+        optional=("csr_rollout_speed_smollm2.json", "csr_rollout_speed_retire_smollm2.json"),
+        headline=_short_csr_rollout_speed, page="agents/llm-stack.md"),
     Row("`benchmarks/kv_cache_growth.py`", "greedy decoding behind a long KV cache: transformers' DynamicCache "
         "(appends by concatenation) vs the engine's GrowingCache (in place)", ("kv_cache_growth.json",),
-        _kv_cache_growth),
+        _kv_cache_growth, headline=_short_kv_cache_growth, page="agents/llm-stack.md"),
     Row("`benchmarks/cpu_allocator_memory.py`", "process memory of a long-context LoRA backward on CPU (the world "
         "model's loss): glibc's default malloc vs large blocks mapped on their own (the SmolLM2 preset's setting)",
-        ("cpu_allocator_memory.json",), _cpu_allocator_memory),
+        ("cpu_allocator_memory.json",), _cpu_allocator_memory,
+        headline=_short_cpu_allocator_memory, page="agents/llm-stack.md"),
     Row("`benchmarks/grpo_vs_trl.py`", "tokens/s and reward, our GRPO vs TRL `GRPOTrainer(loss_type=\"dapo\")`, "
         "same model and budget (`pip install -e \".[bench]\"`)", ("grpo_vs_trl.json",), _grpo_vs_trl,
-        optional=("grpo_vs_trl_bfloat16.json",)),
+        optional=("grpo_vs_trl_bfloat16.json",),
+        headline=_short_grpo_vs_trl, page="agents/grpo.md"),
     Row("`benchmarks/cartridge_on_vs_offline.py`", "cartridge distillation on LongHealthQA-v0, same budget: "
         "held-out KL drop and accuracy recovery, on-policy vs offline vs hybrid, text vs random init",
-        ("cartridge_on_vs_offline.json",), _cartridge),
+        ("cartridge_on_vs_offline.json",), _cartridge,
+        headline=_short_cartridge, page="results/cartridges.md"),
     Row("`benchmarks/llm_precision.py`", "float32 vs bf16 on the LLM stack: learner throughput, a DAPO step, "
-        "the CSR warm start's SFT", ("llm_precision_smollm2.json",), _llm_precision),
+        "the CSR warm start's SFT", ("llm_precision_smollm2.json",), _llm_precision,
+        headline=_short_llm_precision, page="results/precision.md"),
     Row("`benchmarks/csr_rollout_speed.py --compare dtype`", "float32 vs bf16 CSRPhone-v0 rollouts: seconds per "
-        "episode, greedy success, diverging episodes", ("csr_rollout_speed_dtype_smollm2.json",), _rollout_precision),
+        "episode, greedy success, diverging episodes", ("csr_rollout_speed_dtype_smollm2.json",), _rollout_precision,
+        headline=_short_rollout_precision, page="results/precision.md"),
     Row("`benchmarks/decode_attention.py`", "one decode step's attention behind a long KV cache: transformers' sdpa "
-        "vs the engine's layout", ("decode_attention.json",), _decode_attention),
+        "vs the engine's layout", ("decode_attention.json",), _decode_attention,
+        headline=_short_decode_attention, page="results/precision.md"),
     Row("`benchmarks/precision_agents.py`", "float32 vs bf16 step time of Z-token PPO and the cartridge distiller",
-        ("precision_agents.json",), _precision_agents),
+        ("precision_agents.json",), _precision_agents,
+        headline=_short_precision_agents, page="results/precision.md"),
     Row("`benchmarks/ray_scaleout.py`", "GRPO in process vs Ray rollout workers (1-2, sync / async lag 1): "
-        "steps/s and time per phase", ("ray_scaleout.json",), _ray_scaleout),
+        "steps/s and time per phase", ("ray_scaleout.json",), _ray_scaleout,
+        headline=_short_ray_scaleout, page="results/scale-out.md"),
 )
 
 
@@ -424,19 +570,30 @@ def _load(path: Path) -> Results | None:
     return json.loads(path.read_text()) if path.is_file() else None
 
 
+def _cell(row: Row, results: Path, short: bool) -> str:
+    """A row's result cell: its full description, or (``short``) its headline."""
+    required = [_load(results / name) for name in row.files]
+    if any(data is None for data in required):
+        missing = ", ".join(name for name, data in zip(row.files, required, strict=True) if data is None)
+        return f"not measured yet (no {missing})"
+    if short and row.headline is not None:
+        text = row.headline(*required)
+    else:
+        text = row.describe(*required, *(_load(results / name) for name in row.optional))
+    return f"*quick run, figures mean nothing*: {text}" if any(data.get("quick") for data in required) else text
+
+
 def render(results: Path) -> str:
-    """The markdown table (header included) for the results JSON in ``results``."""
-    lines = [HEADER]
+    """The full markdown table (header included) for the results JSON in ``results``."""
+    return "\n".join([HEADER, *(f"| {row.script} | {row.measures} | {_cell(row, results, False)} |" for row in ROWS)])
+
+
+def render_summary(results: Path, docs: str = "docs") -> str:
+    """The README's short table: per row the script, its headline and a link to its docs page under ``docs``."""
+    lines = [SUMMARY_HEADER]
     for row in ROWS:
-        required = [_load(results / name) for name in row.files]
-        if any(data is None for data in required):
-            missing = ", ".join(name for name, data in zip(row.files, required, strict=True) if data is None)
-            text = f"not measured yet (no {missing})"
-        else:
-            text = row.describe(*required, *(_load(results / name) for name in row.optional))
-            if any(data.get("quick") for data in required):
-                text = f"*quick run, figures mean nothing*: {text}"
-        lines.append(f"| {row.script} | {row.measures} | {text} |")
+        name = row.script.strip("`").removeprefix("benchmarks/")
+        lines.append(f"| `{name}` | {_cell(row, results, True)} | [{row.page.removesuffix('.md')}]({docs}/{row.page}) |")
     return "\n".join(lines)
 
 

@@ -1,7 +1,7 @@
 """Train the dual-LoRA world-model agent on CSRPhone-v0: a policy adapter (DAPO on the 0/1 task reward) and a
 world-model adapter that learns to predict the representative's reply to each phone call, on one frozen base.
 
-    python examples/train_dual_lora.py demo                        # `make demo`: the main job on 2 CPU cores
+    python examples/train_dual_lora.py demo                        # `make demo`: ~9 min on 2 CPU cores
     python examples/train_dual_lora.py                             # tiny model, d1, 16 steps, validation 64
     python examples/train_dual_lora.py tiny --agent.transfer stacked --difficulty 2
     python examples/train_dual_lora.py smollm2                     # a real pretrained model (`make smollm2`)
@@ -76,7 +76,7 @@ PRESETS: dict[str, tuple[str, DualLoRARun]] = {
     "tiny": ("Tiny model (its warm start ships with the package), d1, 16 steps.", DualLoRARun.from_preset("tiny")),
     # the demo starts from the tiny preset's packaged warm start (no SFT to wait for), in the transfer mode that
     # beat DAPO in the benchmark (one shared adapter, the world model's gradient capped at 0.1x the policy's):
-    # its validation rose over 16 steps in each of 5 seeds, where 8 steps of the seed's design showed no rise.
+    # its validation rose over 16 steps in each of 5 seeds, where 8 steps of the `separate` mode showed no rise.
     # Validation on 64 tasks: on 32 (standard error ~8 points) the same run's rise was lost in the noise
     "demo": ("The CPU demo (`make demo`): tiny, shared-capped-0.1, 16 steps, validation every 4 on 64 tasks.",
              DualLoRARun.from_preset("tiny", num_steps=16, eval_every=4, eval_episodes=64, transfer="shared",

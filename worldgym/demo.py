@@ -1,7 +1,7 @@
-"""The project's main job: CSRPhone-v0 success of the scripted expert and a random policy on every difficulty.
+"""CSRPhone-v0 success of the scripted expert and a random policy on every difficulty; trains nothing.
 
 Run ``python -m worldgym.demo`` (``--help`` for the flags). Prints a rich table; ``--json PATH`` also writes
-the figures as JSON.
+the figures as JSON. (``make demo`` is another thing: it trains the dual-LoRA agent.)
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Committed benchmark results: no machine paths in them, and the README's table is the one they generate."""
+"""Committed benchmark results: no machine paths in them, and the README's and the docs' tables are the ones they
+generate."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pytest
 
 from benchmarks.__main__ import main as suite_main
 from benchmarks.common import absolute_paths
-from benchmarks.table import END, START, render, replace_table, table_in
+from benchmarks.table import END, ROWS, START, render, render_summary, replace_table, table_in
 
 REPO = Path(__file__).resolve().parents[2]
 RESULTS = REPO / "benchmarks" / "results"
@@ -35,7 +36,18 @@ def test_readme_table_is_generated_from_the_committed_results() -> None:
     readme = (REPO / "README.md").read_text()
     section = readme.split("## Benchmarks\n", 1)[1].split("\n## ", 1)[0]
     assert START in section and END in section, "the table markers belong in the Benchmarks section"
-    assert table_in(readme) == render(RESULTS), "stale README benchmark table: run `python -m benchmarks --table-only`"
+    assert table_in(readme) == render_summary(RESULTS), "stale README table: run `python -m benchmarks --table-only`"
+
+
+def test_docs_table_is_generated_from_the_committed_results() -> None:
+    page = (REPO / "docs" / "results" / "benchmarks.md").read_text()
+    assert table_in(page) == render(RESULTS), "stale docs benchmark table: run `python -m benchmarks --table-only`"
+
+
+def test_summary_links_each_row_to_an_existing_docs_page() -> None:
+    missing = [row.page for row in ROWS if not (REPO / "docs" / row.page).is_file()]
+    assert missing == []
+    assert all(row.headline is not None for row in ROWS), "every row has a short cell for the README"
 
 
 def test_table_says_which_results_are_missing_or_quick(tmp_path: Path) -> None:
@@ -54,10 +66,15 @@ def test_replace_table_needs_both_markers_in_order() -> None:
         replace_table(f"a\n{END}\n{START}\n", "new")
 
 
-def test_table_only_rewrites_the_readme_and_check_sees_staleness(tmp_path: Path) -> None:
-    readme = tmp_path / "README.md"
-    readme.write_text(f"# x\n\n## Benchmarks\n{START}\n| stale |\n{END}\n\n## Next\n")
-    assert suite_main(["--check", "--readme", str(readme)]) == 1
-    assert suite_main(["--table-only", "--readme", str(readme)]) == 0
-    assert readme.read_text() == f"# x\n\n## Benchmarks\n{START}\n{render(RESULTS)}\n{END}\n\n## Next\n"
-    assert suite_main(["--check", "--readme", str(readme)]) == 0
+def test_table_only_rewrites_both_tables_and_check_sees_staleness(tmp_path: Path) -> None:
+    readme, page = tmp_path / "README.md", tmp_path / "benchmarks.md"
+    for path in (readme, page):
+        path.write_text(f"# x\n\n## Benchmarks\n{START}\n| stale |\n{END}\n\n## Next\n")
+    files = ["--readme", str(readme), "--benchmarks-page", str(page)]
+    assert suite_main(["--check", *files]) == 1
+    assert suite_main(["--table-only", *files]) == 0
+    assert readme.read_text() == f"# x\n\n## Benchmarks\n{START}\n{render_summary(RESULTS)}\n{END}\n\n## Next\n"
+    assert page.read_text() == f"# x\n\n## Benchmarks\n{START}\n{render(RESULTS)}\n{END}\n\n## Next\n"
+    assert suite_main(["--check", *files]) == 0
+    page.write_text(page.read_text().replace(render(RESULTS), "| stale |"))
+    assert suite_main(["--check", *files]) == 1

@@ -108,7 +108,7 @@ def model_texts(draw) -> str:
         payload = json.dumps({"name": draw(tool_names()), "arguments": draw(hostile_fragments)})
     elif kind == "fragments":
         payload = "".join(draw(st.lists(hostile_fragments, min_size=1, max_size=4)))
-    elif kind == "issue":  # the two texts the issue reported crashing, with varied sizes
+    elif kind == "issue":  # two texts that once crashed the parser (deep nesting, huge integers), varied sizes
         depth, digits = draw(st.integers(500, 5000)), draw(st.integers(4000, 20_000))
         payload = draw(st.sampled_from([
             '{"name": "search_company", "arguments": ' + _nest(depth, "") + "}",

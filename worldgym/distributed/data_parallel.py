@@ -86,7 +86,7 @@ def init_process_group_from_env() -> None:
             f"{missing}: launch with `torchrun --nproc-per-node N your_script.py`, or call "
             "torch.distributed.init_process_group first"
         )
-    if default_backend() == "nccl" and "LOCAL_RANK" in os.environ:  # pragma: no cover - no GPU here
+    if default_backend() == "nccl" and "LOCAL_RANK" in os.environ:  # pragma: no cover - needs a GPU
         torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
     dist.init_process_group(default_backend())
 

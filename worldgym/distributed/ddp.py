@@ -11,7 +11,7 @@ optimizer step.
 With an auxiliary loss (the dual-LoRA world model), a rank whose share of the phone calls is empty leaves
 the world-model adapter without a gradient, so DDP then runs with ``find_unused_parameters``.
 
-Gloo on CPU is tested; NCCL on CUDA goes the same way (``device_ids`` set) but is untested here.
+Gloo on CPU is tested; NCCL on CUDA goes the same way (``device_ids`` set) but the test suite does not cover it.
 """
 
 from __future__ import annotations

@@ -33,7 +33,7 @@ Checkpoints keep the project's format: every rank gathers the full trainable sta
 rank 0 writes it; loading reads the file on every rank and shards it back (``set_model_state_dict`` /
 ``set_optimizer_state_dict``), so a checkpoint moves between one process, DDP and FSDP.
 
-Gloo on CPU is tested (2 ranks); NCCL on CUDA is untested here.
+Gloo on CPU is tested (2 ranks); the test suite does not cover NCCL on CUDA.
 """
 
 from __future__ import annotations

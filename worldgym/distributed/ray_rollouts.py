@@ -17,7 +17,7 @@ after ``max_restarts``.
 
 **Placement.** Each worker asks Ray for ``worker_resources`` (e.g. ``{"num_cpus": 1}``, or ``{"num_gpus": 1}``
 to put inference on its own GPU beside the learner's); ``address`` attaches to an existing cluster
-(``ray.init(address=...)``). Tested here on one CPU node; the GPU placement is untested on this machine.
+(``ray.init(address=...)``). The tests run on one CPU node; they do not cover GPU placement.
 """
 
 from __future__ import annotations
@@ -177,7 +177,7 @@ class RayRollouts:
             raise ValueError(f"num_workers must be >= 1, got {num_workers}")
         if not ray.is_initialized():
             ray.init(address=address, include_dashboard=False)
-        if next(spec.policy.parameters()).device.type != "cpu":  # pragma: no cover - no GPU here
+        if next(spec.policy.parameters()).device.type != "cpu":  # pragma: no cover - needs a GPU
             # unpickles on any worker; a GPU worker moves it back
             spec = replace(spec, policy=copy.deepcopy(spec.policy).to("cpu"))
         actor = ray.remote(RolloutWorker).options(

@@ -20,7 +20,7 @@ from worldgym.envs.math_qa.problems import TEMPLATES
 @pytest.mark.parametrize(
     "completion, expected",
     [
-        ("Natalia sold 48/2 = 24 clips in May.\n48 + 24 = 72\n#### 72", "72"),  # the seed's GSM8K example
+        ("Natalia sold 48/2 = 24 clips in May.\n48 + 24 = 72\n#### 72", "72"),  # GSM8K's own answer format
         ("Let me think... the answer is 42.", "42"),
         ("Answer: 42", "42"),
         ("I counted 3 then 5 then 8", "8"),

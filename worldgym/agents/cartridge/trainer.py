@@ -65,8 +65,8 @@ def teacher_warm_start_config(config: CartridgeDistillConfig) -> WarmStartConfig
     panel's training patients' questions with their documents in context, answering ``<answer>X</answer>`` (or
     the option's text, as ``env_kwargs["answer_format"]`` asks; cached by these settings); a tiny model in
     full (lr 3e-3, batches of 8), a pretrained one through a LoRA
-    adapter (lr 3e-4, one chat per step: SmolLM2 on batches of 4 chats of ~2.8k tokens took 11.5 GB and was
-    OOM-killed beside other jobs). The cartridge's patient is then one of the held-out patients, whose answers it
+    adapter (lr 3e-4, one chat per step: SmolLM2 on batches of 4 chats of ~2.8k tokens took 11.5 GB, more than
+    a small machine has to spare). The cartridge's patient is then one of the held-out patients, whose answers it
     never saw."""
     tiny = config.model in TINY_SIZES
     batch_size = config.warmup_batch_size or (8 if tiny else 1)

@@ -3,7 +3,7 @@
 Shapes: ``B`` sequences of ``T`` tokens. ``mask`` is 1 on tokens the policy generated (the only ones trained)
 and 0 on prompt, environment and padding tokens. Log-probabilities are per token.
 
-Two mistakes of the seed design, and why they are wrong:
+Two tempting mistakes, and why they are wrong:
 
 * **Summing log-probabilities over the sequence before the ratio.** ``exp(sum_t logp_t - sum_t logp_old_t)``
   is a product of per-token ratios: it explodes or vanishes with length, so clipping it clips whole sequences

@@ -32,7 +32,7 @@ __all__ = [
 
 TinySize = Literal["tiny", "small"]
 
-# Shapes measured in the field notes: "tiny" ~0.8M parameters (vocab 3000), "small" ~3.9M.
+# Sizes: "tiny" ~0.8M parameters (vocab 3000), "small" ~3.9M.
 TINY_SIZES: dict[str, dict[str, int]] = {
     "tiny": {
         "hidden_size": 128,

@@ -1,4 +1,4 @@
-"""Configuration dataclasses for the Z-token agent: model, warm start and PPO (the seed's ``conf.py``)."""
+"""Configuration dataclasses for the Z-token agent: model, warm start and PPO."""
 
 from __future__ import annotations
 

@@ -60,7 +60,7 @@ class ZTokenEpisode:
         return int(self.breakdown["num_generated"]) - int(self.breakdown["terminated_by"] == "answer")
 
     def to_record(self, vocab: ZTokenVocab) -> dict[str, Any]:
-        """The rollout-log line (the seed's schema): every :class:`RewardBreakdown` field, plus the policy's."""
+        """The rollout-log line: every :class:`RewardBreakdown` field, plus the policy's."""
         logits = torch.tensor(self.digit_logits)
         return {
             "id": self.episode_id,
