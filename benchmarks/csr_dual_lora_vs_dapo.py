@@ -18,9 +18,11 @@ Validation is greedy on validation-split companies (never seen in training), epi
 Each run writes ``benchmarks/results/csr_dual_lora/<model>-<mode>-d<difficulty>-s<seed>.json`` (then
 ``-T<temperature>`` and the warm start's name, e.g. ``-mistakes0.2-continued-d3``, when they are not the
 preset's); ``report`` merges the runs of each model, difficulty, temperature and warm start into
-``benchmarks/results/csr_dual_lora_vs_dapo.json`` and ``.png``: tasks (training episodes
-sampled, dynamic-sampling resamples included) and steps to reach the validation-success threshold, final
-success, world-model token accuracy, and seconds per step relative to DAPO.
+``benchmarks/results/csr_dual_lora_vs_dapo.json`` and ``.png``: real tasks (training episodes sampled,
+dynamic-sampling resamples included, imagined ones not: those are counted apart) and steps to reach the
+validation-success threshold, final success, world-model token accuracy and exact-reply rate by response type,
+the imagined replies' type accuracy, and seconds per step relative to DAPO. ``--device cuda`` runs a mode (and
+trains a warm start that is not cached yet) on a GPU.
 
 Every stage also takes ``--results-dir`` (where part files and the report go; default ``benchmarks/results``)
 and ``--quick``: 2 DAPO steps of 2 x 2 episodes of at most 4 calls, 4 validation episodes, the packaged tiny warm
@@ -83,6 +85,12 @@ MODES: dict[str, dict[str, Any]] = {
     # ~0.001): the part of the world model's gradient that points against the policy's removed (PCGrad), the
     # rest capped at the policy gradient's norm, as in shared-capped
     "shared-projected": {"transfer": "shared", "auxiliary_projection": True, "auxiliary_grad_ratio": 1.0},
+    # the same-weights baseline: the policy learns the phone calls' replies in its own rollouts (weight 0.1)
+    "echo": {"transfer": "echo"},
+    # half of each step's groups phone the world model instead of the env (lookups stay real)
+    "echo-imagined50": {"transfer": "echo", "imagined_fraction": 0.5},
+    "separate-imagined50": {"transfer": "separate", "imagined_fraction": 0.5},
+    "shared-capped-0.1-imagined50": {"transfer": "shared", "auxiliary_grad_ratio": 0.1, "imagined_fraction": 0.5},
 }
 
 
@@ -115,7 +123,8 @@ def run(args: argparse.Namespace) -> None:
     config = dual_lora_config(
         args.model, args.difficulty, **MODES[args.mode], num_steps=args.steps, max_turns=args.max_turns,
         eval_every=args.eval_every, eval_episodes=args.episodes, checkpoint_every=1, seed=args.seed,
-        iwm_steps=args.iwm_steps, output_dir=str(out), **batch_settings(args) | (QUICK_CONFIG if args.quick else {}))
+        iwm_steps=args.iwm_steps, output_dir=str(out), device=args.device,
+        **batch_settings(args) | (QUICK_CONFIG if args.quick else {}))
     ws = warm_start(args, args.model)
     trainer = DualLoRATrainer(config, model=ws.model, tokenizer=ws.tokenizer,
                               make_engine=lambda policy: engine(args.model, policy, ws.tokenizer))
@@ -125,7 +134,7 @@ def run(args: argparse.Namespace) -> None:
     command = (f"python benchmarks/csr_dual_lora_vs_dapo.py run --model {args.model} --mode {args.mode} "
                f"--seed {args.seed} --difficulty {args.difficulty} --steps {args.steps} --max-turns "
                f"{args.max_turns} --eval-every {args.eval_every} --episodes {args.episodes} "
-               f"--iwm-steps {args.iwm_steps}"
+               f"--iwm-steps {args.iwm_steps}" + (f" --device {args.device}" if args.device != "cpu" else "")
                + batch_command(args) + warm_start_command(args)
                + (" --quick" if args.quick else ""))
 
@@ -142,7 +151,15 @@ def run(args: argparse.Namespace) -> None:
             "wm_accuracy_curve": [[m["step"], m.get("eval/wm_token_accuracy")] for m in evals],
             # a collapsing policy loses the tool-call format: the share of its validation calls that are invalid
             "invalid_call_rate_curve": [[m["step"], m.get("eval/invalid_call_rate")] for m in evals],
-            "tasks_by_step": np.cumsum([0] + [m["rollout/episodes_sampled"] for m in steps]).tolist(),
+            # real tasks: episodes no step of which a world model answered (imagined ones are counted apart)
+            "tasks_by_step": np.cumsum([0] + [m.get("rollout/real_episodes_sampled", m["rollout/episodes_sampled"])
+                                              for m in steps]).tolist(),
+            "episodes_by_step": np.cumsum([0] + [m["rollout/episodes_sampled"] for m in steps]).tolist(),
+            "imagined_episodes_by_step": [m.get("rollout/imagined_episodes", 0.0) for m in steps],
+            "imagined_success_by_step": [m.get("rollout/imagined_success_rate") for m in steps],
+            "real_success_by_step": [m.get("rollout/real_success_rate", m["rollout/success_rate"]) for m in steps],
+            "imagined_type_accuracy_by_step": [m.get("rollout/imagined_type_accuracy") for m in steps],
+            "device": args.device,
             "step_seconds": [m["time/step_s"] for m in steps],
             "wm_success_correlation": wm_success_correlation(history),
             "aux_grad_norm_ratio_range": _range(m.get("aux/grad_norm_ratio") for m in steps),
@@ -155,6 +172,12 @@ def run(args: argparse.Namespace) -> None:
         print("validation success by step:", part["curve"])
 
     train_in_chunks(trainer, args.eval_every, write_part)
+
+
+def _mean(values: Any) -> float | None:
+    """The mean of the values that are not None (None when there are none)."""
+    present = [v for v in values if v is not None]
+    return float(np.mean(present)) if present else None
 
 
 def _range(values: Any) -> list[float] | None:
@@ -326,6 +349,11 @@ def report(args: argparse.Namespace) -> None:
                 "tasks_to_threshold": [t for t, _ in reached],
                 "steps_to_threshold": [s for _, s in reached],
                 "final_wm_token_accuracy": [p["final_eval"].get("eval/wm_token_accuracy") for p in runs],
+                "final_wm_exact_match_by_type": [
+                    {k[len("eval/wm_"):-len("/exact_match")]: v for k, v in p["final_eval"].items()
+                     if k.startswith("eval/wm_") and k.endswith("/exact_match")} for p in runs],
+                "imagined_type_accuracy": [_mean(p.get("imagined_type_accuracy_by_step", [])) for p in runs],
+                "imagined_episodes": [float(sum(p.get("imagined_episodes_by_step", []))) for p in runs],
                 "final_success_by_difficulty": by_difficulty,
                 "final_success_by_difficulty_mean": {  # over the runs that have it
                     d: float(np.mean([v for v in values if v is not None])) for d, values in by_difficulty.items()},
@@ -370,8 +398,8 @@ def _plot(summary: dict[str, Any], path: Path) -> None:
                 ax.fill_between(tasks, np.nanmin(values, 0), np.nanmax(values, 0), color=line.get_color(),
                                 alpha=0.15)
         success_ax.axhline(summary["threshold"], color="grey", linestyle=":")
-        success_ax.set(xlabel="training tasks", ylabel="validation success (greedy)", title=key)
-        wm_ax.set(xlabel="training tasks", ylabel="world-model token accuracy (validation calls)", title=key)
+        success_ax.set(xlabel="real training tasks", ylabel="validation success (greedy)", title=key)
+        wm_ax.set(xlabel="real training tasks", ylabel="world-model token accuracy (validation calls)", title=key)
         success_ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -404,6 +432,7 @@ def main(argv: list[str] | None = None) -> None:
     one.add_argument("--eval-every", type=int, default=4)
     one.add_argument("--episodes", type=int, default=64, help="validation episodes per evaluation")
     one.add_argument("--iwm-steps", type=int, default=4, help="world-model-only steps of the iwm mode")
+    one.add_argument("--device", default="cpu", help="where the run (and a warm start it trains) computes")
     add_batch_flags(one)
     timing = sub.add_parser("step-time", help="seconds per training step of one mode (no validation)",
                             parents=[*common, chosen])

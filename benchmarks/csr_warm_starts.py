@@ -44,9 +44,10 @@ def load_chosen(base: WarmStartConfig, args: argparse.Namespace, cache: Path, **
     config = chosen_config(base, args)
     if config != base and overrides:
         config = replace(config, **overrides)
+    device = getattr(args, "device", None)  # where a warm start that is not cached yet trains
     if config.continue_from and not is_cached(config, cache):
-        load_or_train_warm_start(base, cache_dir=cache)
-    return load_or_train_warm_start(config, cache_dir=cache)
+        load_or_train_warm_start(base, cache_dir=cache, device=device)
+    return load_or_train_warm_start(config, cache_dir=cache, device=device)
 
 
 def warm_start_suffix(args: argparse.Namespace) -> str:

@@ -210,9 +210,12 @@ def load_or_train_warm_start(
     expert: ExpertPolicy | None = None,
     progress: bool = True,
     log: Callable[[str], None] = print,
+    device: str | None = None,
 ) -> WarmStart:
     """The warm start with these settings, from ``cache_dir/<config.key()>``, else from the package's shipped warm
-    starts (:data:`PACKAGED_WARM_STARTS`), else trained (and saved to ``cache_dir``) now."""
+    starts (:data:`PACKAGED_WARM_STARTS`), else trained (and saved to ``cache_dir``) now, on ``device`` (None:
+    where the model loads, the CPU); the device is not part of the settings (the same warm start either way, up
+    to float rounding)."""
     path = Path(cache_dir) / config.key()
     folder = _cached_folder(config.key(), Path(cache_dir))
     if folder is not None:
@@ -232,6 +235,8 @@ def load_or_train_warm_start(
         loaded = load_chat_model(config.model, extra_special_tokens=config.extra_special_tokens,
                                  dtype=config.dtype)
         tokenizer, model = loaded.tokenizer, _with_lora(loaded.model, config, loaded)
+    if device is not None:
+        model = model.to(device)
     tokens = sum(len(tokenizer.apply_chat_template(c.messages, tools=c.tools, tokenize=True, return_dict=True)
                      ["input_ids"]) for c in chats)
     log(f"warm start {config.key()}: {len(chats)} expert chats, {tokens} tokens")
