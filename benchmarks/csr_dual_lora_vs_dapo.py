@@ -321,11 +321,31 @@ def _setting(part: dict[str, Any]) -> tuple[str, int, float, str]:
             part.get("warm_start_suffix", ""))
 
 
+def cut_at_step(part: dict[str, Any], step: int) -> dict[str, Any]:
+    """``part`` as if its run had stopped after the validation at ``step`` (the same budget for every run)."""
+    part = dict(part)
+    kept = sum(1 for validated, _ in part["curve"] if validated <= step)
+    for key in ("curve", "wm_accuracy_curve", "invalid_call_rate_curve"):
+        if part.get(key) is not None:
+            part[key] = part[key][:kept]
+    for key in ("step_seconds", "imagined_episodes_by_step", "imagined_success_by_step", "real_success_by_step",
+                "imagined_type_accuracy_by_step"):
+        if key in part:
+            part[key] = part[key][:step]
+    part["steps_done"] = min(part.get("steps_done", part["steps"]), step)
+    return part
+
+
 def report(args: argparse.Namespace) -> None:
     results = results_dir(args)
     parts = [json.loads(p.read_text()) for p in sorted(parts_dir(args).glob("*.json"))]
+    if args.at_step is not None:
+        parts = [cut_at_step(p, args.at_step) if p["model"] == args.at_step_model else p for p in parts]
     reference = results / "csr_dual_lora_warm_start.json"
-    summary: dict[str, Any] = {"threshold": args.threshold, "split": "validation", "quick": args.quick, "runs": {},
+    thresholds = {"tiny": args.threshold, "smollm2-135m": args.threshold_smollm2}
+    summary: dict[str, Any] = {"threshold": args.threshold, "thresholds": thresholds, "split": "validation",
+                               "quick": args.quick, "runs": {},
+                               "compared_at_step": {args.at_step_model: args.at_step} if args.at_step else {},
                                "warm_start_by_difficulty": json.loads(reference.read_text()) if reference.is_file()
                                else {}}
     for setting in sorted({_setting(p) for p in parts}):
@@ -335,7 +355,7 @@ def report(args: argparse.Namespace) -> None:
         rows = {}
         for mode in [m for m in MODES if any(p["mode"] == m for p in chosen)]:
             runs = sorted((p for p in chosen if p["mode"] == mode), key=lambda p: p["seed"])
-            reached = [tasks_to_threshold(p, args.threshold) for p in runs]
+            reached = [tasks_to_threshold(p, thresholds[model]) for p in runs]
             seconds = [s for p in runs for s in p["step_seconds"]]
             by_difficulty = {d: [p.get("final_by_difficulty", {}).get(d) for p in runs]
                              for d in sorted({d for p in runs for d in p.get("final_by_difficulty", {})})}
@@ -375,7 +395,7 @@ def report(args: argparse.Namespace) -> None:
     for key, rows in summary["runs"].items():
         for mode, row in rows.items():
             print(f"{key} {mode:9s} success {row['start_success']} -> {row['final_success']} | tasks to "
-                  f"{args.threshold}: {row['tasks_to_threshold']} | WM acc {row['final_wm_token_accuracy']} | "
+                  f"{thresholds[key.split('-d')[0]]}: {row['tasks_to_threshold']} | WM acc {row['final_wm_token_accuracy']} | "
                   f"step time x{row['step_time_vs_dapo']}")
 
 
@@ -397,7 +417,7 @@ def _plot(summary: dict[str, Any], path: Path) -> None:
                 (line,) = ax.plot(tasks, np.nanmean(values, 0), marker="o", label=mode)
                 ax.fill_between(tasks, np.nanmin(values, 0), np.nanmax(values, 0), color=line.get_color(),
                                 alpha=0.15)
-        success_ax.axhline(summary["threshold"], color="grey", linestyle=":")
+        success_ax.axhline(summary["thresholds"][key.split("-d")[0]], color="grey", linestyle=":")
         success_ax.set(xlabel="real training tasks", ylabel="validation success (greedy)", title=key)
         wm_ax.set(xlabel="real training tasks", ylabel="world-model token accuracy (validation calls)", title=key)
         success_ax.legend(fontsize=7)
@@ -409,9 +429,9 @@ def _apply_quick(args: argparse.Namespace) -> None:
     """``--quick`` step counts and episode numbers (batch sizes: :data:`QUICK_CONFIG`)."""
     if not args.quick:
         return
-    if args.stage in ("run", "step-time"):
+    if args.stage in ("run", "warm-start", "step-time"):
         args.steps, args.max_turns = 2, 4
-    if args.stage == "run":
+    if args.stage in ("run", "warm-start"):
         args.eval_every, args.episodes, args.iwm_steps = 2, 4, 1
     if args.stage == "final-eval":
         args.episodes = 4
@@ -422,18 +442,20 @@ def main(argv: list[str] | None = None) -> None:
     sub = parser.add_subparsers(dest="stage", required=True)
     common = [results_parser()]
     chosen = warm_start_flags()  # which warm start the runs start from
-    one = sub.add_parser("run", help="train one mode from the warm start (resumable)", parents=[*common, chosen])
-    one.add_argument("--model", choices=["tiny", "smollm2-135m"], default="tiny")
-    one.add_argument("--mode", choices=sorted(MODES), required=True)
-    one.add_argument("--seed", type=int, default=0)
-    one.add_argument("--difficulty", type=int, default=1)
-    one.add_argument("--steps", type=int, default=16)
-    one.add_argument("--max-turns", type=int, default=8)
-    one.add_argument("--eval-every", type=int, default=4)
-    one.add_argument("--episodes", type=int, default=64, help="validation episodes per evaluation")
-    one.add_argument("--iwm-steps", type=int, default=4, help="world-model-only steps of the iwm mode")
-    one.add_argument("--device", default="cpu", help="where the run (and a warm start it trains) computes")
-    add_batch_flags(one)
+    for stage, description in (("run", "train one mode from the warm start (resumable)"),
+                               ("warm-start", "only train (or load) the warm start a run with these flags uses")):
+        one = sub.add_parser(stage, help=description, parents=[*common, chosen])
+        one.add_argument("--model", choices=["tiny", "smollm2-135m"], default="tiny")
+        one.add_argument("--mode", choices=sorted(MODES), required=True)
+        one.add_argument("--seed", type=int, default=0)
+        one.add_argument("--difficulty", type=int, default=1)
+        one.add_argument("--steps", type=int, default=16)
+        one.add_argument("--max-turns", type=int, default=8)
+        one.add_argument("--eval-every", type=int, default=4)
+        one.add_argument("--episodes", type=int, default=64, help="validation episodes per evaluation")
+        one.add_argument("--iwm-steps", type=int, default=4, help="world-model-only steps of the iwm mode")
+        one.add_argument("--device", default="cpu", help="where the run (and a warm start it trains) computes")
+        add_batch_flags(one)
     timing = sub.add_parser("step-time", help="seconds per training step of one mode (no validation)",
                             parents=[*common, chosen])
     timing.add_argument("--model", choices=["tiny", "smollm2-135m"], default="tiny")
@@ -453,10 +475,18 @@ def main(argv: list[str] | None = None) -> None:
     summary.add_argument("--threshold", type=float, default=0.30,
                          help="validation success to reach (set before the comparison: the tiny warm start's 0.266 "
                               "at d1 plus about one standard error of a 64-episode estimate)")
+    summary.add_argument("--threshold-smollm2", type=float, default=0.40,
+                         help="SmolLM2's threshold, set before its d3 runs: the mistakes warm start's 0.31 at d3 "
+                              "plus about 1.5 standard errors of a 64-episode estimate")
+    summary.add_argument("--at-step", type=int, help="compare the runs of --at-step-model as if each had stopped "
+                                                      "after its validation at this step (runs cut short by a "
+                                                      "deadline: the same budget for every mode)")
+    summary.add_argument("--at-step-model", default="smollm2-135m")
     args = parser.parse_args(argv)
     _apply_quick(args)
     set_torch_threads(1)
-    stages = {"run": run, "step-time": step_time, "demo-time": demo_time, "final-eval": final_eval, "report": report}
+    stages = {"run": run, "warm-start": lambda args: warm_start(args, args.model), "step-time": step_time,
+              "demo-time": demo_time, "final-eval": final_eval, "report": report}
     stages[args.stage](args)
 
 
