@@ -146,13 +146,24 @@ def model_autocast(
 
     Under bf16, PEFT adapter layers also stop casting their input to their float32 weights' dtype: autocast
     runs their products in bf16 anyway, and the casts back and forth were ~12% of a SmolLM2 LoRA
-    forward + backward.
+    forward + backward. Not while activations are checkpointed (a training forward with gradients of a model
+    whose layers recompute in the backward pass): the recomputation runs outside this block, with the
+    layers casting again, and must produce the tensors the forward saved.
     """
     dtype = dtype or compute_dtype(model)
     if device is None:
         device = next(model.parameters()).device
-    with autocast(dtype, device), _adapter_casts_off(model, dtype != torch.float32):
+    casts_off = dtype != torch.float32 and not _recomputes_activations(model)
+    with autocast(dtype, device), _adapter_casts_off(model, casts_off):
         yield
+
+
+def _recomputes_activations(model: torch.nn.Module) -> bool:
+    """Whether a forward now would be recomputed in the backward pass (activation checkpointing on, training
+    mode, gradients enabled)."""
+    if not (model.training and torch.is_grad_enabled()):
+        return False
+    return any(getattr(module, "gradient_checkpointing", False) is True for module in model.modules())
 
 
 @contextlib.contextmanager

@@ -163,3 +163,13 @@ def test_the_smollm2_preset_trains_in_bf16_and_the_tiny_one_in_float32():
     assert CSR_PRESETS["smollm2-135m"].grpo_config(3).dtype == "bfloat16"
     assert CSR_PRESETS["smollm2-135m"].warm_start.dtype == "float32"  # the shipped warm start, loaded as it is
     assert CSR_PRESETS["tiny"].grpo_config(1).dtype == "float32"
+
+
+def test_bf16_lora_update_with_checkpointed_activations(tmp_path, tokenizer, parity_reward):
+    # the backward recomputes each layer outside the forward's autocast block: its adapter layers must compute
+    # the same dtypes then (else torch.utils.checkpoint refuses the recomputed tensors)
+    trainer = _trainer(tmp_path, tokenizer, "bfloat16", activation_checkpointing=True, microbatch_size=2,
+                       share_prompt_prefix=False)
+    trainer.reward_fn = parity_reward
+    step = trainer.train()[-1]
+    assert math.isfinite(step["loss/total"]) and step["loss/grad_norm"] > 0
