@@ -1,0 +1,10 @@
+"""An OpenEnv server for any worldgym text or tool-call env: ``worldgym serve ENV_ID`` or :func:`create_app`.
+
+Needs the ``interop`` extra (openenv-core, fastapi, uvicorn). Tool envs expose their ``ToolCallSpace`` as MCP
+tools and take ``call_tool`` actions; text envs take ``{"text": ...}``. Each session has its own env instance.
+"""
+
+from worldgym.serve.app import create_app, serve
+from worldgym.serve.environment import GymEnvironment
+
+__all__ = ["GymEnvironment", "create_app", "serve"]
