@@ -81,7 +81,7 @@ def test_mcp_tool_client_lists_the_tools_and_calls_them(csr_url):
             (t.name, t.description, dict(t.parameters)) for t in CSR_TOOLS]
         client.reset(seed=3)
         local = gym.make("CSRPhone-v0")
-        prompt, info = local.reset(seed=3)
+        _, info = local.reset(seed=3)
         call = ToolCall("search_company", {"company": info["company"]})
         assert client.call_tool(call.name, **call.arguments) == local.step(call)[0]
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import threading
 from typing import Any
 
 import gymnasium as gym
@@ -62,7 +63,7 @@ class OpenEnvGym(gym.Env[str, Any]):
 
     ## Info
     A worldgym server's info as the env gave it (JSON types: tuples become lists); another server's:
-    ``observation`` (its fields). ``success`` is always there (False unless the server says otherwise).
+    ``observation`` (its fields). A step's info always has ``success`` (False unless the server says so).
 
     ## Errors
     A server that cannot be reached, stops answering within ``timeout_s`` or answers with an error raises
@@ -124,17 +125,19 @@ class OpenEnvGym(gym.Env[str, Any]):
         try:
             return call(*args, **kwargs)
         except _TRANSPORT_ERRORS as error:
-            self._drop_client()
+            self._drop_client(wait=False)
             raise RemoteEnvError(
                 f"OpenEnv server at {self.base_url}: {what} failed ({type(error).__name__}: {error})") from error
 
-    def _drop_client(self) -> None:
+    def _drop_client(self, wait: bool = True) -> None:
+        """Forget the client and close it; without ``wait`` the close (whose handshake waits up to 10 s on a
+        silent server) runs in a background thread."""
         client, self._client, self._needs_reset = self._client, None, True
         if client is not None:
-            try:
-                client.close()
-            except _TRANSPORT_ERRORS:
-                pass  # the connection is gone already
+            if wait:
+                _close_quietly(client)
+            else:
+                threading.Thread(target=_close_quietly, args=(client,), daemon=True).start()
 
     def _action_properties(self) -> dict[str, Any]:
         url = self.base_url.replace("ws://", "http://", 1).replace("wss://", "https://", 1)
@@ -179,7 +182,7 @@ class OpenEnvGym(gym.Env[str, Any]):
         if options:
             data["options"] = options
         result = self._request("reset", self._client.reset, **data)
-        text, info = self._read(result.observation)
+        text, info = self._read(result.observation, step=False)
         if result.done and info.get("response_type") == "reset_failed":
             raise RemoteEnvError(f"OpenEnv server at {self.base_url}: {text}")
         self._needs_reset = bool(result.done)
@@ -220,14 +223,22 @@ class OpenEnvGym(gym.Env[str, Any]):
         reasons = self.action_space.validate(action) if isinstance(action, ToolCall) else [_not_a_call(action)]
         return {"type": "call_tool", "invalid_reason": "; ".join(reasons)}
 
-    def _read(self, observation: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-        """The observation text and info of a server's observation."""
+    def _read(self, observation: dict[str, Any], step: bool = True) -> tuple[str, dict[str, Any]]:
+        """The observation text and info of a server's observation (a step's info always has ``success``)."""
         if self.is_worldgym_server and "text" in observation:
             text, info = str(observation["text"]), dict(observation.get("info") or {})
         else:
             text, info = _remote_text(observation), {"observation": observation}
-        info["success"] = info.get("success") is True
+        if step:
+            info["success"] = info.get("success") is True
         return to_observation_text(text, self.max_observation_chars), info
+
+
+def _close_quietly(client: Any) -> None:
+    try:
+        client.close()
+    except _TRANSPORT_ERRORS:
+        pass  # the connection is gone already
 
 
 def _is_json(value: Any) -> bool:
