@@ -4,6 +4,16 @@ Needs the ``interop`` extra (openenv-core, fastapi, uvicorn). Tool envs expose t
 tools and take ``call_tool`` actions; text envs take ``{"text": ...}``. Each session has its own env instance.
 """
 
+try:
+    import fastapi  # noqa: F401
+    import openenv.core.env_server  # noqa: F401
+    import uvicorn  # noqa: F401
+except ImportError as error:  # exercised by tests/test_interop_extra.py
+    raise ImportError(
+        "worldgym.serve needs openenv-core, fastapi and uvicorn: install worldgym with the `interop` extra "
+        "(pip install 'worldgym[interop]')"
+    ) from error
+
 from worldgym.serve.app import create_app, serve
 from worldgym.serve.environment import GymEnvironment
 

@@ -10,16 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from openenv.core.env_server.mcp_types import CallToolObservation
+from openenv.core.env_server.types import Action, Observation, State
 from pydantic import Field
-
-try:
-    from openenv.core.env_server.mcp_types import CallToolObservation
-    from openenv.core.env_server.types import Action, Observation, State
-except ImportError as error:  # pragma: no cover - exercised where the extra is missing
-    raise ImportError(
-        "worldgym's OpenEnv server and client need openenv-core: install worldgym with the `interop` extra "
-        "(pip install 'worldgym[interop]')"
-    ) from error
 
 __all__ = ["EnvObservation", "EnvState", "TextAction", "ToolAction", "ToolResultObservation"]
 

@@ -17,7 +17,7 @@ from gymnasium import spaces
 try:
     from openenv.core.generic_client import GenericEnvClient
     from websockets.exceptions import WebSocketException
-except ImportError as error:  # pragma: no cover - exercised where the extra is missing
+except ImportError as error:  # exercised by tests/test_interop_extra.py
     raise ImportError(
         "worldgym.wrappers.OpenEnvGym needs openenv-core: install worldgym with the `interop` extra "
         "(pip install 'worldgym[interop]')"

@@ -17,7 +17,7 @@ try:
     import reasoning_gym
     from reasoning_gym.factory import DATASETS
     from reasoning_gym.utils import SYSTEM_PROMPTS, extract_answer
-except ImportError as error:  # pragma: no cover - exercised where the extra is missing
+except ImportError as error:  # exercised by tests/test_interop_extra.py
     raise ImportError(
         "ReasoningGym-v0 needs reasoning-gym: install worldgym with the `interop` extra "
         "(pip install 'worldgym[interop]')"
