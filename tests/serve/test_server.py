@@ -5,6 +5,7 @@ idling, capacity."""
 from __future__ import annotations
 
 import contextlib
+import json
 import socket
 import time
 from typing import Any
@@ -175,9 +176,9 @@ def test_idle_sessions_expire_and_capacity_is_enforced(serve_app):
     url = serve_app(create_app("CSRPhone-v0", max_sessions=1, session_timeout=0.5))
     with GenericEnvClient(base_url=url).sync() as first:
         first.reset(seed=0)
-        with pytest.raises(RuntimeError, match="CAPACITY_REACHED"):
-            with GenericEnvClient(base_url=url).sync() as second:
-                second.reset(seed=0)
+        with ws_connect(url.replace("http://", "ws://") + "/ws") as second:  # the server speaks first, then closes
+            refusal = json.loads(second.recv(timeout=10))
+        assert (refusal["type"], refusal["data"]["code"]) == ("error", "CAPACITY_REACHED")
         assert _wait_for(lambda: _sessions(url) == 0, 8)  # OpenEnv's reaper looks every max(timeout / 4, 5) s
         late = first.step({"type": "call_tool", "tool_name": "search_company", "arguments": {"company": "x"}})
         assert late.done and late.observation["info"]["response_type"] == "session_closed"

@@ -6,7 +6,7 @@ import functools
 from typing import Any
 
 import gymnasium as gym
-from fastapi import FastAPI
+from fastapi import FastAPI, WebSocketDisconnect
 from openenv.core.env_server.http_server import HTTPEnvServer
 from openenv.core.env_server.types import ConcurrencyConfig
 
@@ -48,6 +48,7 @@ def create_app(env_id: str, *, max_sessions: int = DEFAULT_MAX_SESSIONS,
         concurrency_config=ConcurrencyConfig(max_concurrent_envs=max_sessions, session_timeout=session_timeout),
     )
     app = FastAPI(title=f"worldgym {env_id}", description=f"{env_id} over the OpenEnv protocol.")
+    app.add_middleware(_QuietDisconnects)
     server.register_routes(app)
     app.state.env_server = server
 
@@ -56,6 +57,21 @@ def create_app(env_id: str, *, max_sessions: int = DEFAULT_MAX_SESSIONS,
         return {"active": server.active_sessions, "max": server.max_concurrent_envs}
 
     return app
+
+
+class _QuietDisconnects:
+    """ASGI middleware: when a WebSocket client leaves first, OpenEnv's handler (which has freed the session by
+    then) raises on its own closing send; that is a normal goodbye, not an application error to log."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        try:
+            await self.app(scope, receive, send)
+        except WebSocketDisconnect:
+            if scope["type"] != "websocket":
+                raise
 
 
 def serve(env_id: str, host: str = "127.0.0.1", port: int = 8000, *, max_sessions: int = DEFAULT_MAX_SESSIONS,
