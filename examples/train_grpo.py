@@ -3,6 +3,7 @@
     python examples/train_grpo.py                       # MathQA-v0 (preset math-qa), ~6 min on 2 busy CPU cores
     python examples/train_grpo.py csr-tiny              # CSRPhone-v0: tiny model, constrained copy arguments, d1
     python examples/train_grpo.py csr-smollm2 --difficulty 3                     # a real pretrained model
+    python examples/train_grpo.py reasoning-gym --grpo.env-kwargs '{"dataset": "basic_arithmetic"}'  # interop extra
     python examples/train_grpo.py math-qa --grpo.model Qwen/Qwen3-0.6B --grpo.device cuda --expert.episodes 0
     python examples/train_grpo.py csr-tiny --help                                # every setting, with its help
     python examples/train_grpo.py --config my_run.yaml --grpo.num-steps 50      # a file, then flags
@@ -11,6 +12,10 @@
 MathQA-v0 (``math-qa``): (1) record an imperfect expert (the worked solution, whose final answer is corrupted
 with probability ``--expert.noise``); (2) train a byte-level BPE tokenizer and a tiny Qwen3 on that text (skipped
 for a real ``--grpo.model``); (3) SFT warm start; (4) GRPO with validation on the test split.
+
+ReasoningGym-v0 (``reasoning-gym``, needs the ``interop`` extra): the same four stages on a reasoning-gym dataset
+(``leg_counting`` by default), the expert answering ``<answer>reference</answer>`` (another task's answer with
+probability ``--expert.noise``), validated on the test split.
 
 CSRPhone-v0 (``csr-tiny``, ``csr-smollm2``): DAPO on the env's 0/1 task reward (``--shaping progress`` adds
 partial credit) with the model's preset (:data:`worldgym.agents.grpo.CSR_PRESETS`: ``tiny`` decodes with
@@ -91,6 +96,23 @@ class MathQARun:
 
 
 @dataclass
+class ReasoningGymRun:
+    """GRPO on a ReasoningGym-v0 task (a reasoning-gym dataset) from an SFT warm start.
+
+    Attributes:
+        grpo: the trainer's settings (env_kwargs: the dataset, its size and settings).
+        expert: the supervised warm start on the dataset's reference answers.
+    """
+
+    grpo: GRPOConfig = field(default_factory=lambda: GRPOConfig(
+        env_id="ReasoningGym-v0", env_kwargs={"dataset": "leg_counting", "size": 5000},
+        eval_env_kwargs={"split": "test", "size": 500}, max_turns=1, max_new_tokens=16, num_steps=100,
+        prompts_per_step=16, group_size=8, minibatch_size=128, learning_rate=3e-4, finetune="full", eval_every=10,
+        eval_episodes=256, output_dir="runs/train_grpo"))
+    expert: ExpertWarmStart = field(default_factory=ExpertWarmStart)
+
+
+@dataclass
 class CSRRun:
     """DAPO on CSRPhone-v0's 0/1 task reward from a cached warm start.
 
@@ -127,8 +149,10 @@ class CSRRun:
         return at_difficulty(self.grpo, self.difficulty)
 
 
-PRESETS: dict[str, tuple[str, MathQARun | CSRRun]] = {
+PRESETS: dict[str, tuple[str, MathQARun | ReasoningGymRun | CSRRun]] = {
     "math-qa": ("GRPO on MathQA-v0: tiny model, SFT on a noisy expert, full fine-tuning.", MathQARun()),
+    "reasoning-gym": ("GRPO on ReasoningGym-v0 (leg_counting): tiny model, SFT on a noisy expert (interop extra).",
+                      ReasoningGymRun()),
     "csr-tiny": ("DAPO on CSRPhone-v0: tiny model, constrained copy arguments.", CSRRun.from_preset("tiny")),
     "csr-smollm2": ("DAPO on CSRPhone-v0: SmolLM2-135M-Instruct with LoRA, free decoding (`make smollm2`).",
                     CSRRun.from_preset("smollm2-135m")),
@@ -166,6 +190,21 @@ def noisy_expert(seed: int, noise: float):
     return math_expert
 
 
+def noisy_reasoning_expert(seed: int, noise: float):
+    """ReasoningGym's imperfect expert: the reference answer in tags, another task's answer with probability
+    ``noise`` (right by chance only when the two tasks share an answer)."""
+    rng = np.random.default_rng(seed)
+
+    def reasoning_expert(env: gym.Env, observation: str, info: dict) -> str:
+        task = env.unwrapped
+        answer = task.entry["answer"]
+        if rng.random() < noise:
+            answer = task.entries[int(rng.integers(len(task.entries)))]["answer"]
+        return f"<answer>{answer}</answer>"
+
+    return reasoning_expert
+
+
 def shared_env_factories(config: GRPOConfig) -> dict[str, Any]:
     """MathQA: generate each split's problems once and share them between the (many) rollout envs."""
     from worldgym.envs.math_qa import MathQAEnv, generate_problems
@@ -193,15 +232,17 @@ def train_csr(run: CSRRun, resume: bool) -> GRPOTrainer:
     return _train(trainer, resume)
 
 
-def train_math_qa(run: MathQARun, resume: bool) -> GRPOTrainer:
-    """MathQA-v0: expert episodes, tokenizer and tiny model (or a real one), SFT, then GRPO."""
+def train_single_turn(run: MathQARun | ReasoningGymRun, resume: bool) -> GRPOTrainer:
+    """MathQA-v0 or ReasoningGym-v0: expert episodes, tokenizer and tiny model (or a real one), SFT, then GRPO."""
     config, expert = run.grpo, run.expert
+    reasoning = isinstance(run, ReasoningGymRun)
+    expert_policy = (noisy_reasoning_expert if reasoning else noisy_expert)(config.seed, expert.noise)
 
     def make_env() -> gym.Env:
         return make_text_env(config.env_id, config.env_kwargs, config.wrap_tool_calls)
 
     # 1. expert demonstrations, as text actions
-    chats = collect_expert_chats(make_env, noisy_expert(config.seed, expert.noise), range(expert.episodes),
+    chats = collect_expert_chats(make_env, expert_policy, range(expert.episodes),
                                  max_turns=config.max_turns)
     if chats:
         print(f"expert: {len(chats)} episodes, mean reward {np.mean([c.reward for c in chats]):.3f}")
@@ -226,7 +267,8 @@ def train_math_qa(run: MathQARun, resume: bool) -> GRPOTrainer:
         print(f"sft: loss {losses[0]:.3f} -> {losses[-1]:.3f} in {time.perf_counter() - start:.0f}s")
 
     # 4. GRPO
-    trainer = GRPOTrainer(config, model=model, tokenizer=tokenizer, **shared_env_factories(config))
+    factories = {} if reasoning else shared_env_factories(config)  # ReasoningGym-v0 shares its splits itself
+    trainer = GRPOTrainer(config, model=model, tokenizer=tokenizer, **factories)
     return _train(trainer, resume)
 
 
@@ -248,7 +290,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if int(os.environ.get("RANK", "0")) == 0:  # under torchrun (ddp/fsdp learners) rank 0 writes the files
         save_run_config(out, parsed.preset, run)
     start = time.perf_counter()
-    trainer = train_csr(run, parsed.resume) if isinstance(run, CSRRun) else train_math_qa(run, parsed.resume)
+    trainer = train_csr(run, parsed.resume) if isinstance(run, CSRRun) else train_single_turn(run, parsed.resume)
     if not trainer.is_main:
         return {}
     model = run.warm_start.model if isinstance(run, CSRRun) else config.model

@@ -1,5 +1,5 @@
 """Shared by every test folder: the ``gpu`` marker's skip, one torch thread, loading an example script as a module,
-and damaging a saved checkpoint the way a crash or a bad disk would."""
+damaging a saved checkpoint the way a crash or a bad disk would, and serving an app on a free localhost port."""
 
 from __future__ import annotations
 
@@ -7,8 +7,11 @@ import functools
 import importlib.util
 import json
 import re
+import socket
 import sys
-from collections.abc import Callable
+import threading
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType
 
@@ -44,6 +47,35 @@ def _load_example(name: str) -> ModuleType:
 def load_example() -> Callable[[str], ModuleType]:
     """``load_example("train_grpo")``: ``examples/train_grpo.py`` as a module, to call its ``main(argv)``."""
     return _load_example
+
+
+@pytest.fixture(scope="module")
+def serve_app() -> Iterator[Callable[[object], str]]:
+    """``serve_app(app)``: run an ASGI app (e.g. ``worldgym.serve.create_app(...)``) with uvicorn in a thread on
+    a free localhost port and return its ``http://`` URL; every server stops when the test module ends."""
+    import uvicorn
+
+    running: list[tuple[uvicorn.Server, threading.Thread, socket.socket]] = []
+
+    def serve(app: object) -> str:
+        sock = socket.socket()
+        sock.bind(("127.0.0.1", 0))
+        server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+        thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+        thread.start()
+        deadline = time.monotonic() + 20
+        while not server.started:
+            if time.monotonic() > deadline or not thread.is_alive():
+                raise RuntimeError("the test server did not start within 20 s")
+            time.sleep(0.01)
+        running.append((server, thread, sock))
+        return f"http://127.0.0.1:{sock.getsockname()[1]}"
+
+    yield serve
+    for server, thread, sock in running:
+        server.should_exit = True
+        thread.join(timeout=10)
+        sock.close()
 
 
 @functools.cache

@@ -7,12 +7,20 @@ from worldgym.agents.dreamer_v3.replay import ReplayNotReadyError
 from worldgym.agents.dual_lora.debug import UserError
 from worldgym.agents.llm.pretrained import ModelNotInstalledError
 from worldgym.envs.gameboy.errors import AssemblyError, HeaderChecksumError, RomFileError, StateError
-from worldgym.errors import CartridgeError, CheckpointError, DatasetError, WorldgymError
+from worldgym.errors import (
+    CartridgeError,
+    CheckpointError,
+    DatasetError,
+    RemoteEnvError,
+    RemoteEnvSchemaError,
+    WorldgymError,
+)
 
 BUILT_IN = {CheckpointError: ValueError, DatasetError: ValueError, CartridgeError: ValueError,
             ModelNotInstalledError: ImportError, ReplayNotReadyError: RuntimeError, TrainingFailure: RuntimeError,
             RomFileError: ValueError, HeaderChecksumError: ValueError, AssemblyError: ValueError,
-            StateError: ValueError, UserError: Exception}
+            StateError: ValueError, UserError: Exception, RemoteEnvError: ConnectionError,
+            RemoteEnvSchemaError: ValueError}
 
 
 @pytest.mark.parametrize(("error", "built_in"), BUILT_IN.items(), ids=lambda value: value.__name__)

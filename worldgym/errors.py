@@ -27,3 +27,16 @@ class CartridgeError(WorldgymError, ValueError):
 
 
 __all__ += ["CartridgeError"]
+
+
+class RemoteEnvError(WorldgymError, ConnectionError):
+    """An env server (OpenEnv protocol) could not be reached, stopped answering within the client's timeout,
+    closed the session, or answered a request with an error; the message names the server and the request."""
+
+
+class RemoteEnvSchemaError(WorldgymError, ValueError):
+    """An env server's action schema or tool list has no Gymnasium form here (e.g. an action with several
+    fields, a tool name that is not an identifier); the message names the server and what it declared."""
+
+
+__all__ += ["RemoteEnvError", "RemoteEnvSchemaError"]

@@ -16,11 +16,16 @@ ENV_SPECS: dict[str, dict] = {
         "max_episode_steps": None,  # the env truncates itself (the task's max_steps or max_episode_steps)
     },
 }
+# Ids whose entry points need the `interop` extra (reasoning-gym, openenv-core); registered like the others.
+INTEROP_ENV_SPECS: dict[str, dict] = {
+    "ReasoningGym-v0": {"entry_point": "worldgym.envs.reasoning_gym.env:ReasoningGymEnv"},  # one-step episodes
+    "worldgym/OpenEnv-v0": {"entry_point": "worldgym.wrappers.openenv:OpenEnvGym", "max_episode_steps": None},
+}
 
 
 def register_envs() -> None:
     """Register all worldgym ids; safe to call more than once."""
-    for env_id, kwargs in ENV_SPECS.items():
+    for env_id, kwargs in {**ENV_SPECS, **INTEROP_ENV_SPECS}.items():
         if env_id in gym.registry:
             continue
         gym.register(id=env_id, **kwargs)

@@ -1,7 +1,8 @@
 """Wrappers: text/tool-call bridges and other env transforms.
 
-``SB3VecEnv`` (the Stable-Baselines3 bridge) loads on first use and stays out of ``__all__``, so worldgym (and
-``from worldgym.wrappers import *``) works without stable-baselines3.
+``SB3VecEnv`` (the Stable-Baselines3 bridge) and ``OpenEnvGym`` (an OpenEnv server as a Gymnasium env) load on
+first use and stay out of ``__all__``, so worldgym (and ``from worldgym.wrappers import *``) works without
+stable-baselines3 or openenv-core.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from typing import Any
 
 from worldgym.wrappers.tool_call_text import ParseToolCall, format_tool_call, parse_tool_call
 
-_LAZY = {"SB3VecEnv": "worldgym.wrappers.sb3"}
+_LAZY = {"SB3VecEnv": "worldgym.wrappers.sb3", "OpenEnvGym": "worldgym.wrappers.openenv"}
 __all__ = ["ParseToolCall", "format_tool_call", "parse_tool_call"]
 
 

@@ -1,0 +1,193 @@
+"""``worldgym serve`` / ``create_app`` through openenv-core's own clients: the same episode as in-process, bad
+actions answered with the env's error observation (never a 500), isolated sessions freed on disconnect or after
+idling, capacity."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import socket
+import time
+from typing import Any
+
+import gymnasium as gym
+import pytest
+
+pytest.importorskip("openenv", reason="needs the interop extra (openenv-core)")
+
+from fastapi.testclient import TestClient
+from openenv.core import GenericEnvClient
+from openenv.core.mcp_client import MCPToolClient
+from websockets.sync.client import connect as ws_connect
+
+import worldgym  # noqa: F401  (registers the env ids)
+from worldgym.envs.csr_phone.env import CSR_TOOLS
+from worldgym.envs.csr_phone.policies import ExpertPolicy
+from worldgym.serve import create_app
+from worldgym.serve.environment import jsonable
+from worldgym.spaces import ToolCall, ToolCallError
+
+
+@pytest.fixture(scope="module")
+def csr_url(serve_app) -> str:
+    return serve_app(create_app("CSRPhone-v0", max_sessions=64))
+
+
+def _call(call: ToolCall) -> dict[str, Any]:
+    return {"type": "call_tool", "tool_name": call.name, "arguments": dict(call.arguments)}
+
+
+def _wait_for(predicate, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return predicate()
+
+
+def _sessions(url: str) -> int:
+    import httpx
+
+    return httpx.get(f"{url}/sessions", timeout=5).json()["active"]
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_expert_episode_over_the_wire_matches_in_process(csr_url, seed):
+    local = gym.make("CSRPhone-v0")
+    expected_text, expected_info = local.reset(seed=seed)
+    expert = ExpertPolicy()
+    expert.reset(expected_text, expected_info)
+    with GenericEnvClient(base_url=csr_url).sync() as remote:
+        result = remote.reset(seed=seed)
+        assert (result.observation["text"], result.observation["info"]) == (expected_text, jsonable(expected_info))
+        done = False
+        while not done:
+            call = expert.act(expected_text, expected_info)
+            expected_text, reward, terminated, truncated, expected_info = local.step(call)
+            result = remote.step(_call(call))
+            observation = result.observation
+            assert observation["text"] == observation["result"] == expected_text
+            assert observation["info"] == jsonable(expected_info)
+            assert (result.reward, result.done, observation["truncated"]) == (
+                reward, terminated or truncated, truncated)
+            done = result.done
+    assert observation["info"]["success"] is True and result.reward == 1.0
+
+
+def test_mcp_tool_client_lists_the_tools_and_calls_them(csr_url):
+    with MCPToolClient(base_url=csr_url).sync() as client:
+        tools = client.list_tools()  # before any reset, as MCP allows
+        assert [(t.name, t.description, t.input_schema) for t in tools] == [
+            (t.name, t.description, dict(t.parameters)) for t in CSR_TOOLS]
+        client.reset(seed=3)
+        local = gym.make("CSRPhone-v0")
+        _, info = local.reset(seed=3)
+        call = ToolCall("search_company", {"company": info["company"]})
+        assert client.call_tool(call.name, **call.arguments) == local.step(call)[0]
+
+
+BAD_CALLS = [
+    ToolCall("serach_company", {"company": "Acme"}),  # unknown tool
+    ToolCall("search_company", {"company": 5}),  # wrong argument type
+    ToolCall("make_phone_call", {"phone_number": "1", "pin": "0000"}),  # unexpected argument
+    ToolCall("search_company", ["Acme"]),  # arguments not an object
+    ToolCall(7, {}),  # a name that is not a string
+    ToolCallError("no <tool_call>...</tool_call> block found in the reply", "Hello!"),
+]
+
+
+def _payload(action: ToolCall | ToolCallError) -> dict[str, Any]:
+    if isinstance(action, ToolCallError):
+        return {"type": "call_tool", "invalid_reason": action.message, "raw_text": action.raw_text}
+    return {"type": "call_tool", "tool_name": action.name, "arguments": action.arguments}
+
+
+def test_bad_actions_get_the_in_process_error_observation_and_the_episode_goes_on(csr_url):
+    local = gym.make("CSRPhone-v0")
+    text, info = local.reset(seed=4)
+    with GenericEnvClient(base_url=csr_url).sync() as remote:
+        remote.reset(seed=4)
+        for action in BAD_CALLS:
+            expected = local.step(action)
+            result = remote.step(_payload(action))
+            assert (result.observation["text"], result.reward, result.done) == expected[0:2] + (False,)
+            assert result.observation["info"] == jsonable(expected[4])
+            assert expected[4]["response_type"] == "invalid_call"
+        expert = ExpertPolicy()
+        expert.reset(text, info)
+        result = remote.step(_call(expert.act(text, info)))  # the episode goes on
+        assert result.observation["info"]["response_type"] != "invalid_call"
+
+
+def test_http_routes_never_answer_500():
+    client = TestClient(create_app("CSRPhone-v0"))
+    payloads = [{"action": {"type": "call_tool", "tool_name": "x"}}, {"action": {"type": "bogus"}},
+                {"action": {"bogus": 1}}, {"action": {"type": "list_tools"}}, {"nothing": 1}]
+    statuses = [client.post("/step", json=payload).status_code for payload in payloads]
+    assert statuses == [200, 200, 422, 200, 422]
+    stateless = client.post("/step", json=payloads[0]).json()  # HTTP /step has no episode: OpenEnv's design
+    assert stateless["done"] is True and stateless["observation"]["info"]["response_type"] == "reset_needed"
+    math = TestClient(create_app("MathQA-v0", num_problems=5))
+    failed = math.post("/reset", json={"options": {"index": 99}})
+    assert failed.status_code == 200 and failed.json()["observation"]["info"]["response_type"] == "reset_failed"
+    assert client.get("/sessions").json() == {"active": 0, "max": 256}
+
+
+def test_a_text_env_takes_text_actions(serve_app):
+    url = serve_app(create_app("MathQA-v0", num_problems=20))
+    local = gym.make("MathQA-v0", num_problems=20)
+    _, info = local.reset(seed=5)
+    answer = f"#### {local.unwrapped._problem.answer_text}"
+    with GenericEnvClient(base_url=url).sync() as remote:
+        assert remote.reset(seed=5).observation["info"] == jsonable(info)
+        result = remote.step({"text": answer})
+        assert (result.reward, result.done, result.observation["info"]["success"]) == (1.0, True, True)
+        assert remote.step({"text": answer}).observation["info"]["response_type"] == "reset_needed"
+        remote.reset(seed=5)
+        invalid = remote.step({"text": 42})  # not a string: the env's invalid answer, as in-process
+        assert invalid.observation["info"]["errors"] == ["expected the answer as a string, got int"]
+
+
+def test_sessions_are_isolated_and_freed_when_clients_leave(csr_url):
+    clients = [GenericEnvClient(base_url=csr_url).sync() for _ in range(6)]
+    prompts = [client.connect().reset(seed=seed).observation["text"] for seed, client in enumerate(clients)]
+    assert prompts == [gym.make("CSRPhone-v0").reset(seed=seed)[0] for seed in range(6)]
+    assert _sessions(csr_url) == 6
+    for client in clients[:3]:
+        client.close()  # a clean goodbye
+    assert _wait_for(lambda: _sessions(csr_url) == 3, 5)
+    ws_url = csr_url.replace("http://", "ws://") + "/ws"
+    with contextlib.ExitStack() as stack:
+        raw = [stack.enter_context(ws_connect(ws_url)) for _ in range(20)]
+        for ws in raw:
+            ws.send('{"type": "reset", "data": {"seed": 1}}')
+            ws.recv(timeout=10)
+        assert _sessions(csr_url) == 23
+        for ws in raw:
+            ws.socket.shutdown(socket.SHUT_RDWR)  # the client vanishes without a close frame
+    assert _wait_for(lambda: _sessions(csr_url) == 3, 5)
+    for client in clients[3:]:
+        client.close()
+    assert _wait_for(lambda: _sessions(csr_url) == 0, 5)
+
+
+def test_idle_sessions_expire_and_capacity_is_enforced(serve_app):
+    url = serve_app(create_app("CSRPhone-v0", max_sessions=1, session_timeout=0.5))
+    with GenericEnvClient(base_url=url).sync() as first:
+        first.reset(seed=0)
+        with ws_connect(url.replace("http://", "ws://") + "/ws") as second:  # the server speaks first, then closes
+            refusal = json.loads(second.recv(timeout=10))
+        assert (refusal["type"], refusal["data"]["code"]) == ("error", "CAPACITY_REACHED")
+        assert _wait_for(lambda: _sessions(url) == 0, 8)  # OpenEnv's reaper looks every max(timeout / 4, 5) s
+        late = first.step({"type": "call_tool", "tool_name": "search_company", "arguments": {"company": "x"}})
+        assert late.done and late.observation["info"]["response_type"] == "session_closed"
+
+
+def test_create_app_rejects_what_it_cannot_serve():
+    with pytest.raises(TypeError, match="text or tool-call env"):
+        create_app("ZTokenDigits-v0")
+    with pytest.raises(ValueError, match="max_sessions must be an int >= 1, got 0"):
+        create_app("CSRPhone-v0", max_sessions=0)
+    with pytest.raises(ValueError, match="difficulty must be one of"):
+        create_app("CSRPhone-v0", difficulty=9)
