@@ -72,8 +72,9 @@ class CSRPhoneEnv(ToolEnv):
     with raw Hermes-style text.
 
     ## Observation space
-    ``Text`` (printable ASCII): the task prompt on reset, then each tool's result or the representative's
-    reply.
+    :class:`worldgym.text.UnicodeText`: the task prompt on reset, then each tool's result or the
+    representative's reply; names and values keep every character (a company or customer name in any script
+    round-trips through the tools).
 
     ## Rewards
     1.0 on the call that completes the task, else 0. Optional shaping (off by default): ``prerequisite_bonus``
@@ -112,7 +113,9 @@ class CSRPhoneEnv(ToolEnv):
     * v0: initial version. Later fixes, same id: one ``service_provided`` paraphrase no longer repeats
       "on your account" after a reason that ends with it (reply text only: response types, rewards and RNG
       draws are unchanged); tool-call text that is nested too deeply or holds an overlong number, NaN or
-      Infinity is an invalid call instead of an exception.
+      Infinity is an invalid call instead of an exception; observations keep every Unicode character
+      (characters outside printable ASCII used to become ``?``) and company names are compared with letters of
+      any script.
     """
 
     def __init__(self, difficulty: int | None = None, split: Split = "train", world_seed: int = 0,
