@@ -27,3 +27,11 @@ class CartridgeError(WorldgymError, ValueError):
 
 
 __all__ += ["CartridgeError"]
+
+
+class ConfigError(WorldgymError, ValueError):
+    """A settings file or the settings it holds do not fit the run's config: the message names the file, the
+    field's path, the value and what is expected."""
+
+
+__all__ += ["ConfigError"]
