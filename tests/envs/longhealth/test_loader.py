@@ -163,11 +163,11 @@ def _panel_text(**replace_first_question: str) -> str:
     (_panel_text(answer_a="[" * 100_000 + "]" * 100_000),
      "patient 'patient_01', field 'questions[0].answer_a': nested more than 32 levels deep"),
     (_panel_text(No="1" + "0" * 99_999),
-     "patient 'patient_01', questions[0], field 'No': must be an integer or a string, got an integer of 100000 "
-     "digits"),
+     ("patient 'patient_01', questions[0], field 'No': must be an integer or a string, got an integer of 100000 "
+     "digits")),
     (_panel_text(question='"a lone \\ud800 surrogate"'),
-     "patient 'patient_01', question No 1 (questions[0]), field 'question': lone surrogate '\\ud800' at "
-     "character 7"),
+     ("patient 'patient_01', question No 1 (questions[0]), field 'question': lone surrogate '\\ud800' at "
+     "character 7")),
     (_panel_text(answer_location='{"text_0": {"start": [1' + "0" * 5000 + '], "end": [0.5]}}'),
      "field 'answer_location.text_0.start': must be a list of numbers, got list [<an integer of 5001 digits>]"),
 ])
