@@ -159,3 +159,10 @@ def test_the_type_check_covers_literals_tuples_dicts_and_optional_dataclasses():
         with pytest.raises(ConfigError) as raised:
             config_from_dict(_Outer(), data, source="f.yaml")
         assert named in str(raised.value) and isinstance(raised.value, (ValueError, WorldgymError))
+
+
+def test_strings_must_be_unicode_text(tmp_path):
+    file = tmp_path / "run.json"
+    file.write_text('{"mode": "a", "counts": {"k": "x\\ud800"}}')
+    with pytest.raises(ConfigError, match=r"counts.k='x\\ud800' is invalid: expected Unicode text"):
+        config_from_dict(_Outer(), read_config_file(file), source=str(file))

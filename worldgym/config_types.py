@@ -25,6 +25,7 @@ worldgym.errors.ConfigError: run.yaml: mode='lots' is invalid: expected one of [
 from __future__ import annotations
 
 import dataclasses
+import re
 import reprlib
 import types
 import typing
@@ -39,6 +40,7 @@ T = TypeVar("T")
 _REPR = reprlib.Repr()  # values in messages stay short whatever a file holds
 _REPR.maxlevel, _REPR.maxstring, _REPR.maxother, _REPR.maxlist, _REPR.maxdict = 2, 60, 60, 4, 4
 _UNIONS = (typing.Union, types.UnionType)
+_SURROGATE = re.compile("[\ud800-\udfff]")  # "\ud800" in a file's string: half of a UTF-16 pair, not text
 
 
 class _Mismatch(Exception):
@@ -146,14 +148,20 @@ def _check(value: Any, annotation: Any, path: str) -> Any:
     if annotation is type(None) or annotation is None:
         return _require(value is None, value, annotation, path, value)
     if origin in _UNIONS:
+        closest = None  # a mismatch inside an option of the value's own type says more than "expected X or Y"
         for option in args:
             try:
                 return _check(value, option, path)
-            except _Mismatch:
-                continue
-        raise _Mismatch(path, value, describe_type(annotation))
+            except _Mismatch as error:
+                of_its_type = isinstance(typing.get_origin(option) or option, type) and isinstance(
+                    value, typing.get_origin(option) or option)
+                if closest is None and (of_its_type or error.path != path):
+                    closest = error
+        raise closest or _Mismatch(path, value, describe_type(annotation))
     if origin is typing.Literal:
         return _require(any(type(value) is type(a) and value == a for a in args), value, annotation, path, value)
+    if annotation is str and isinstance(value, str) and _SURROGATE.search(value):
+        raise _Mismatch(path, value, "Unicode text (a lone surrogate such as '\\ud800' is half of a UTF-16 pair)")
     if annotation in _SCALARS:
         accepts = _SCALARS[annotation][0]
         ok = accepts(value)
