@@ -9,17 +9,16 @@ integer``. The only conversions are lossless ones a file cannot express: a list 
 tuple, an integer for a float field becomes a float.
 
 >>> from dataclasses import dataclass
->>> from typing import Literal
 >>> @dataclass
 ... class Run:
 ...     steps: int = 10
-...     mode: Literal["fast", "slow"] = "fast"
->>> config_from_dict(Run(), {"steps": 3})
-Run(steps=3, mode='fast')
->>> config_from_dict(Run(), {"mode": "lots"}, source="run.yaml")
+...     names: tuple[str, ...] = ()
+>>> config_from_dict(Run(), {"steps": 3, "names": ["a"]})
+Run(steps=3, names=('a',))
+>>> config_from_dict(Run(), {"steps": "many"}, source="run.yaml")
 Traceback (most recent call last):
     ...
-worldgym.errors.ConfigError: run.yaml: mode='lots' is invalid: expected one of ['fast', 'slow']
+worldgym.errors.ConfigError: run.yaml: steps='many' is invalid: expected an integer
 """
 
 from __future__ import annotations
