@@ -5,7 +5,12 @@ from __future__ import annotations
 import pytest
 
 from worldgym.agents.dual_lora import DualLoRAConfig, DualLoRATrainer
-from worldgym.agents.dual_lora.imagination import UNRECOGNISED, _imagined_step, _tool_turn_opening, imagined_groups
+from worldgym.agents.dual_lora.imagination import (
+    UNRECOGNISED,
+    _imagined_step,
+    _tool_turn_opening,
+    imagined_groups,
+)
 from worldgym.agents.dual_lora.world_model import phone_call_examples
 from worldgym.agents.llm.models import build_tiny_model
 
