@@ -205,3 +205,10 @@ def test_company_names_in_other_scripts_are_searched_by_their_letters(monkeypatc
     assert info["response_type"] == "company_not_found"  # other letters, another name
     observation, *_, info = env.step(ToolCall("search_company", {"company": "Crème Brulée Bänk"}))
     assert info["response_type"] == "company_not_found" and "Did you mean: Crème Brûlée Bänk?" in observation
+
+
+def test_a_bool_is_not_a_difficulty():
+    with pytest.raises(ValueError, match="difficulty must be one of"):
+        CSRPhoneEnv(difficulty=True)
+    with pytest.raises(ValueError, match=r"options\['difficulty'\] must be one of"):
+        CSRPhoneEnv().reset(seed=0, options={"difficulty": True})

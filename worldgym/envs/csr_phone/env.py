@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import gymnasium as gym
+import numpy as np
 
 from worldgym.envs.csr_phone.csr import CSRSimulator
 from worldgym.envs.csr_phone.profiles import FIELD_PHRASES, generate_profile
@@ -121,7 +122,7 @@ class CSRPhoneEnv(ToolEnv):
     def __init__(self, difficulty: int | None = None, split: Split = "train", world_seed: int = 0,
                  prerequisite_bonus: float = 0.0, step_penalty: float = 0.0, max_turns: int = 16,
                  render_mode: str | None = None):
-        if difficulty is not None and difficulty not in DIFFICULTIES:
+        if difficulty is not None and (isinstance(difficulty, (bool, np.bool_)) or difficulty not in DIFFICULTIES):
             raise ValueError(f"difficulty must be one of {sorted(DIFFICULTIES)} or None, got {difficulty!r}")
         if split not in SPLITS:
             raise ValueError(f"split must be one of {list(SPLITS)}, got {split!r}")
@@ -145,7 +146,7 @@ class CSRPhoneEnv(ToolEnv):
         difficulty = (options or {}).get("difficulty", self.difficulty)
         if difficulty is None:
             difficulty = int(self.np_random.integers(1, len(DIFFICULTIES) + 1))
-        elif difficulty not in DIFFICULTIES:
+        elif isinstance(difficulty, (bool, np.bool_)) or difficulty not in DIFFICULTIES:
             raise ValueError(
                 f"options['difficulty'] must be one of {sorted(DIFFICULTIES)}, got {difficulty!r}")
         profile = generate_profile(self.np_random)
