@@ -11,8 +11,16 @@ goes to ``benchmarks/results/fuzz_envs.json`` by default. The steps are split ev
     sets, lists nested 5,000 deep or holding themselves, numpy values) and objects that are not tool calls;
   * ``MathQA-v0``: the same texts, answers with and without a number, and non-string actions;
   * ``ZTokenDigits-v0``, ``ZTokenDigits-v0/flat`` (``FlattenTokenDigitsAction``) and ``GameBoy-v0`` (vector
-    env, 2 emulators, actions and reset masks): valid actions, and wrong ones (floats, NaN, bools, strings,
-    ``None``, wrong shapes, values out of range), which must raise ``TypeError`` or ``ValueError``.
+    env, 2 emulators, actions and reset masks): valid actions, and wrong ones (floats, NaN, bools, bools among
+    integers, strings, ``None``, wrong shapes, values out of range), which must raise ``TypeError`` or
+    ``ValueError``;
+  * ``MathQA-v0/unicode``: a GSM8K-format file of questions in any script (currency signs, fractions,
+    superscripts, non-breaking spaces, U+2028, emoji): each observation must equal its question exactly, or
+    differ only by the change ``info["observation_changes"]`` reports (a cut to the space's length);
+  * ``CSRPhone-v0/unicode``: ``search_company`` calls written as text with company names of random code points
+    (lone surrogates included): the reply must quote the name exactly, or report in ``info`` how it changed it;
+  * ``config-files``: random settings files (YAML/JSON) against every example's presets (``config_fuzzer.py``):
+    each must load to a valid config or be refused with a ``ConfigError`` naming the file, and fail fast.
 
 Text envs must never raise; an action that is not valid must come back as an observation in the observation
 space with its reason in ``info["errors"]`` (``contract_violations`` counts the misses). Envs with typed
@@ -27,8 +35,8 @@ import json
 import os
 import platform
 import random
-import re
 import sys
+import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -43,10 +51,12 @@ import worldgym  # noqa: F401  (registers the env ids)
 from worldgym.envs.csr_phone.env import CSR_TOOLS
 from worldgym.envs.ztoken import FlattenTokenDigitsAction
 from worldgym.spaces import ToolCall, ToolCallError
+from worldgym.text import OBSERVATION_CHANGES, SAMPLE_CHARSET, fit_observation_text
 from worldgym.wrappers import ParseToolCall, format_tool_call
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a file: find the benchmarks package
 from benchmarks.common import results_dir, results_parser, write_json
+from benchmarks.config_fuzzer import EXAMPLES, ConfigFuzzer, load_example, load_outcome
 
 QUICK_STEPS = 600
 TOOL_NAMES = [tool.name for tool in CSR_TOOLS]
@@ -128,6 +138,13 @@ class Fuzzer:
         if kind == 7:
             return [self.json_value(depth + 1) for _ in range(rng.randrange(4))]
         return {self.argument_key(): self.json_value(depth + 1) for _ in range(rng.randrange(4))}
+
+    def unicode_text(self, length: int) -> str:
+        """Text of ``length`` characters: the documented sample charset, or any code point but surrogates."""
+        if self.rng.random() < 0.5:
+            return "".join(self.rng.choice(SAMPLE_CHARSET) for _ in range(length))
+        points = (self.rng.randrange(0x110000 - 0x800) for _ in range(length))
+        return "".join(chr(p + 0x800 if p >= 0xD800 else p) for p in points)
 
     def argument_key(self) -> str:
         return self.rng.choice(ARGUMENT_KEYS) if self.rng.random() < 0.8 else self.string()
@@ -221,6 +238,12 @@ class Fuzzer:
             outside = rng.choice([-1, int(np.max(high)), 2**70, -(2**63) - 1])
             bad.flat[rng.randrange(max(1, bad.size))] = outside
             return (bad.item() if not shape else bad.tolist()), False
+        if kind == 6:  # a bool among integers (numpy would read it as 0 or 1)
+            if not shape:
+                return rng.choice([True, np.False_]), False
+            items = good.reshape(-1).tolist()
+            items[rng.randrange(len(items))] = rng.choice([True, False, np.True_])
+            return np.array(items, dtype=object).reshape(shape).tolist(), False
         return rng.choice([None, "3", b"1", [], {"token": 1}, object(), 1.0]), False
 
 
@@ -234,6 +257,8 @@ class Tally:
     invalid_observations: int = 0
     unhandled_exceptions: int = 0
     contract_violations: int = 0
+    accepted: int = 0  # settings files that loaded to a valid config
+    slowest_refusal_s: float = 0.0
     errors: Counter = field(default_factory=Counter)
     examples: list[dict[str, str]] = field(default_factory=list)
 
@@ -256,6 +281,7 @@ class Tally:
                 "invalid_observations": self.invalid_observations,
                 "unhandled_exceptions": self.unhandled_exceptions,
                 "contract_violations": self.contract_violations,
+                "accepted": self.accepted, "slowest_refusal_s": self.slowest_refusal_s,
                 "error_kinds": dict(self.errors), "examples": self.examples}
 
 
@@ -267,16 +293,9 @@ def _brief(action: Any, limit: int = 200) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def _text_checker(space: gym.spaces.Text) -> Callable[[Any], bool]:
-    """``space.contains`` for a ``Text`` space as one regex pass (gymnasium's loops over characters)."""
-    outside = re.compile(f"[^{re.escape(''.join(sorted(space.character_set)))}]")
-    low, high = space.min_length, space.max_length
-    return lambda x: isinstance(x, str) and low <= len(x) <= high and not outside.search(x)
-
-
 def fuzz_text_env(env: gym.Env, next_action: Callable[[], Any], steps: int, seed: int, tally: Tally) -> None:
     """Step a text env with fuzzed actions; nothing may raise and invalid actions must explain themselves."""
-    in_space = _text_checker(env.observation_space)
+    in_space = env.observation_space.contains
     env.reset(seed=seed)
     for _ in range(steps):
         action = next_action()
@@ -393,9 +412,83 @@ def _targets(fuzzer: Fuzzer, seed: int) -> dict[str, Callable[[int, Tally], None
         fuzz_typed_env({"step": env.step, "reset": lambda mask: env.reset(options={"reset_mask": mask})},
                        next_action, steps, tally)  # the vector env resets finished episodes itself
 
+    def math_qa_unicode(steps: int, tally: Tally) -> None:
+        path = Path(tempfile.mkdtemp()) / "gsm8k.jsonl"
+        questions = [fuzzer.unicode_text(fuzzer.size(3000)) or "?" for _ in range(64)]
+        path.write_text("".join(json.dumps({"question": q, "answer": "#### 1"}, ensure_ascii=fuzzer.rng.random() < 0.5)
+                                + "\n" for q in questions), encoding="utf-8")
+        env = gym.make("MathQA-v0", dataset_path=str(path), max_question_chars=2048)
+        for step in range(steps):
+            index = fuzzer.rng.randrange(len(questions))
+            start = time.perf_counter()
+            try:
+                observation, info = env.reset(seed=step, options={"index": index})
+                env.step(fuzzer.unicode_text(fuzzer.size(200)))
+            except Exception as error:  # noqa: BLE001
+                tally.unhandled("exception", error, questions[index])
+                continue
+            finally:
+                tally.seconds += time.perf_counter() - start
+            tally.steps += 1
+            expected, changes = fit_observation_text(questions[index], 2048)
+            if observation != expected or info.get(OBSERVATION_CHANGES, {}) != changes:
+                tally.unhandled("contract", None, questions[index], "question altered without a reported change")
+
+    def csr_unicode(steps: int, tally: Tally) -> None:
+        env = ParseToolCall(gym.make("CSRPhone-v0"))
+        env.reset(seed=seed)
+        for _ in range(steps):
+            name = fuzzer.unicode_text(fuzzer.size(60)) if fuzzer.rng.random() < 0.8 else fuzzer.string()
+            reply = format_tool_call(ToolCall("search_company", {"company": name}))
+            start = time.perf_counter()
+            try:
+                observation, _, terminated, truncated, info = env.step(reply)
+            except Exception as error:  # noqa: BLE001
+                tally.seconds += time.perf_counter() - start
+                tally.unhandled("exception", error, reply)
+                env.reset()
+                continue
+            tally.seconds += time.perf_counter() - start
+            tally.steps += 1
+            if terminated or truncated:
+                env.reset()
+            quoted = f'No company named "{name}"' in observation or info["response_type"] != "company_not_found"
+            if info.get("errors"):
+                tally.invalid_observations += 1
+            elif not quoted and OBSERVATION_CHANGES not in info:
+                tally.unhandled("contract", None, reply, "company name altered without a reported change")
+
+    def config_files(steps: int, tally: Tally) -> None:
+        presets = [load_example(name).PRESETS for name in EXAMPLES]
+        configs = ConfigFuzzer(fuzzer.rng)
+        folder = Path(tempfile.mkdtemp())
+        for step in range(steps):
+            chosen = presets[step % len(presets)]
+            suffix, text = configs.document(chosen)
+            file = folder / f"settings{suffix}"
+            file.write_bytes(text.encode("utf-8", errors="surrogatepass"))
+            start = time.perf_counter()
+            try:
+                outcome, detail = load_outcome(file, chosen)
+            except Exception as error:  # noqa: BLE001 - anything but a ConfigError escaped from the library
+                tally.seconds += time.perf_counter() - start
+                tally.unhandled("exception", error, text)
+                continue
+            elapsed = time.perf_counter() - start
+            tally.seconds += elapsed
+            tally.steps += 1
+            if outcome == "violation":
+                tally.unhandled("contract", None, text, detail)
+            elif outcome == "refused":
+                tally.rejected_with_typed_error += 1
+                tally.slowest_refusal_s = max(tally.slowest_refusal_s, elapsed)
+            else:
+                tally.accepted += 1
+
     return {"CSRPhone-v0/text": csr_text, "CSRPhone-v0/tool_call": csr_tool_call, "MathQA-v0": math_qa,
             "ZTokenDigits-v0": ztoken(flat=False), "ZTokenDigits-v0/flat": ztoken(flat=True),
-            "GameBoy-v0": gameboy}
+            "GameBoy-v0": gameboy, "MathQA-v0/unicode": math_qa_unicode, "CSRPhone-v0/unicode": csr_unicode,
+            "config-files": config_files}
 
 
 def _split(total: int, parts: int) -> Iterator[int]:
@@ -432,6 +525,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
               f"typed errors {report['rejected_with_typed_error']:>7,} | invalid observations "
               f"{report['invalid_observations']:>7,} | unhandled {report['unhandled_exceptions']} | "
               f"contract violations {report['contract_violations']}")
+        if name == "config-files":
+            print(f"{'':>24}{report['accepted']:,} loaded to a valid config, {report['rejected_with_typed_error']:,} "
+                  f"refused with a ConfigError (slowest {report['slowest_refusal_s'] * 1000:.0f} ms)")
         for kind, count in report["error_kinds"].items():
             print(f"{'':>24}{count:>7,} x {kind}")
     reports = results["targets"].values()

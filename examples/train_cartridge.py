@@ -48,6 +48,7 @@ import torch
 import worldgym  # noqa: F401  (registers the env ids)
 from worldgym.agents.cartridge import CartridgeDistillConfig, CartridgeDistillTrainer
 from worldgym.cli import parse_run, save_run_config
+from worldgym.config import check_positive_int
 
 
 @dataclass
@@ -64,6 +65,9 @@ class CartridgeRun:
     distill: CartridgeDistillConfig
     data_path: str | None = None
     threads: int = 2
+
+    def __post_init__(self) -> None:
+        check_positive_int("threads", self.threads)
 
     def resolved(self) -> CartridgeDistillConfig:
         """``distill`` reading ``data_path`` when one is given."""

@@ -40,6 +40,8 @@ from worldgym.agents.dreamer_v3 import (
 from worldgym.agents.dreamer_v3.gameboy import ROM_ENV_VAR, GameBoyTask, make_gameboy_env
 from worldgym.agents.dreamer_v3.trainer import EnvFactory
 from worldgym.cli import parse_run, save_run_config
+from worldgym.config import check_field, check_positive_int
+from worldgym.envs.gameboy.tasks import ACTIONS
 
 
 @dataclass
@@ -60,6 +62,13 @@ class GameBoySettings:
     max_episode_steps: int | None = None
     savestate: str | None = None
 
+    def __post_init__(self) -> None:
+        action = self.fixed_action
+        check_field(action is None or (type(action) is int and 0 <= action < len(ACTIONS)), "fixed_action", action,
+                    f"use None or a button index in [0, {len(ACTIONS)})")
+        if self.max_episode_steps is not None:
+            check_positive_int("max_episode_steps", self.max_episode_steps)
+
 
 @dataclass
 class DreamerRun:
@@ -77,6 +86,9 @@ class DreamerRun:
     gameboy: GameBoySettings = field(default_factory=GameBoySettings)
     size: Literal["small-control", "XS", "S", "M"] | None = None
     threads: int = 1
+
+    def __post_init__(self) -> None:
+        check_positive_int("threads", self.threads)
 
     def resolved_config(self) -> DreamerConfig:
         """``dreamer`` with ``size`` applied."""

@@ -34,6 +34,8 @@ from worldgym.agents.dual_lora.presets import dual_lora_config, engine, warm_sta
 from worldgym.agents.grpo.presets import at_difficulty
 from worldgym.agents.llm.warm_start import WarmStartConfig, load_or_train_warm_start
 from worldgym.cli import parse_run, save_run_config
+from worldgym.config import check_choice
+from worldgym.envs.csr_phone.world import DIFFICULTIES
 
 
 @dataclass
@@ -57,6 +59,11 @@ class DualLoRARun:
     engine: Literal["hf", "vllm"] = "hf"
     engine_preset: Literal["tiny", "smollm2-135m"] = "tiny"
     warm_start_dir: str = "runs/warm_starts"
+
+    def __post_init__(self) -> None:
+        check_choice("difficulty", self.difficulty, [None, *DIFFICULTIES])
+        check_choice("engine", self.engine, ["hf", "vllm"])
+        check_choice("engine_preset", self.engine_preset, ["tiny", "smollm2-135m"])
 
     @classmethod
     def from_preset(cls, preset: Literal["tiny", "smollm2-135m"], **agent: Any) -> DualLoRARun:

@@ -55,6 +55,8 @@ from worldgym.agents.llm import (
 )
 from worldgym.agents.llm.warm_start import WarmStartConfig, load_or_train_warm_start
 from worldgym.cli import parse_run, save_run_config
+from worldgym.config import check_choice, check_positive_int, check_range
+from worldgym.envs.csr_phone.world import DIFFICULTIES
 
 
 @dataclass
@@ -76,6 +78,13 @@ class ExpertWarmStart:
     batch_size: int = 32
     learning_rate: float = 3e-3
     vocab_size: int = 2000
+
+    def __post_init__(self) -> None:
+        check_range("episodes", self.episodes, 0, None)
+        check_range("noise", self.noise, 0, 1)
+        for name in ("epochs", "batch_size", "vocab_size"):
+            check_positive_int(name, getattr(self, name))
+        check_range("learning_rate", self.learning_rate, 0, None, low_open=True)
 
 
 @dataclass
@@ -135,6 +144,12 @@ class CSRRun:
     warm_start_dir: str = "runs/warm_starts"
     engine_batch_size: int = 32
     kv_cache_max_tokens: int = 131072
+
+    def __post_init__(self) -> None:
+        check_choice("difficulty", self.difficulty, [None, *DIFFICULTIES])
+        check_choice("shaping", self.shaping, ["none", "progress"])
+        check_positive_int("engine_batch_size", self.engine_batch_size)
+        check_positive_int("kv_cache_max_tokens", self.kv_cache_max_tokens)
 
     @classmethod
     def from_preset(cls, model: str) -> CSRRun:

@@ -30,7 +30,7 @@ from worldgym.agents.ztoken_ppo import (
     warm_start,
 )
 from worldgym.cli import parse_run, save_run_config
-from worldgym.config import check_field
+from worldgym.config import check_field, check_positive_int
 from worldgym.envs.ztoken import ZTokenVocab
 
 
@@ -54,6 +54,10 @@ class ZTokenRun:
     output_dir: str = "runs/ztoken_ppo"
     seed: int = 0
     threads: int = 1
+
+    def __post_init__(self) -> None:
+        check_field(type(self.seed) is int and self.seed >= 0, "seed", self.seed, "use an integer >= 0")
+        check_positive_int("threads", self.threads)
 
     def resolved(self) -> tuple[ZTokenPPOConfig, ZTokenWarmStartConfig]:
         """The PPO and warm-start settings with ``output_dir`` and ``seed`` applied."""

@@ -116,6 +116,9 @@ def test_format_1_and_foreign_manifests_are_refused_clearly(tmp_path):
     (path / MANIFEST).write_text(json.dumps({**manifest, "kind": "dreamer_v3"}))
     with pytest.raises(CheckpointError, match="a 'dreamer_v3' checkpoint, not a 'weights' one"):
         load_checkpoint(path)
+    (path / MANIFEST).write_text(json.dumps({**manifest, "kind": "cartridge", "format_version": 1}))
+    with pytest.raises(CheckpointError, match="a 'cartridge' checkpoint, not a 'weights' one: another kind"):
+        load_checkpoint(path)  # a cartridge's manifest in a trainer's checkpoint: its kind, not its format
     escaping = {**manifest["files"], "../escape.json": "0" * 64}
     (path / MANIFEST).write_text(json.dumps({**manifest, "files": escaping}))
     with pytest.raises(CheckpointError, match="points outside the checkpoint"):

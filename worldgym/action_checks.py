@@ -8,7 +8,8 @@ so envs that index with their actions check them here instead. What is accepted 
 * boolean masks: numpy ``bool`` arrays and lists or tuples of Python or numpy bools.
 
 Anything else raises ``TypeError``: floats (even ``1.0``), bools where an integer is expected (a flag is not
-an index), integers where a mask is expected, strings, ``None`` and other objects. A wrong shape or a value
+an index: ``True``, ``np.True_``, a bool array, or a bool inside a list such as ``[True, 1]``, which numpy would
+read as ``[1, 1]``), integers where a mask is expected, strings, ``None`` and other objects. A wrong shape or a value
 out of range raises ``ValueError``. Messages name the expected dtype, shape and range. The checks never
 modify their input, so an env that checks before it changes anything is unchanged by a rejected call.
 
@@ -43,6 +44,9 @@ def integer_action(value: Any, name: str, shape: tuple[int, ...], high: int | np
                 f"[0, {high_text})")
     if isinstance(value, (bool, np.bool_, str, bytes)) or value is None:
         raise TypeError(f"{expected}, got {type(value).__name__} {_brief(value)}")
+    flag = _first_bool(value) if isinstance(value, (list, tuple)) else None
+    if flag is not None:
+        raise TypeError(f"{expected}, got {type(flag).__name__} {flag!r} inside {_brief(value)}")
     array = _as_array(value, expected)
     if array.dtype == object and array.size and all(type(x) is int for x in array.flat):
         raise ValueError(f"{expected}, got integers too large for int64")
@@ -67,6 +71,19 @@ def bool_mask(value: Any, name: str, shape: tuple[int, ...]) -> np.ndarray:
     if array.shape != shape:
         raise ValueError(f"{expected}, got shape {array.shape}")
     return array.copy()
+
+
+def _first_bool(items: list[Any] | tuple[Any, ...]) -> bool | np.bool_ | None:
+    """The first ``bool`` or ``np.bool_`` in (nested) lists and tuples, which ``np.asarray`` reads as 0/1."""
+    pending, seen = [items], {id(items)}
+    while pending:
+        for item in pending.pop():
+            if isinstance(item, (bool, np.bool_)):
+                return item
+            if isinstance(item, (list, tuple)) and id(item) not in seen:  # a list may hold itself
+                seen.add(id(item))
+                pending.append(item)
+    return None
 
 
 def _as_array(value: Any, expected: str) -> np.ndarray:

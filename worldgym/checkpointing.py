@@ -239,6 +239,12 @@ def _read_manifest(file: Path) -> dict[str, Any]:
 
 def _check_kind_and_version(file: Path, manifest: dict[str, Any], kind: str, format_version: int) -> None:
     found = manifest.get("format_version", 1)  # format 1 manifests were a bare {file: sha256} table
+    found_kind = manifest.get("kind") if isinstance(manifest.get("files"), dict) else None
+    if found_kind is not None and found_kind != kind:  # another kind first: its format number means nothing here
+        raise CheckpointError(
+            f"{file}: a {found_kind!r} checkpoint, not a {kind!r} one: another kind of checkpoint (format "
+            f"{found!r} of {found_kind!r} checkpoints) is here; wrong folder?"
+        )
     if found != format_version:
         raise CheckpointError(
             f"{file}: checkpoint format {found!r}, this worldgym reads format {format_version} only "

@@ -6,7 +6,11 @@ does around it) and names a few presets of it; :func:`parse_run` then reads, in 
 1. a preset, chosen by the first argument (``python examples/train_grpo.py csr-tiny ...``; the first preset
    when none is given);
 2. ``--config FILE.yaml`` (or ``.json``): any subset of the fields, nested as in the dataclass, plus an
-   optional ``preset:`` key; or ``--resume RUN_DIR``: the run directory's recorded ``config.json``;
+   optional ``preset:`` key; or ``--resume RUN_DIR``: the run directory's recorded ``config.json``. The file
+   is read with bounds (:mod:`worldgym.config_file`: size, depth, no YAML aliases) and every value is checked
+   against its field's type (:mod:`worldgym.config_types`) before the script writes anything: a bad value
+   raises :class:`worldgym.errors.ConfigError` naming the file, the field's path, the value and what is
+   expected;
 3. flags for any field, e.g. ``--grpo.num-steps 20`` (``--help`` lists every field with its help and choices).
 
 The script records what it ran with :func:`save_run_config` in its run directory, so ``--resume`` and the
@@ -33,6 +37,10 @@ from typing import Any, Generic, TypeVar
 
 import tyro
 
+from worldgym.config_file import read_config_file
+from worldgym.config_types import config_from_dict
+from worldgym.errors import ConfigError
+
 __all__ = ["CONFIG_FILE", "ParsedRun", "config_from_dict", "load_run_config", "parse_run", "read_config_file",
            "save_run_config"]
 
@@ -56,8 +64,10 @@ def parse_run(
 ) -> ParsedRun[T]:
     """Parse a script's command line into one of ``presets`` (name -> (one-line description, dataclass)).
 
-    Raises ``ValueError`` (a config file's unknown field, an unknown preset) or ``FileNotFoundError``; tyro
-    exits with its own message on a malformed flag.
+    Raises :class:`worldgym.errors.ConfigError` (a ``ValueError``: a config file that is malformed, too large
+    or deep, uses YAML aliases, or holds an unknown field or a value its field's type or the config's checks
+    refuse), ``ValueError`` (an unknown preset) or ``FileNotFoundError``; tyro exits with its own message on a
+    malformed flag.
     """
     if not presets:
         raise ValueError("parse_run needs at least one preset")
@@ -88,8 +98,8 @@ def _from_file(file: Path, presets: Mapping[str, tuple[str, T]]) -> tuple[str, T
     """The preset a settings file names (the first when it names none) with the file's fields applied."""
     data = read_config_file(file)
     name = data.pop("preset", next(iter(presets)))
-    if name not in presets:
-        raise ValueError(f"{file}: preset {name!r} is unknown: use one of {list(presets)}")
+    if not isinstance(name, str) or name not in presets:
+        raise ConfigError(f"{file}: preset={name!r} is invalid: expected one of {list(presets)}")
     return name, config_from_dict(presets[name][1], data, source=str(file))
 
 
@@ -103,69 +113,6 @@ def _file_options_help(description: str | None) -> str:
     extra = ("Settings come from a preset (the first argument; default: the first listed), then --config FILE.yaml|json (any fields, "
              "nested as below, plus 'preset:') or --resume RUN_DIR (its recorded config.json), then these flags.")
     return f"{description}\n\n{extra}" if description else extra
-
-
-def read_config_file(path: str | Path) -> dict[str, Any]:
-    """A YAML (``.yaml``/``.yml``) or JSON (``.json``) mapping of settings."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"config file {path} does not exist")
-    text = path.read_text()
-    if path.suffix in (".yaml", ".yml"):
-        import yaml
-
-        data = yaml.safe_load(text)
-    elif path.suffix == ".json":
-        data = json.loads(text)
-    else:
-        raise ValueError(f"config file {path}: use a .yaml, .yml or .json file")
-    if not isinstance(data, dict):
-        raise ValueError(f"config file {path} must hold a mapping of settings, got {type(data).__name__}")
-    return data
-
-
-def config_from_dict(base: T, data: Mapping[str, Any], source: str = "config") -> T:
-    """``base`` (a dataclass instance) with the fields in ``data`` replaced, nested dataclasses recursively;
-    validation runs again (``__post_init__``). Unknown fields raise ``ValueError`` naming them and ``source``.
-
-    >>> from worldgym.agents.grpo import GRPOConfig
-    >>> config_from_dict(GRPOConfig(), {"num_steps": 3, "lora_target_modules": ["q_proj"]}).lora_target_modules
-    ('q_proj',)
-    """
-    if not dataclasses.is_dataclass(base) or isinstance(base, type):
-        raise TypeError(f"config_from_dict needs a dataclass instance, got {type(base).__name__}")
-    fields = {f.name for f in dataclasses.fields(base) if f.init}
-    unknown = sorted(set(data) - fields)
-    if unknown:
-        raise ValueError(f"{source}: unknown field(s) {unknown} for {type(base).__name__}; "
-                         f"valid fields: {sorted(fields)}")
-    updates: dict[str, Any] = {}
-    for key, value in data.items():
-        current = getattr(base, key)
-        if dataclasses.is_dataclass(current) and isinstance(value, Mapping):
-            updates[key] = config_from_dict(current, value, f"{source}: {key}")
-        elif current is None and isinstance(value, Mapping) and _dataclass_type(base, key) is not None:
-            updates[key] = config_from_dict(_dataclass_type(base, key)(), value, f"{source}: {key}")
-        elif isinstance(current, tuple) and isinstance(value, list):
-            updates[key] = _as_tuple(value)
-        else:
-            updates[key] = value
-    return dataclasses.replace(base, **updates)
-
-
-def _as_tuple(value: list[Any]) -> tuple[Any, ...]:
-    return tuple(_as_tuple(v) if isinstance(v, list) else v for v in value)
-
-
-def _dataclass_type(base: Any, name: str) -> type | None:
-    """The dataclass type a ``X | None`` field holds, for a file that fills a field whose default is None."""
-    import typing
-
-    hints = typing.get_type_hints(type(base))
-    for option in typing.get_args(hints[name]) or (hints[name],):
-        if dataclasses.is_dataclass(option):
-            return option
-    return None
 
 
 def save_run_config(run_dir: str | Path, preset: str, run: Any) -> Path:

@@ -40,3 +40,11 @@ class RemoteEnvSchemaError(WorldgymError, ValueError):
 
 
 __all__ += ["RemoteEnvError", "RemoteEnvSchemaError"]
+
+
+class ConfigError(WorldgymError, ValueError):
+    """A settings file or the settings it holds do not fit the run's config: the message names the file, the
+    field's path, the value and what is expected."""
+
+
+__all__ += ["ConfigError"]

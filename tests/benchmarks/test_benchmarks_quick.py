@@ -63,7 +63,11 @@ def test_fuzz_envs(tmp_path: Path) -> None:
     run("fuzz_envs.py", results=tmp_path)
     data = load(tmp_path / "fuzz_envs.json")
     assert set(data["targets"]) == {"CSRPhone-v0/text", "CSRPhone-v0/tool_call", "MathQA-v0", "ZTokenDigits-v0",
-                                    "ZTokenDigits-v0/flat", "GameBoy-v0"}
+                                    "ZTokenDigits-v0/flat", "GameBoy-v0", "MathQA-v0/unicode",
+                                    "CSRPhone-v0/unicode", "config-files"}
+    configs = data["targets"]["config-files"]
+    assert configs["accepted"] + configs["rejected_with_typed_error"] == configs["steps"] > 0
+    assert configs["slowest_refusal_s"] < 0.5
     assert data["total_steps"] == 600 and data["steps_per_s_in_env"] > 0
     assert data["unhandled_exceptions"] == data["contract_violations"] == 0 and data["goal_met"] is True
 

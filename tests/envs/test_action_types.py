@@ -26,6 +26,8 @@ ZTOKEN_ROWS = [
     ({"token": 3.0, "digits": DIGITS}, TypeError),
     ({"token": True, "digits": DIGITS}, TypeError),
     ({"token": 3, "digits": [True] * 5}, TypeError),
+    ({"token": 0, "digits": [True, 1, 2, 3, 4]}, TypeError),  # one bool among ints: numpy would read it as 1
+    ({"token": 0, "digits": (np.True_, 1, 2, 3, 4)}, TypeError),
     ({"token": 3, "digits": [1, 2, 3]}, ValueError),
     ({"token": [3], "digits": DIGITS}, ValueError),
     ({"token": 3, "digits": [[1, 2], [3]]}, ValueError),
@@ -56,6 +58,7 @@ FLAT_ROWS = [
     (None, TypeError),
     ("312345", TypeError),
     ([3, 1, 2, 3, 4, None], TypeError),
+    ([3, 1, 2, 3, 4, True], TypeError),
 ]
 GAMEBOY_STEP_ROWS = [
     (np.array([1.0, 2.0]), TypeError),  # the reported case: float arrays were cast
@@ -70,6 +73,9 @@ GAMEBOY_STEP_ROWS = [
     (None, TypeError),
     ("12", TypeError),
     ([1, "2"], TypeError),
+    ([True, 1], TypeError),  # a bool among ints: numpy would read it as 1
+    ([np.False_, 1], TypeError),
+    ((1, np.bool_(True)), TypeError),
 ]
 GAMEBOY_RESET_MASKS = [
     ([1, 0], TypeError),  # the reported cases: int and float masks were cast

@@ -6,7 +6,7 @@ import gymnasium as gym
 import pytest
 from gymnasium.utils.env_checker import check_env
 
-from worldgym.envs.tool_env import ToolEnv, ToolResult, to_observation_text
+from worldgym.envs.tool_env import ToolEnv, ToolResult
 from worldgym.spaces import Tool, ToolCall, ToolCallError
 from worldgym.wrappers import ParseToolCall
 
@@ -39,7 +39,8 @@ def test_check_env_passes_raw_and_wrapped():
 def test_invalid_actions_cost_a_turn_and_truncate():
     env = GuessEnv(max_turns=3)
     prompt, info = env.reset(seed=0)
-    assert prompt == "Guess my number (0-9). ?"  # non-printable characters replaced
+    assert prompt == "Guess my number (0-9). \u00e9"  # any Unicode text is kept as it is
+    assert "observation_changes" not in info
     assert info["tools"][0]["function"]["name"] == "guess"
     obs, reward, terminated, truncated, info = env.step(ToolCallError("no <tool_call> block"))
     assert obs.startswith("Error: invalid tool call. no <tool_call> block")
@@ -56,8 +57,18 @@ def test_observations_are_cut_to_the_space_limit():
     env = GuessEnv()
     env.reset(seed=1)
     wrong = (env.secret + 1) % 10
-    obs, *_ = env.step(ToolCall("guess", {"number": wrong}))
+    obs, *_, info = env.step(ToolCall("guess", {"number": wrong}))
     assert len(obs) == 64 and obs.endswith("...[truncated]") and obs in env.observation_space
+    assert info["observation_changes"]["truncated_from"] in (len("No, higher.") + 100, len("No, lower.") + 100)
+
+
+def test_lone_surrogates_in_a_tool_result_become_u_fffd_and_are_reported():
+    env = GuessEnv()
+    env.reset(seed=0)
+    env._call_tool = lambda call: ToolResult("caf\u00e9 \ud800\udfff \u2028 \u20ac")
+    obs, *_, info = env.step(ToolCall("guess", {"number": 1}))
+    assert obs == "caf\u00e9 \ufffd\ufffd \u2028 \u20ac" and obs in env.observation_space
+    assert info["observation_changes"] == {"surrogates_replaced": 2}
 
 
 def test_step_before_reset_raises():
@@ -68,11 +79,6 @@ def test_step_before_reset_raises():
 def test_constructor_validates():
     with pytest.raises(ValueError, match="max_turns must be >= 1, got 0"):
         GuessEnv(max_turns=0)
-
-
-def test_to_observation_text():
-    assert to_observation_text("abc", 10) == "abc"
-    assert to_observation_text("a\u2014b", 10) == "a?b"
 
 
 def test_stepping_an_ended_episode_raises_until_reset():

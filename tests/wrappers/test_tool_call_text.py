@@ -61,3 +61,34 @@ def test_limits_admit_what_they_promise():
         "f", {"x": json.loads(depth_32)})
     assert parse_tool_call('<tool_call>{"name": "f", "arguments": {"x": ' + "9" * 600 + "}}") == ToolCall(
         "f", {"x": int("9" * 600)})
+
+
+def test_a_reply_longer_than_the_action_space_is_an_error_observation_at_once():
+    import time
+
+    import gymnasium as gym
+
+    from worldgym.wrappers import ParseToolCall
+
+    env = ParseToolCall(gym.make("CSRPhone-v0"), max_action_chars=4096)
+    env.reset(seed=0)
+    call = format_tool_call(ToolCall("search_company", {"company": "x" * 5_000_000}))
+    start = time.perf_counter()
+    observation, reward, terminated, _, info = env.step(call)
+    elapsed = time.perf_counter() - start
+    assert observation.startswith("Error: invalid tool call. the reply has")
+    assert "more than this env's max_action_chars=4096" in info["errors"][0] and info["raw_text"] is call
+    assert (reward, terminated, info["turn"]) == (0.0, False, 1)
+    assert elapsed < 0.1  # parsing 5 MB of JSON alone takes ~0.2 s
+
+
+def test_the_text_action_space_admits_any_unicode_reply_up_to_its_length():
+    import gymnasium as gym
+
+    from worldgym.wrappers import ParseToolCall
+
+    env = ParseToolCall(gym.make("CSRPhone-v0"), max_action_chars=64)
+    assert "Café’s ¾ 中文 🙂" in env.action_space and "é" * 64 in env.action_space
+    assert "é" * 65 not in env.action_space and b"x" not in env.action_space
+    env.action_space.seed(0)
+    assert all(env.action_space.sample() in env.action_space for _ in range(20))

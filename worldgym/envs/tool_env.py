@@ -2,21 +2,17 @@
 
 from __future__ import annotations
 
-import re
 from abc import abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import gymnasium as gym
-from gymnasium import spaces
 
-from worldgym.spaces import PRINTABLE_CHARSET, Tool, ToolCall, ToolCallError, ToolCallSpace
+from worldgym.spaces import Tool, ToolCall, ToolCallError, ToolCallSpace
+from worldgym.text import OBSERVATION_CHANGES, UnicodeText, fit_observation_text
 
-__all__ = ["ToolEnv", "ToolResult", "to_observation_text"]
-
-_PRINTABLE = "".join(sorted(PRINTABLE_CHARSET))
-_NON_PRINTABLE = re.compile(f"[^{re.escape(_PRINTABLE)}]")  # one regex pass: ~30x faster than a per-char loop
+__all__ = ["ToolEnv", "ToolResult"]
 
 
 @dataclass
@@ -31,16 +27,6 @@ class ToolResult:
     success: bool = False
 
 
-def to_observation_text(text: str, max_length: int) -> str:
-    """``text`` made safe for a ``Text`` observation space: non-printable characters become '?', and it is cut
-    to ``max_length`` characters with a visible marker."""
-    safe = _NON_PRINTABLE.sub("?", text)
-    if len(safe) > max_length:
-        marker = " ...[truncated]"
-        safe = safe[: max_length - len(marker)] + marker
-    return safe
-
-
 class ToolEnv(gym.Env[str, ToolCall]):
     """Base class for tool-call text envs.
 
@@ -52,7 +38,10 @@ class ToolEnv(gym.Env[str, ToolCall]):
     tool names, NaN, nesting deeper than :data:`worldgym.spaces.MAX_ARGUMENT_DEPTH`) or any other object costs
     a turn and yields an error observation, never an exception.
 
-    Observations are printable-ASCII strings of at most ``max_observation_chars``. ``info`` on reset carries
+    Observations are Unicode strings of at most ``max_observation_chars`` (a :class:`worldgym.text.UnicodeText`
+    space): tool results keep every character (names in any script, ``’``, ``€``), except the documented changes
+    of :func:`worldgym.text.fit_observation_text` (longer text is cut with a marker, lone surrogates become
+    U+FFFD), which ``info["observation_changes"]`` reports when they happen. ``info`` on reset carries
     ``tools`` (OpenAI format, for a chat template); on every step it carries ``turn``, ``success`` (the
     library's one success contract: ``True`` on the step that completes the task, else ``False``) and
     ``response_type`` (``"invalid_call"`` for an invalid action, with ``errors`` and, for unparsable text,
@@ -70,7 +59,7 @@ class ToolEnv(gym.Env[str, ToolCall]):
         if render_mode not in (None, "ansi"):
             raise ValueError(f"render_mode must be None or 'ansi', got {render_mode!r}")
         self.action_space = ToolCallSpace(tools)
-        self.observation_space = spaces.Text(max_length=max_observation_chars, min_length=0, charset=_PRINTABLE)
+        self.observation_space = UnicodeText(max_observation_chars)
         self.max_turns = max_turns
         self.max_observation_chars = max_observation_chars
         self.render_mode = render_mode
@@ -91,9 +80,12 @@ class ToolEnv(gym.Env[str, ToolCall]):
         prompt, info = self._reset_task(options)
         self._turn = 0
         self._ended = False
-        prompt = to_observation_text(prompt, self.max_observation_chars)
+        prompt, changes = fit_observation_text(prompt, self.max_observation_chars)
         self._transcript = [(None, prompt)]
-        return prompt, {**info, "tools": self.action_space.openai_tools(), "turn": 0}
+        info = {**info, "tools": self.action_space.openai_tools(), "turn": 0}
+        if changes:
+            info[OBSERVATION_CHANGES] = changes
+        return prompt, info
 
     def step(self, action: ToolCall | ToolCallError) -> tuple[str, float, bool, bool, dict[str, Any]]:
         if self._turn is None:
@@ -115,12 +107,14 @@ class ToolEnv(gym.Env[str, ToolCall]):
                     f"{type(self).__name__}._call_tool put 'success' in ToolResult.info; report it as "
                     "ToolResult(success=...), which the base class writes to info['success'] on every step"
                 )
-        text = to_observation_text(result.text, self.max_observation_chars)
+        text, changes = fit_observation_text(result.text, self.max_observation_chars)
         terminated = result.terminated
         truncated = not terminated and self._turn >= self.max_turns
         self._ended = terminated or truncated
         self._transcript.append((action, text))
         info = {"turn": self._turn, "response_type": "tool_result", **result.info, "success": result.success}
+        if changes:
+            info[OBSERVATION_CHANGES] = changes
         return text, float(result.reward), terminated, truncated, info
 
     @staticmethod

@@ -6,17 +6,16 @@ import json
 from typing import Any
 
 import gymnasium as gym
-from gymnasium import spaces
 
 from worldgym.spaces import (
     MAX_ARGUMENT_DEPTH,
     MAX_INT_DIGITS,
-    PRINTABLE_CHARSET,
     ToolCall,
     ToolCallError,
     ToolCallSpace,
     nesting_exceeds,
 )
+from worldgym.text import UnicodeText
 
 __all__ = ["TOOL_CALL_CLOSE", "TOOL_CALL_OPEN", "ParseToolCall", "format_tool_call", "parse_tool_call"]
 
@@ -107,7 +106,9 @@ class ParseToolCall(gym.ActionWrapper, gym.utils.RecordConstructorArgs):
 
     Text without a well-formed call becomes a :class:`ToolCallError`, which the wrapped tool env answers with an
     error observation that costs a turn, so a malformed reply never raises. The wrapped env's action space must be
-    a :class:`ToolCallSpace`; this wrapper's action space is ``Text`` over printable characters.
+    a :class:`ToolCallSpace`; this wrapper's action space is :class:`worldgym.text.UnicodeText`: any text (every
+    character is passed on unchanged) of at most ``max_action_chars`` characters. A longer reply is not parsed:
+    it becomes a :class:`ToolCallError` at once, so a reply of megabytes costs microseconds, not a JSON parse.
 
     Args:
         env: a tool-call env (e.g. ``gym.make("CSRPhone-v0")``).
@@ -123,12 +124,15 @@ class ParseToolCall(gym.ActionWrapper, gym.utils.RecordConstructorArgs):
             raise ValueError(f"max_action_chars must be >= 1, got {max_action_chars}")
         gym.utils.RecordConstructorArgs.__init__(self, max_action_chars=max_action_chars)
         gym.ActionWrapper.__init__(self, env)
-        self.action_space = spaces.Text(
-            max_length=max_action_chars, min_length=0, charset="".join(sorted(PRINTABLE_CHARSET))
-        )
+        self.action_space = UnicodeText(max_action_chars)
 
     def action(self, action: Any) -> ToolCall | ToolCallError:
-        """Parse a model reply; non-string actions become a ToolCallError too."""
+        """Parse a model reply; non-string actions and replies longer than the action space become a
+        ToolCallError too."""
         if not isinstance(action, str):
             return ToolCallError(f"expected the reply as a string, got {type(action).__name__}")
+        if len(action) > self.action_space.max_length:
+            return ToolCallError(f"the reply has {len(action)} characters, more than this env's "
+                                 f"max_action_chars={self.action_space.max_length}; write one short tool call",
+                                 action)
         return parse_tool_call(action)

@@ -106,6 +106,20 @@ def test_truncated_banks_are_rejected() -> None:
         parse_header(rom[: 4 * 0x4000])
 
 
+@pytest.mark.parametrize(("size", "problem"), [(40_000, "padded or overdumped"), (0x10000, "padded or overdumped"),
+                                                 (0x8000 - 1, "shorter than the 32 KiB")])
+def test_a_file_larger_or_smaller_than_its_header_declares_is_rejected(tmp_path, size: int, problem: str) -> None:
+    rom = build_rom(SIMPLE)  # a 32 KiB header (2 banks)
+    image = (rom + bytes(size))[:size]
+    with pytest.raises(RomFileError, match=problem) as raised:
+        parse_header(image)
+    if size > len(rom):  # both sizes are named
+        assert f"declares 2 banks = 32768 bytes (32 KiB) but the file has {size} bytes" in str(raised.value)
+        (tmp_path / "padded.gb").write_bytes(image)
+        with pytest.raises(RomFileError, match="padded.gb: header byte 0x0148 declares 2 banks"):
+            load_rom(tmp_path / "padded.gb")
+
+
 def test_build_rom_validates_arguments() -> None:
     with pytest.raises(ValueError, match="rom_banks must be a power of two"):
         build_rom(SIMPLE, rom_banks=3)

@@ -137,3 +137,88 @@ def test_dataset_error_is_a_value_error_and_whole_files_are_checked(tmp_path):
     for data, message in (([], "top level must be an object"), ({}, "holds no patients")):
         with pytest.raises(DatasetError, match=message):
             parse_longhealth(data)
+
+
+def _write(tmp_path, text: str):
+    path = tmp_path / "benchmark.json"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def _panel_text(**replace_first_question: str) -> str:
+    """The synthetic panel as JSON text, with raw JSON text substituted for fields of patient_01's first
+    question (so the file can hold what no Python value would serialize to)."""
+    data = copy.deepcopy(PANEL)
+    row = data["patient_01"]["questions"][0]
+    for key in replace_first_question:
+        row[key] = f"@@{key}@@"
+    text = json.dumps(data)
+    for key, raw in replace_first_question.items():
+        text = text.replace(json.dumps(f"@@{key}@@"), raw)
+    return text
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("[" * 100_000, "nested more than 32 levels deep (a LongHealth file nests 5), at the top level"),
+    (_panel_text(answer_a="[" * 100_000 + "]" * 100_000),
+     "patient 'patient_01', field 'questions[0].answer_a': nested more than 32 levels deep"),
+    (_panel_text(No="1" + "0" * 99_999),
+     ("patient 'patient_01', questions[0], field 'No': must be an integer or a string, got an integer of 100000 "
+     "digits")),
+    (_panel_text(question='"a lone \\ud800 surrogate"'),
+     ("patient 'patient_01', question No 1 (questions[0]), field 'question': lone surrogate '\\ud800' at "
+     "character 7")),
+    (_panel_text(answer_location='{"text_0": {"start": [1' + "0" * 5000 + '], "end": [0.5]}}'),
+     "field 'answer_location.text_0.start': must be a list of numbers, got list [<an integer of 5001 digits>]"),
+])
+def test_hostile_files_raise_a_dataset_error_naming_file_patient_and_field(tmp_path, text, message):
+    path = _write(tmp_path, text)
+    with pytest.raises(DatasetError) as raised:
+        load_longhealth(path)
+    assert str(raised.value).startswith(f"{path}: ") and message in str(raised.value)
+
+
+def test_repeated_empty_or_surrogate_ids_are_refused(tmp_path):
+    first = json.dumps(PANEL["patient_01"])
+    with pytest.raises(DatasetError, match="patient id 'patient_01' appears more than once"):
+        load_longhealth(_write(tmp_path, f'{{"patient_01": {first}, "patient_01": {first}}}'))  # the last won
+    with pytest.raises(DatasetError, match="patient id '' is empty"):
+        load_longhealth(_write(tmp_path, f'{{"": {first}}}'))
+    with pytest.raises(DatasetError, match="patient id '  ' is empty"):
+        parse_longhealth({"  ": PANEL["patient_01"]})
+    with pytest.raises(DatasetError, match=r"patient id '\\udc00', field 'id': lone surrogate"):
+        load_longhealth(_write(tmp_path, f'{{"\\udc00": {first}}}'))
+    doubled = _panel_text().replace('"texts": {', '"texts": {"text_0": "a first copy", ', 1)
+    with pytest.raises(DatasetError, match="patient 'patient_01', field 'texts.text_0': appears more than once"):
+        load_longhealth(_write(tmp_path, doubled))
+    name_twice = json.dumps(PANEL).replace('"name": ', '"name": "X", "name": ', 1)
+    with pytest.raises(DatasetError, match="patient 'patient_01', field 'name': appears more than once"):
+        load_longhealth(_write(tmp_path, name_twice))
+
+
+def test_hostile_files_fail_fast(tmp_path):
+    import time
+
+    for text in ("[" * 100_000, _panel_text(No="1" * 100_000)):
+        path = _write(tmp_path, text)
+        start = time.perf_counter()
+        with pytest.raises(DatasetError):
+            load_longhealth(path)
+        assert time.perf_counter() - start < 1.0
+
+
+def test_unicode_text_reaches_the_agent_unchanged(tmp_path):
+    import gymnasium as gym
+
+    import worldgym  # noqa: F401  (registers LongHealthQA-v0)
+
+    data = copy.deepcopy(PANEL)
+    data["patient_01"]["texts"]["text_0"] = "Patientin Zoë Müller, 72 J.: Hämoglobin 9,8 g/dl ↓; Dosis ½ Tablette"
+    data["patient_01"]["questions"][0]["question"] = "Welche Dosis erhielt Zoë Müller? (½ oder ¾)"
+    path = _write(tmp_path, json.dumps(data, ensure_ascii=False))
+    env = gym.make("LongHealthQA-v0", data_path=str(path))
+    index = next(i for i, (p, q) in enumerate(env.unwrapped.items) if p.patient_id == "patient_01" and q.number ==
+                 data["patient_01"]["questions"][0]["No"])
+    observation, _ = env.reset(options={"index": index})
+    assert data["patient_01"]["texts"]["text_0"] in observation and observation in env.observation_space
+    assert data["patient_01"]["questions"][0]["question"] in observation

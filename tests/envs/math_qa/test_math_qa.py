@@ -130,3 +130,47 @@ def test_gsm8k_loader_jsonl_parquet_and_errors(tmp_path):
         load_gsm8k(bad)
     with pytest.raises(FileNotFoundError):
         load_gsm8k(tmp_path / "missing.jsonl")
+
+
+GSM8K_UNICODE = [  # characters GSM8K's own test file holds outside printable ASCII
+    "Janet’s ducks lay 16 eggs per day. She sells them for $2 each. How much does she make?",
+    "A shirt costs €12 and a hat £8 and a pin 50¢. What is the total in euros?",
+    "José and Zoë share a piñata: José gets ¾ of the 24 sweets. How many does Zoë get?",
+    "A cube has a volume of 2³\u00a0cm³.\u2028What is its side?",  # non-breaking space; U+2028 line separator
+    "小明有 3 个苹果。 How many apples? Ответ 🙂",
+]
+
+
+@pytest.mark.parametrize("ensure_ascii", [False, True])  # raw UTF-8 characters, or \\u escapes
+def test_gsm8k_questions_reach_the_agent_byte_for_byte(tmp_path, ensure_ascii):
+    path = tmp_path / "test.jsonl"
+    lines = [json.dumps({"question": q, "answer": f"work\n#### {i}"}, ensure_ascii=ensure_ascii)
+             for i, q in enumerate(GSM8K_UNICODE)]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    env = gym.make("MathQA-v0", dataset_path=str(path))
+    for index, question in enumerate(GSM8K_UNICODE):
+        observation, info = env.reset(options={"index": index})
+        assert observation.encode("utf-8") == question.encode("utf-8") and observation in env.observation_space
+        assert "observation_changes" not in info
+        assert env.step(f"Ответ: #### {index}")[1] == 1.0  # Unicode answers are graded too
+
+
+def test_math_qa_reports_the_one_change_it_makes_to_a_question(tmp_path):
+    path = tmp_path / "long.jsonl"
+    path.write_text(json.dumps({"question": "é" * 100 + "?", "answer": "#### 1"}) + "\n", encoding="utf-8")
+    env = gym.make("MathQA-v0", dataset_path=str(path), max_question_chars=40)
+    observation, info = env.reset(options={"index": 0})
+    assert len(observation) == 40 and observation.startswith("é" * 20) and observation.endswith("...[truncated]")
+    assert info["observation_changes"] == {"truncated_from": 101}
+
+
+def test_gsm8k_loader_refuses_lone_surrogates_and_bool_indices(tmp_path):
+    from worldgym.errors import DatasetError
+
+    path = tmp_path / "bad.jsonl"
+    path.write_text('{"question": "ok", "answer": "#### 1"}\n{"question": "a\\ud800", "answer": "#### 1"}\n')
+    with pytest.raises(DatasetError, match=r"bad.jsonl: row 2, field 'question': lone surrogate '\\ud800'"):
+        load_gsm8k(path)
+    env = gym.make("MathQA-v0", num_problems=5)
+    with pytest.raises(TypeError, match=r"options\['index'\] must be an integer, got bool True"):
+        env.reset(options={"index": True})

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import gymnasium as gym
+import numpy as np
 
 from worldgym.envs.csr_phone.csr import CSRSimulator
 from worldgym.envs.csr_phone.profiles import FIELD_PHRASES, generate_profile
@@ -72,8 +73,9 @@ class CSRPhoneEnv(ToolEnv):
     with raw Hermes-style text.
 
     ## Observation space
-    ``Text`` (printable ASCII): the task prompt on reset, then each tool's result or the representative's
-    reply.
+    :class:`worldgym.text.UnicodeText`: the task prompt on reset, then each tool's result or the
+    representative's reply; names and values keep every character (a company or customer name in any script
+    round-trips through the tools).
 
     ## Rewards
     1.0 on the call that completes the task, else 0. Optional shaping (off by default): ``prerequisite_bonus``
@@ -112,13 +114,15 @@ class CSRPhoneEnv(ToolEnv):
     * v0: initial version. Later fixes, same id: one ``service_provided`` paraphrase no longer repeats
       "on your account" after a reason that ends with it (reply text only: response types, rewards and RNG
       draws are unchanged); tool-call text that is nested too deeply or holds an overlong number, NaN or
-      Infinity is an invalid call instead of an exception.
+      Infinity is an invalid call instead of an exception; observations keep every Unicode character
+      (characters outside printable ASCII used to become ``?``) and company names are compared with letters of
+      any script.
     """
 
     def __init__(self, difficulty: int | None = None, split: Split = "train", world_seed: int = 0,
                  prerequisite_bonus: float = 0.0, step_penalty: float = 0.0, max_turns: int = 16,
                  render_mode: str | None = None):
-        if difficulty is not None and difficulty not in DIFFICULTIES:
+        if difficulty is not None and (isinstance(difficulty, (bool, np.bool_)) or difficulty not in DIFFICULTIES):
             raise ValueError(f"difficulty must be one of {sorted(DIFFICULTIES)} or None, got {difficulty!r}")
         if split not in SPLITS:
             raise ValueError(f"split must be one of {list(SPLITS)}, got {split!r}")
@@ -142,7 +146,7 @@ class CSRPhoneEnv(ToolEnv):
         difficulty = (options or {}).get("difficulty", self.difficulty)
         if difficulty is None:
             difficulty = int(self.np_random.integers(1, len(DIFFICULTIES) + 1))
-        elif difficulty not in DIFFICULTIES:
+        elif isinstance(difficulty, (bool, np.bool_)) or difficulty not in DIFFICULTIES:
             raise ValueError(
                 f"options['difficulty'] must be one of {sorted(DIFFICULTIES)}, got {difficulty!r}")
         profile = generate_profile(self.np_random)

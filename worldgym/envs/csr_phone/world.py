@@ -239,17 +239,18 @@ def _bigrams(text: str) -> set[str]:
     return {text[i:i + 2] for i in range(len(text) - 1)}
 
 
-_NON_ALNUM = re.compile(r"[^a-z0-9&]+")
+_NON_ALNUM = re.compile(r"(?:[^\w&]|_)+")  # letters and digits of any script are kept
 _NON_DIGIT = re.compile(r"[^0-9]+")
 
 
 def normalize_name(name: str) -> str:
-    """A company name lower-cased with runs of other characters collapsed to one space.
+    """A company name case-folded with runs of characters other than letters, digits and ``&`` collapsed to one
+    space (letters of any script count: "Crème Brûlée" and "Creme Brulee" are different names).
 
-    >>> normalize_name("  Norford   Bank & Trust!")
-    'norford bank & trust'
+    >>> normalize_name("  Norford   Bank & Trust!"), normalize_name("Zürich_Straße")
+    ('norford bank & trust', 'zürich strasse')
     """
-    return _NON_ALNUM.sub(" ", name.lower()).strip()
+    return _NON_ALNUM.sub(" ", name.casefold()).strip()
 
 
 def phone_digits(number: str) -> str:

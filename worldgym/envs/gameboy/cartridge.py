@@ -73,9 +73,12 @@ def parse_header(rom: bytes, source: str = "<bytes>") -> CartridgeHeader:
     if rom[0x148] > 0x08:
         raise RomFileError(f"{source}: ROM size code {rom[0x148]:#04x} at 0x0148 is invalid (0x00-0x08)")
     rom_banks = 2 << rom[0x148]
-    if len(rom) < rom_banks * 0x4000:
+    declared = rom_banks * 0x4000
+    if len(rom) != declared:  # a cartridge's ROM chips hold exactly what its header declares
+        problem = "truncated" if len(rom) < declared else "padded or overdumped"
         raise RomFileError(
-            f"{source}: header declares {rom_banks} banks ({rom_banks * 16} KiB) but the file has {len(rom)} bytes"
+            f"{source}: header byte 0x0148 declares {rom_banks} banks = {declared} bytes ({rom_banks * 16} KiB) "
+            f"but the file has {len(rom)} bytes ({problem}, or not this cartridge's image)"
         )
     if rom[0x149] not in RAM_SIZES:
         raise RomFileError(f"{source}: RAM size code {rom[0x149]:#04x} at 0x0149 is invalid (0x00-0x05)")

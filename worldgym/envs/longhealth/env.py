@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 import gymnasium as gym
-from gymnasium import spaces
 
 from worldgym.envs.longhealth.answers import parse_answer
 from worldgym.envs.longhealth.loader import load_longhealth, parse_longhealth
@@ -22,14 +21,13 @@ from worldgym.envs.longhealth.prompts import (
 from worldgym.envs.longhealth.schema import OPTION_LETTERS, Patient, Question
 from worldgym.envs.longhealth.splits import Split, SplitBy, split_questions
 from worldgym.envs.longhealth.synthetic import generate_panel
-from worldgym.spaces import PRINTABLE_CHARSET
+from worldgym.text import UnicodeText
 
 __all__ = ["DOCUMENT_VIEWS", "TASKS", "LongHealthQAEnv"]
 
 DocumentView = Literal["none", "full"]
 DOCUMENT_VIEWS: tuple[str, ...] = ("none", "full")
 TASKS = (1, 2, 3)
-_ACTION_CHARSET = "".join(sorted(PRINTABLE_CHARSET))
 
 
 @dataclass(frozen=True)
@@ -67,9 +65,10 @@ class LongHealthQAEnv(gym.Env[str, str]):
     panel (``num_patients`` fictional patients generated from ``panel_seed``).
 
     ## Spaces
-    Observation: ``Text`` over printable ASCII plus every character of the panel's text, up to the length of
-    the longest possible prompt. Action: ``Text`` over printable ASCII, up to ``max_answer_chars``; any text
-    is graded (longer replies and other characters included), a non-string action is an invalid answer.
+    Observation: :class:`worldgym.text.UnicodeText` up to the length of the longest possible prompt, so the
+    file's documents, questions and options reach the agent unchanged (any Unicode character). Action:
+    ``UnicodeText`` up to ``max_answer_chars``; any text is graded (longer replies included), a non-string
+    action is an invalid answer.
 
     ## Rewards
     1.0 when the chosen option is the right one, else 0.0.
@@ -145,9 +144,8 @@ class LongHealthQAEnv(gym.Env[str, str]):
         self.task, self.documents, self.split, self.answer_format = task, documents, split, answer_format
         self.num_distractors, self.shuffle_documents = num_distractors, shuffle_documents
         self.render_mode = render_mode
-        self.observation_space = spaces.Text(max_length=self._longest_prompt(), min_length=0,
-                                             charset="".join(sorted(self._characters())))
-        self.action_space = spaces.Text(max_length=max_answer_chars, min_length=0, charset=_ACTION_CHARSET)
+        self.observation_space = UnicodeText(self._longest_prompt())
+        self.action_space = UnicodeText(max_answer_chars)
         self._episode: _Episode | None = None
         self._last = ""
 
@@ -181,14 +179,6 @@ class LongHealthQAEnv(gym.Env[str, str]):
                              f"patient_ids={patient_ids}) of a panel of {len(self.patients)} patients; use "
                              "more patients, split_by='question' or split='all'")
         return items
-
-    def _characters(self) -> set[str]:
-        chars = set(PRINTABLE_CHARSET) | set(CANNOT_ANSWER)
-        for patient in self.patients:
-            for text in (*patient.texts.values(), *(q.question for q in patient.questions),
-                         *(option for q in patient.questions for option in q.options)):
-                chars.update(text)
-        return chars
 
     def _longest_prompt(self) -> int:
         """An upper bound on any prompt's length: every document of the panel plus the longest question."""

@@ -8,9 +8,11 @@ The format (``benchmark_v5.json`` of the LongHealth benchmark, Adams et al. 2024
                                    "correct": str,  # the right option's text
                                    "answer_location": {"text_0": {"start": [float], "end": [float]}}}]}}
 
-Every malformed record raises :class:`worldgym.errors.DatasetError` naming the patient, the question and the
-field. Unknown keys are ignored, except a question's optional ``"type"`` (the synthetic panel's question
-type).
+Every malformed record raises :class:`worldgym.errors.DatasetError` naming the file, the patient, the question
+and the field: besides wrong types and missing fields, a repeated patient id (or any key repeated within one
+object), an empty patient id, a lone surrogate (``"\\ud800"``: not Unicode text) in any text, an integer of
+more than :data:`worldgym.spaces.MAX_INT_DIGITS` digits and nesting deeper than ``MAX_DEPTH`` levels. Unknown
+keys are ignored, except a question's optional ``"type"`` (the synthetic panel's question type).
 """
 
 from __future__ import annotations
@@ -18,17 +20,26 @@ from __future__ import annotations
 import json
 import math
 import re
+import reprlib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from worldgym.envs.longhealth.json_text import HugeInt, deep_nesting_path, loads_checked
 from worldgym.envs.longhealth.schema import OPTION_KEYS, OPTION_LETTERS, AnswerLocation, Patient, Question
 from worldgym.errors import DatasetError
+from worldgym.spaces import MAX_INT_DIGITS
 
-__all__ = ["load_longhealth", "parse_longhealth", "patients_to_json"]
+__all__ = ["MAX_DEPTH", "load_longhealth", "parse_longhealth", "patients_to_json"]
 
+# A LongHealth file nests 5 levels (patients, patient, questions, question, answer_location spans); deeper
+# nesting is reported at the first place it exceeds this many levels.
+MAX_DEPTH = 32
 _PATIENT_FIELDS = ("name", "birthday", "diagnosis")
 _SPACES = re.compile(r"\s+")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_REPR = reprlib.Repr()  # bounded reprs: deep or huge values from a file are described in a few characters
+_REPR.maxlevel, _REPR.maxstring, _REPR.maxother, _REPR.maxlist, _REPR.maxdict = 3, 57, 57, 4, 4
 
 
 def load_longhealth(path: str | Path) -> list[Patient]:
@@ -43,13 +54,28 @@ def load_longhealth(path: str | Path) -> list[Patient]:
     if not path.is_file():
         raise FileNotFoundError(f"LongHealth file not found: {path}")
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
+        data = loads_checked(text)
     except json.JSONDecodeError as error:
         raise DatasetError(f"{path}: not valid JSON (line {error.lineno}, column {error.colno}: {error.msg})"
                            ) from None
     except UnicodeDecodeError as error:
         raise DatasetError(f"{path}: not UTF-8 text ({error.reason} at byte {error.start})") from None
+    except RecursionError:
+        raise DatasetError(_too_deep(str(path), deep_nesting_path(text, MAX_DEPTH))) from None
     return parse_longhealth(data, source=str(path))
+
+
+def _too_deep(source: str, at: list[str | int] | None) -> str:
+    """The message for JSON nested more than ``MAX_DEPTH`` levels, naming the patient and field there."""
+    reason = f"nested more than {MAX_DEPTH} levels deep (a LongHealth file nests 5)"
+    if not at or not isinstance(at[0], str):
+        return f"{source}: {reason}, at the top level"
+    keys = at[1:5]
+    while keys and not isinstance(keys[-1], str):
+        keys.pop()
+    field = "".join(f"[{k}]" if isinstance(k, int) else f".{k}" for k in keys).lstrip(".")
+    return f"{source}: patient {at[0]!r}" + (f", field {field!r}" if field else "") + f": {reason}"
 
 
 def parse_longhealth(data: Any, source: str = "LongHealth data") -> list[Patient]:
@@ -69,6 +95,9 @@ def parse_longhealth(data: Any, source: str = "LongHealth data") -> list[Patient
                            f"got {type(data).__name__}")
     if not data:
         raise DatasetError(f"{source}: holds no patients")
+    for pid in getattr(data, "duplicates", ()):
+        raise DatasetError(f"{source}: patient id {pid!r} appears more than once (each patient needs its own id; "
+                           "a JSON reader would keep only the last)")
     return [_patient(str(pid), record, source) for pid, record in data.items()]
 
 
@@ -78,18 +107,25 @@ def patients_to_json(patients: list[Patient]) -> dict[str, Any]:
 
 
 def _patient(patient_id: str, record: Any, source: str) -> Patient:
+    if not patient_id.strip():
+        raise DatasetError(f"{source}: patient id {patient_id!r} is empty: give every patient a non-empty id")
+    _check_text(patient_id, f"{source}: patient id {patient_id!r}", "id")
     where = f"{source}: patient {patient_id!r}"
     if not isinstance(record, Mapping):
-        raise DatasetError(f"{where}: must be an object, got {type(record).__name__}")
+        raise DatasetError(f"{where}: must be an object, got {_describe(record)}")
+    _check_unique(record, where, "")
     values = {key: _string(record, key, where) for key in _PATIENT_FIELDS}
     texts = record.get("texts")
     if not isinstance(texts, Mapping) or not texts:
         raise DatasetError(f"{where}, field 'texts': must be a non-empty object of text id -> document text, "
                            f"got {_describe(texts)}")
+    _check_unique(texts, where, "texts.")
     for text_id, text in texts.items():
         if not isinstance(text, str) or not text.strip():
             raise DatasetError(f"{where}, field 'texts.{text_id}': must be non-empty text, "
                                f"got {_describe(text)}")
+        _check_text(text_id, f"{where}, text id {text_id!r}", "id")
+        _check_text(text, where, f"texts.{text_id}")
     rows = record.get("questions")
     if not isinstance(rows, list):
         raise DatasetError(f"{where}, field 'questions': must be a list, got {_describe(rows)}")
@@ -106,21 +142,27 @@ def _patient(patient_id: str, record: Any, source: str) -> Patient:
 
 def _question(row: Any, index: int, where: str, texts: Mapping[str, str]) -> Question:
     if not isinstance(row, Mapping):
-        raise DatasetError(f"{where}, questions[{index}]: must be an object, got {type(row).__name__}")
+        raise DatasetError(f"{where}, questions[{index}]: must be an object, got {_describe(row)}")
+    _check_unique(row, f"{where}, questions[{index}]", "")
     number = row.get("No")
     if isinstance(number, bool) or not isinstance(number, (int, str)):
         raise DatasetError(f"{where}, questions[{index}], field 'No': must be an integer or a string, "
                            f"got {_describe(number)}")
-    at = f"{where}, question No {number!r} (questions[{index}])"
+    if isinstance(number, str):
+        _check_text(number, f"{where}, questions[{index}]", "No")
+    at = f"{where}, question No {_REPR.repr(number)} (questions[{index}])"
     text = _string(row, "question", at)
     options = tuple(_string(row, key, at) for key in OPTION_KEYS)
     correct = row.get("correct")
     if not isinstance(correct, str) or not correct.strip():
         raise DatasetError(f"{at}, field 'correct': must be the right option's text, "
                            f"got {_describe(correct)}")
+    _check_text(correct, at, "correct")
     kind = row.get("type")
     if kind is not None and not isinstance(kind, str):
         raise DatasetError(f"{at}, field 'type': must be a string when present, got {_describe(kind)}")
+    if kind is not None:
+        _check_text(kind, at, "type")
     index = _correct_index(correct, options, at)
     locations = _locations(row.get("answer_location"), at, texts)
     return Question(number, text, options, correct, index, locations, kind)  # type: ignore[arg-type]
@@ -148,6 +190,7 @@ def _locations(value: Any, at: str, texts: Mapping[str, str]) -> dict[str, Answe
     if not isinstance(value, Mapping):
         raise DatasetError(f"{at}, field 'answer_location': must be an object of text id -> "
                            f"{{'start': [...], 'end': [...]}}, got {_describe(value)}")
+    _check_unique(value, at, "answer_location.")
     locations = {}
     for text_id, spans in value.items():
         field = f"answer_location.{text_id}"
@@ -178,7 +221,22 @@ def _string(record: Mapping[str, Any], key: str, where: str) -> str:
     if not isinstance(value, str) or not value.strip():
         missing = "missing" if key not in record else f"got {_describe(value)}"
         raise DatasetError(f"{where}, field '{key}': must be non-empty text ({missing})")
+    _check_text(value, where, key)
     return value
+
+
+def _check_text(text: str, where: str, field: str) -> None:
+    """Refuse a lone surrogate (a half of a UTF-16 pair: not Unicode text, and no encoder accepts it)."""
+    surrogate = _SURROGATE.search(text)
+    if surrogate:
+        raise DatasetError(f"{where}, field '{field}': lone surrogate {surrogate.group()!r} at character "
+                           f"{surrogate.start()} (not Unicode text; the file's text must be valid UTF-8)")
+
+
+def _check_unique(record: Mapping[str, Any], where: str, prefix: str) -> None:
+    """Refuse an object whose JSON text repeats a key (a plain JSON reader would keep only the last)."""
+    for key in getattr(record, "duplicates", ()):
+        raise DatasetError(f"{where}, field '{prefix}{key}': appears more than once in the same object")
 
 
 def _normal(text: str) -> str:
@@ -186,5 +244,8 @@ def _normal(text: str) -> str:
 
 
 def _describe(value: Any) -> str:
-    text = repr(value)
+    """A short description of a value: its type and a bounded repr (safe for deep or huge values)."""
+    if isinstance(value, HugeInt):
+        return f"an integer of {value.digits} digits (more than {MAX_INT_DIGITS})"
+    text = _REPR.repr(value)
     return f"{type(value).__name__} {text if len(text) <= 60 else text[:57] + '...'}"

@@ -7,17 +7,16 @@ from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
-from gymnasium import spaces
+import numpy as np
 
 from worldgym.envs.math_qa.loader import load_gsm8k
 from worldgym.envs.math_qa.problems import MathProblem, Split, generate_problems
 from worldgym.envs.math_qa.reward import MathRewardModel, extract_answer
-from worldgym.spaces import PRINTABLE_CHARSET
+from worldgym.text import OBSERVATION_CHANGES, UnicodeText, fit_observation_text
 
 __all__ = ["SYSTEM_PROMPT", "MathQAEnv"]
 
 SYSTEM_PROMPT = "Solve the math problem step by step. End with the final answer as '#### <number>'."
-_CHARSET = "".join(sorted(PRINTABLE_CHARSET))
 
 
 class MathQAEnv(gym.Env[str, str]):
@@ -29,9 +28,11 @@ class MathQAEnv(gym.Env[str, str]):
     difficulty 1-3) or from a user's GSM8K jsonl/parquet file (``dataset_path``).
 
     ## Spaces
-    Observation and action: ``Text`` over printable ASCII (question up to ``max_question_chars``, answer up to
-    ``max_answer_chars``). Whatever text the model writes is graded and nothing raises: longer answers and
-    characters outside the charset (control characters, lone surrogates) are graded on their text anyway.
+    Observation and action: :class:`worldgym.text.UnicodeText` (question up to ``max_question_chars``, answer up
+    to ``max_answer_chars``). Questions are the file's text character for character (``’``, ``€``, ``¾``,
+    non-breaking spaces, any script); a longer one is cut with a marker and ``info["observation_changes"]``
+    reports it (:func:`worldgym.text.fit_observation_text`). Whatever text the model writes is graded and
+    nothing raises: longer answers, control characters and lone surrogates are graded on their text anyway.
     A non-string action is an invalid answer: reward 0, with the reason in ``info["errors"]``.
 
     ## Rewards
@@ -41,7 +42,8 @@ class MathQAEnv(gym.Env[str, str]):
     Always ``terminated`` after one step.
 
     ## Info
-    reset: ``system_prompt`` (the instruction a chat agent should use), ``index``, ``difficulty``, ``split``.
+    reset: ``system_prompt`` (the instruction a chat agent should use), ``index``, ``difficulty``, ``split``;
+    ``observation_changes`` when the question was cut to ``max_question_chars``.
     step: ``predicted`` (extracted text or None), ``answer``, ``success``; and ``errors`` (why the answer
     could not be graded) when there is no number to grade or the action is not a string.
 
@@ -51,8 +53,9 @@ class MathQAEnv(gym.Env[str, str]):
     otherwise the problem is drawn with the env's seeded RNG.
 
     ## Version History
-    * v0: initial version. Later fix, same id: a non-string action is an invalid answer (it used to be
-      graded as ``str(action)``), and ungradable answers report ``info["errors"]``.
+    * v0: initial version. Later fixes, same id: a non-string action is an invalid answer (it used to be
+      graded as ``str(action)``), and ungradable answers report ``info["errors"]``; questions keep every
+      Unicode character (characters outside printable ASCII used to become ``?``).
     """
 
     metadata = {"render_modes": ["ansi"], "render_fps": 4}
@@ -82,8 +85,8 @@ class MathQAEnv(gym.Env[str, str]):
         self.split = split
         self.render_mode = render_mode
         self.reward_model = MathRewardModel()
-        self.observation_space = spaces.Text(max_length=max_question_chars, min_length=0, charset=_CHARSET)
-        self.action_space = spaces.Text(max_length=max_answer_chars, min_length=0, charset=_CHARSET)
+        self.observation_space = UnicodeText(max_question_chars)
+        self.action_space = UnicodeText(max_answer_chars)
         self._problem: MathProblem | None = None
         self._last: str = ""
 
@@ -94,18 +97,21 @@ class MathQAEnv(gym.Env[str, str]):
         index = (options or {}).get("index")
         if index is None:
             index = int(self.np_random.integers(len(self.problems)))
+        elif isinstance(index, (bool, np.bool_)) or not isinstance(index, (int, np.integer)):
+            raise TypeError(f"options['index'] must be an integer, got {type(index).__name__} {index!r}")
         elif not 0 <= int(index) < len(self.problems):
             raise ValueError(f"options['index'] must be in [0, {len(self.problems)}), got {index}")
         self._problem = self.problems[int(index)]
         self._last = f"Q: {self._problem.question}"
-        question = "".join(ch if ch in PRINTABLE_CHARSET else "?" for ch in self._problem.question)
-        question = question[: self.observation_space.max_length]
-        info = {
+        question, changes = fit_observation_text(self._problem.question, self.observation_space.max_length)
+        info: dict[str, Any] = {
             "system_prompt": SYSTEM_PROMPT,
             "index": int(index),
             "difficulty": self._problem.difficulty,
             "split": self.split,
         }
+        if changes:
+            info[OBSERVATION_CHANGES] = changes
         return question, info
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
