@@ -85,6 +85,9 @@ MODES: dict[str, dict[str, Any]] = {
     # ~0.001): the part of the world model's gradient that points against the policy's removed (PCGrad), the
     # rest capped at the policy gradient's norm, as in shared-capped
     "shared-projected": {"transfer": "shared", "auxiliary_projection": True, "auxiliary_grad_ratio": 1.0},
+    # separate adapters, each gradient clipped on its own: under the one shared clip the world model's gradient
+    # (~100x the policy's) shrank the policy's steps, and separate's policy did not rise as DAPO's did
+    "separate-own-clip": {"transfer": "separate", "clip_per_adapter": True},
     # the same-weights baseline: the policy learns the phone calls' replies in its own rollouts (weight 0.1)
     "echo": {"transfer": "echo"},
     # half of each step's groups phone the world model instead of the env (lookups stay real)

@@ -176,3 +176,19 @@ def test_both_adapters_train_in_float32_over_a_bf16_base(tmp_path, csr_tokenizer
     assert metrics["wm/loss"] > 0 and torch.isfinite(torch.tensor(metrics["loss/total"]))
     after = _adapter_weights(trainer, "world_model")
     assert all(not torch.equal(before[n], after[n]) for n in before if "lora_B" in n)
+
+
+def test_clip_per_adapter_clips_each_adapter_on_its_own(tmp_path, csr_tokenizer):
+    trainer = _trainer(tmp_path, csr_tokenizer, transfer="separate", clip_per_adapter=True, grad_clip=0.5)
+    policy, world_model = trainer._adapter_groups()
+    assert policy and world_model and len(policy) + len(world_model) == len(trainer.trainable)
+    for scale, group in ((1.0, policy), (100.0, world_model)):
+        for tensor in group:
+            tensor.grad = torch.full_like(tensor, scale)
+    before = [torch.cat([t.grad.flatten() for t in group]).norm().item() for group in (policy, world_model)]
+    total = trainer.clip_and_step()
+    assert total.item() == pytest.approx((before[0] ** 2 + before[1] ** 2) ** 0.5, rel=1e-4)
+    after = [torch.cat([t.grad.flatten() for t in group]).norm().item() for group in (policy, world_model)]
+    assert after == pytest.approx([0.5, 0.5], rel=1e-4)  # a shared clip would leave the policy's ~0.5/100 of it
+    with pytest.raises(ValueError, match="clip_per_adapter"):
+        _config(tmp_path, transfer="shared", clip_per_adapter=True)

@@ -35,6 +35,9 @@ class DualLoRAConfig(GRPOConfig):
         wm_learning_rate: the world-model adapter's learning rate (a second parameter group of the one AdamW;
             None: learning_rate). It learns a new task from scratch while the policy adapter fine-tunes.
         wm_coef: λ in L = L_policy + λ·L_wm (0 = DAPO alone; the world model is still evaluated).
+        clip_per_adapter: clip each adapter's gradient norm to grad_clip on its own ("separate" and "stacked":
+            a world-model gradient many times the policy's otherwise shrinks the policy's step under the one
+            shared clip, and the policy learns as DAPO does only with it on).
         transfer: how the world model can help the policy. "separate": two adapters, each loss on its own (only
             the shared grad-norm clip couples them). "stacked": the policy's forward (and its rollouts) runs with
             both adapters active, the world model's with its own only. "shared": one adapter gets both losses (an
@@ -76,6 +79,7 @@ class DualLoRAConfig(GRPOConfig):
     adapter_targets: Literal["qvo", "all-linear", "custom"] = "qvo"
     wm_learning_rate: float | None = None
     wm_coef: float = 0.5
+    clip_per_adapter: bool = False
     transfer: Transfer = "separate"
     echo_coef: float = 0.1
     echo_tools: tuple[str, ...] = ("make_phone_call",)
@@ -128,6 +132,8 @@ class DualLoRAConfig(GRPOConfig):
             if getattr(self, name) is not None:
                 check_positive_int(name, getattr(self, name))
         check_positive_int("wm_chunk_size", self.wm_chunk_size)
+        check_field(not self.clip_per_adapter or len(self.adapter_names) == 2, "clip_per_adapter",
+                    self.clip_per_adapter, f"use False with transfer={self.transfer!r} (one adapter)")
         check_range("imagined_fraction", self.imagined_fraction, 0.0, 1.0)
         check_positive_int("imagined_reply_tokens", self.imagined_reply_tokens)
         if self.imagined_fraction > 0:

@@ -111,8 +111,7 @@ class DualLoRATrainer(GRPOTrainer):
         config = self.config
         if config.wm_learning_rate is None or "world_model" not in config.adapter_names:
             return super()._make_optimizer()
-        world_model = [p for name, p in self.trainable.items() if ".world_model." in name]
-        policy = [p for name, p in self.trainable.items() if ".world_model." not in name]
+        policy, world_model = self._adapter_groups()
         return torch.optim.AdamW([{"params": policy}, {"params": world_model, "lr": config.wm_learning_rate}],
                                  lr=config.learning_rate, weight_decay=config.weight_decay)
 
@@ -123,6 +122,21 @@ class DualLoRATrainer(GRPOTrainer):
         if self.auxiliary_loss is None:
             metrics.update(self.world_model.evaluate(episodes))
         return metrics
+
+    def clip_and_step(self) -> torch.Tensor:
+        """The GRPO step; with ``clip_per_adapter`` each adapter's gradient is clipped to ``grad_clip`` on its
+        own (returns the norm of both together, before clipping, as the shared clip does)."""
+        if not self.config.clip_per_adapter:
+            return super().clip_and_step()
+        norms = [torch.nn.utils.clip_grad_norm_(group, self.config.grad_clip) for group in self._adapter_groups()]
+        self.optimizer.step()
+        return torch.stack(norms).norm()
+
+    def _adapter_groups(self) -> list[list[torch.Tensor]]:
+        """The trainable tensors of the policy's adapter and of the world model's."""
+        world_model = [p for name, p in self.trainable.items() if ".world_model." in name]
+        policy = [p for name, p in self.trainable.items() if ".world_model." not in name]
+        return [policy, world_model]
 
     def _with_adapter(self, model: PreTrainedModel) -> PeftModel:
         return attach_adapters(model, self.config)
