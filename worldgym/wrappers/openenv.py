@@ -12,7 +12,6 @@ from typing import Any
 
 import gymnasium as gym
 import httpx
-from gymnasium import spaces
 
 try:
     from openenv.core.generic_client import GenericEnvClient
@@ -23,13 +22,13 @@ except ImportError as error:  # exercised by tests/test_interop_extra.py
         "(pip install 'worldgym[interop]')"
     ) from error
 
-from worldgym.envs.tool_env import ToolEnv, to_observation_text
+from worldgym.envs.tool_env import ToolEnv
 from worldgym.errors import RemoteEnvError, RemoteEnvSchemaError
-from worldgym.spaces import PRINTABLE_CHARSET, Tool, ToolCall, ToolCallError, ToolCallSpace
+from worldgym.spaces import Tool, ToolCall, ToolCallError, ToolCallSpace
+from worldgym.text import OBSERVATION_CHANGES, UnicodeText, fit_observation_text
 
 __all__ = ["OpenEnvGym"]
 
-_CHARSET = "".join(sorted(PRINTABLE_CHARSET))
 # What the client raises when the server is gone, silent past the timeout, or answers with an error message.
 _TRANSPORT_ERRORS = (ConnectionError, OSError, TimeoutError, RuntimeError, WebSocketException, httpx.HTTPError)
 
@@ -104,8 +103,8 @@ class OpenEnvGym(gym.Env[str, Any]):
             self.action_space: gym.Space = ToolCallSpace(self._list_tools())
         else:
             self._text_field = self._single_field(properties)
-            self.action_space = spaces.Text(max_length=max_action_chars, min_length=0, charset=_CHARSET)
-        self.observation_space = spaces.Text(max_length=max_observation_chars, min_length=0, charset=_CHARSET)
+            self.action_space = UnicodeText(max_action_chars)
+        self.observation_space = UnicodeText(max_observation_chars)
 
     # ------------------------------------------------------------------ connection
     def _connect(self) -> None:
@@ -195,7 +194,7 @@ class OpenEnvGym(gym.Env[str, Any]):
         if payload is None:  # an unreadable call for a server that cannot be told: answered here
             message = action.message if isinstance(action, ToolCallError) else _not_a_call(action)
             info = {"response_type": "invalid_call", "errors": [message], "success": False}
-            return to_observation_text(ToolEnv._error_text([message]), self.max_observation_chars), 0.0, False, False, info
+            return self._fit(ToolEnv._error_text([message]), info), 0.0, False, False, info
         result = self._request("step", self._client.step, payload)
         text, info = self._read(result.observation)
         done = bool(result.done)
@@ -231,7 +230,14 @@ class OpenEnvGym(gym.Env[str, Any]):
             text, info = _remote_text(observation), {"observation": observation}
         if step:
             info["success"] = info.get("success") is True
-        return to_observation_text(text, self.max_observation_chars), info
+        return self._fit(text, info), info
+
+    def _fit(self, text: str, info: dict[str, Any]) -> str:
+        """``text`` fitted to the observation space, its changes (if any) reported in ``info``."""
+        fitted, changes = fit_observation_text(text, self.max_observation_chars)
+        if changes:
+            info[OBSERVATION_CHANGES] = changes
+        return fitted
 
 
 def _close_quietly(client: Any) -> None:

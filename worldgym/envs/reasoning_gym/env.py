@@ -9,9 +9,8 @@ from collections.abc import Mapping
 from typing import Any, Literal
 
 import gymnasium as gym
-from gymnasium import spaces
 
-from worldgym.spaces import PRINTABLE_CHARSET
+from worldgym.text import UnicodeText
 
 try:
     import reasoning_gym
@@ -113,12 +112,9 @@ class ReasoningGymEnv(gym.Env[str, str]):
             raise ValueError(f"the {split} split of {dataset!r} (size {size}, seed {seed}) has no task left "
                              "once the train split's questions are removed: use a larger size")
         self._grader = reasoning_gym.create_dataset(dataset, size=1, seed=seed, **dict(config or {}))
-        questions = "".join(entry["question"] for entry in self.entries)
-        charset = "".join(sorted(PRINTABLE_CHARSET | set(questions)))
         longest = max(len(entry["question"]) for entry in self.entries)
-        self.observation_space = spaces.Text(max_length=longest, min_length=0, charset=charset)
-        self.action_space = spaces.Text(max_length=max_answer_chars, min_length=0,
-                                        charset="".join(sorted(PRINTABLE_CHARSET)))
+        self.observation_space = UnicodeText(longest)  # any text: questions are passed on unchanged
+        self.action_space = UnicodeText(max_answer_chars)
         self.entry: dict[str, Any] | None = None  # the running task (read by scripted experts)
         self._last = ""
 
