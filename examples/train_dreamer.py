@@ -11,7 +11,7 @@
     python examples/train_dreamer.py cartpole --help                  # every setting, with its help
 
 Metrics go to ``<run-dir>/metrics.jsonl`` (one line per ``--dreamer.log-every`` policy steps), checkpoints to
-``<run-dir>/checkpoints/iter_<n>`` (safetensors + JSON, incl. the replay and the replay-ratio state), the
+``<run-dir>/checkpoint-<iteration>`` (safetensors + JSON, incl. the replay and the replay-ratio state), the
 resolved settings to ``<run-dir>/config.json``. With ``--dreamer.device cuda`` the Game Boy emulators run on the
 GPU too and frames go to the replay from the env's device buffer.
 """

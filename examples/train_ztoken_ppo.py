@@ -6,7 +6,7 @@
     python examples/train_ztoken_ppo.py --help                   # every setting, with its help
 
 Writes ``<output-dir>/config.json`` (the resolved settings), ``warm_start/`` (checkpoint), ``warm_start.jsonl``,
-``ppo/metrics.jsonl``, ``ppo/rollouts.jsonl`` and ``ppo/checkpoint/``. A fresh run starts these logs afresh;
+``ppo/metrics.jsonl``, ``ppo/rollouts.jsonl`` and ``ppo/checkpoint-last/``. A fresh run starts these logs afresh;
 ``--resume <output-dir>`` continues them (and just reports the final metrics if the run already finished).
 """
 
@@ -83,8 +83,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ppo_config, warm_config = run.resolved()
     save_run_config(out, parsed.preset, run)
     if parsed.resume:
-        trainer = ZTokenPPOTrainer(ppo_config)
-        trainer.load(trainer.checkpoint_path)
+        trainer = ZTokenPPOTrainer(ppo_config)  # starts from the warm start's checkpoint
+        resumed = trainer.resume_latest()
+        print(f"resumed from {resumed}" if resumed else "no PPO checkpoint yet: PPO starts from the warm start")
     else:
         # Phase 2/3 stand-in: supervised digit heads + scripted Z policy, saved as the checkpoint PPO loads.
         start = time.perf_counter()

@@ -9,6 +9,7 @@ on the float32 one it came from. ``warm_start.json`` records the stored dtype an
 (the first and last stay in its summary). An adapter's folder ships without its tokenizer files (loading takes
 the tokenizer from ``load_chat_model``, as for the cached copy) and without PEFT's model card, and its
 ``adapter_config.json`` names the base model by the warm start's model name instead of this machine's path.
+The copy gets a fresh SHA-256 manifest, checked when it is loaded.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-from worldgym.agents.llm.warm_start import PACKAGED_WARM_STARTS
+from worldgym.agents.llm.warm_start import PACKAGED_WARM_STARTS, WARM_START_KIND
+from worldgym.checkpointing import FORMAT_VERSION, write_manifest
 
 
 def pack(source: Path, float16: bool) -> Path:
@@ -48,6 +50,7 @@ def pack(source: Path, float16: bool) -> Path:
             save_file({name: t.half() if t.dtype == torch.float32 else t for name, t in tensors.items()}, path,
                       metadata={"format": "pt"})
     (target / "warm_start.json").write_text(json.dumps(record, indent=1))
+    write_manifest(target, WARM_START_KIND, FORMAT_VERSION)  # the files changed: checksum them afresh
     return target
 
 

@@ -1,12 +1,18 @@
-"""One checkpoint format for every trainer: safetensors + JSON files, a SHA-256 manifest, a format version."""
+"""One checkpoint format for every trainer: safetensors + JSON files, a SHA-256 manifest, a format version.
+
+A run folder holds ``checkpoint-<step>`` folders (periodic saves) and ``checkpoint-last`` (the end of a
+:meth:`train` call); :func:`latest_checkpoint` is the one rule by which every trainer finds the one to resume.
+"""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import os
+import re
 import shutil
 import signal
+import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
@@ -22,19 +28,24 @@ __all__ = [
     "CRASH_ENV",
     "CRASH_STAGES",
     "FORMAT_VERSION",
+    "LAST_CHECKPOINT",
     "MANIFEST",
     "CheckpointError",
     "atomic_directory",
     "checkpoint_directory",
+    "latest_checkpoint",
     "load_checkpoint",
     "open_checkpoint",
     "optimizer_from_tensors",
     "optimizer_to_tensors",
     "read_json",
+    "read_manifest",
     "read_tensors",
     "recover_directory",
     "resolve_checkpoint",
     "save_checkpoint",
+    "step_checkpoint",
+    "verify_manifest",
     "write_manifest",
 ]
 
@@ -45,6 +56,8 @@ FORMAT_VERSION = 2
 CRASH_ENV = "WORLDGYM_CHECKPOINT_CRASH_AT"
 CRASH_STAGES = ("files_written", "synced", "old_moved_aside", "new_renamed_in")
 _OLD, _TMP = ".old", ".tmp"
+LAST_CHECKPOINT = "checkpoint-last"  # the folder every train() call ends by saving
+_RUN_CHECKPOINT = re.compile(r"checkpoint-(\d+|last)")
 
 _WEIGHTS, _OPTIMIZER, _STATE = "weights.safetensors", "optimizer.safetensors", "state.json"
 _WEIGHTS_KIND = "weights"
@@ -178,19 +191,41 @@ def _crash_point(stage: str) -> None:
 
 # ---------------------------------------------------------------- manifest: kind, format version, SHA-256s
 @contextmanager
-def checkpoint_directory(final: str | Path, kind: str, format_version: int) -> Iterator[Path]:
-    """:func:`atomic_directory` that also writes the manifest of everything written into it, last."""
+def checkpoint_directory(
+    final: str | Path, kind: str, format_version: int, step: int | None = None
+) -> Iterator[Path]:
+    """:func:`atomic_directory` that also writes the manifest of everything written into it, last (with the
+    run's progress counter ``step``, by which :func:`latest_checkpoint` orders a run's checkpoints)."""
     with atomic_directory(final) as tmp:
         yield tmp
         _crash_point("files_written")
-        write_manifest(tmp, kind, format_version)
+        write_manifest(tmp, kind, format_version, step)
 
 
-def write_manifest(directory: Path, kind: str, format_version: int) -> None:
-    """Record ``kind``, ``format_version`` and the SHA-256 of every file under ``directory`` in a manifest."""
+def write_manifest(directory: Path, kind: str, format_version: int, step: int | None = None) -> None:
+    """Record ``kind``, ``format_version``, ``step`` (when given) and the SHA-256 of every file under
+    ``directory`` in a manifest."""
     files = {name: _sha256(directory / name) for name in _relative_files(directory)}
-    manifest = {"kind": kind, "format_version": format_version, "files": files}
+    manifest: dict[str, Any] = {"kind": kind, "format_version": format_version, "files": files}
+    if step is not None:
+        manifest["step"] = int(step)
     (directory / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
+
+
+def verify_manifest(root: Path) -> dict[str, Any]:
+    """The manifest of the checkpoint folder ``root`` once every file it lists is there with its SHA-256.
+
+    Raises:
+        CheckpointError: naming the file at fault, when the manifest is missing or corrupt, or a listed file
+            is missing or differs from its SHA-256 (truncated, edited or bit-flipped).
+    """
+    if not (root / MANIFEST).is_file():
+        raise CheckpointError(f"{root} is not a complete checkpoint: {MANIFEST} is missing")
+    manifest = read_manifest(root / MANIFEST)
+    if not isinstance(manifest.get("files"), dict):
+        raise CheckpointError(f"{root / MANIFEST} is corrupt: it has no 'files' table")
+    _check_files(root, manifest["files"], required=())
+    return manifest
 
 
 def open_checkpoint(path: str | Path, kind: str, format_version: int, required: Sequence[str]) -> Path:
@@ -203,7 +238,7 @@ def open_checkpoint(path: str | Path, kind: str, format_version: int, required: 
     """
     root = resolve_checkpoint(path)
     _check_present(root, kind, format_version, required)
-    manifest = _read_manifest(root / MANIFEST)
+    manifest = read_manifest(root / MANIFEST)
     _check_kind_and_version(root / MANIFEST, manifest, kind, format_version)
     _check_files(root, manifest["files"], required)
     return root
@@ -228,7 +263,8 @@ def _check_present(root: Path, kind: str, format_version: int, required: Sequenc
         )
 
 
-def _read_manifest(file: Path) -> dict[str, Any]:
+def read_manifest(file: Path) -> dict[str, Any]:
+    """Parse a manifest (unchecked); one that is not a JSON object raises :class:`CheckpointError`."""
     manifest = read_json(file)
     if not isinstance(manifest, dict):
         raise CheckpointError(f"{file} is corrupt: expected a JSON object, got {type(manifest).__name__}")
@@ -291,6 +327,71 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
+# ---------------------------------------------------------------- a run's checkpoints
+def step_checkpoint(run_dir: str | Path, step: int) -> Path:
+    """Where a run saves its periodic checkpoint at ``step``: ``<run_dir>/checkpoint-<step>``."""
+    return Path(run_dir) / f"checkpoint-{int(step)}"
+
+
+def latest_checkpoint(run_dir: str | Path) -> Path | None:
+    """The newest complete checkpoint of the run folder ``run_dir``, or None when it holds none.
+
+    The one rule every trainer resumes by:
+
+    * **Candidates** are the folders ``checkpoint-<n>`` and ``checkpoint-last`` directly in ``run_dir``. A
+      ``<name>.old`` folder stands in for ``<name>`` when ``<name>`` itself is gone (a save killed after
+      moving the previous checkpoint aside); ``<name>.tmp`` folders (a save still writing, or killed before
+      its rename) never count.
+    * **Newest** is the highest ``step`` recorded in the manifest (the run's progress counter when it was
+      saved: GRPO step, Dreamer iteration, PPO rollout), whether numbered or ``checkpoint-last``; a
+      ``checkpoint-last`` and a numbered one of the same step are the same state, and ``checkpoint-last``
+      is returned. A checkpoint whose manifest records no step (saved by an older worldgym) counts with the
+      number in its name, and ``checkpoint-last`` then as older than every numbered one.
+    * **Complete** means the manifest parses and every file it lists is present with its SHA-256. A newer
+      candidate that fails the check (half-written, truncated, tampered with) is skipped with a warning
+      naming the file at fault, and the next newest is tried.
+
+    Only the returned checkpoint's files are hashed (plus those of any newer damaged one); whether it is of
+    the right kind and fits the model is for the trainer's ``load`` to check.
+    """
+    ranked: list[tuple[tuple[int, bool], Path]] = []
+    for folder in _run_checkpoints(Path(run_dir)):
+        try:
+            ranked.append((_rank(folder), folder))
+        except CheckpointError as error:
+            warnings.warn(f"skipping checkpoint {folder}: {error}", stacklevel=2)
+    for _, folder in sorted(ranked, reverse=True):
+        try:
+            verify_manifest(folder)
+        except CheckpointError as error:
+            warnings.warn(f"skipping checkpoint {folder}: {error}", stacklevel=2)
+            continue
+        return folder
+    return None
+
+
+def _run_checkpoints(run_dir: Path) -> list[Path]:
+    """The checkpoint folders of a run (``<name>.old`` for a ``<name>`` an interrupted save left aside)."""
+    if not run_dir.is_dir():
+        return []
+    names = {p.name.removesuffix(_OLD) for p in run_dir.iterdir() if p.is_dir()}
+    folders = [resolve_checkpoint(run_dir / name) for name in names if _RUN_CHECKPOINT.fullmatch(name)]
+    return [folder for folder in folders if folder.is_dir()]
+
+
+def _rank(folder: Path) -> tuple[int, bool]:
+    """``(step, is checkpoint-last)``: the step recorded in the manifest, else the number in the name."""
+    name = folder.name.removesuffix(_OLD)
+    last = name == LAST_CHECKPOINT
+    manifest = read_manifest(folder / MANIFEST) if (folder / MANIFEST).is_file() else {}
+    step = manifest.get("step")
+    if step is None:
+        return (-1 if last else int(name.rsplit("-", 1)[1])), last
+    if not isinstance(step, int) or isinstance(step, bool):
+        raise CheckpointError(f"{folder / MANIFEST} is corrupt: 'step' is {step!r}, not an integer")
+    return step, last
+
+
 # ---------------------------------------------------------------- reading files of a checked checkpoint
 def read_json(file: Path) -> Any:
     """Parse a checkpoint's JSON file; one that does not parse raises :class:`CheckpointError` naming it."""
@@ -314,15 +415,16 @@ def save_checkpoint(
     weights: dict[str, torch.Tensor],
     state: dict[str, Any],
     optimizer: torch.optim.Optimizer | dict[str, Any] | None = None,
+    step: int | None = None,
 ) -> Path:
     """Write ``weights`` and the optimizer's tensors (an optimizer, or its ``state_dict()``) as safetensors
-    and ``state`` (JSON-able) as JSON.
+    and ``state`` (JSON-able) as JSON; ``step`` (the run's progress counter) goes into the manifest.
 
     The files go into a temporary folder with a manifest of their SHA-256s, fsynced, then swapped in for any
     previous checkpoint at ``path`` (see :func:`atomic_directory`), so a kill -9 never leaves no checkpoint.
     """
     path = Path(path)
-    with checkpoint_directory(path, _WEIGHTS_KIND, FORMAT_VERSION) as tmp:
+    with checkpoint_directory(path, _WEIGHTS_KIND, FORMAT_VERSION, step) as tmp:
         save_file({k: v.detach().contiguous().cpu() for k, v in weights.items()}, str(tmp / _WEIGHTS))
         full_state = {"state": state, "optimizer": None}
         if optimizer is not None:

@@ -3,7 +3,7 @@ from the matching built-in exception (``except ValueError`` keeps working)."""
 
 from __future__ import annotations
 
-__all__ = ["CheckpointError", "WorldgymError"]
+__all__ = ["CheckpointError", "CheckpointNotFoundError", "ConfigError", "WorldgymError"]
 
 
 class WorldgymError(Exception):
@@ -12,6 +12,15 @@ class WorldgymError(Exception):
 
 class CheckpointError(WorldgymError, ValueError):
     """A checkpoint is missing, incomplete, corrupt, of another format version, or does not fit the model."""
+
+
+class CheckpointNotFoundError(CheckpointError, FileNotFoundError):
+    """No checkpoint (or warm start) is saved where one was asked for; the message says how to make it."""
+
+
+class ConfigError(WorldgymError, ValueError):
+    """A setting of a config, an env constructor or a function is invalid. One message style for all:
+    ``<name>=<value!r> is invalid: <how to fix it>`` (:func:`worldgym.config.check_field`)."""
 
 
 class DatasetError(WorldgymError, ValueError):

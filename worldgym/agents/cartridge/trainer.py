@@ -48,7 +48,7 @@ from worldgym.agents.llm.rollout import (
 )
 from worldgym.agents.llm.scoring import score_tokens
 from worldgym.agents.llm.warm_start import WarmStartConfig, load_or_train_warm_start
-from worldgym.checkpointing import load_checkpoint, resolve_checkpoint, save_checkpoint
+from worldgym.checkpointing import LAST_CHECKPOINT, latest_checkpoint, load_checkpoint, save_checkpoint
 from worldgym.errors import CartridgeError, CheckpointError
 from worldgym.jsonl import append_jsonl, read_jsonl, truncate_jsonl
 from worldgym.precision import autocast, cast_for_training, dtype_name, resolve_dtype
@@ -226,7 +226,7 @@ class CartridgeDistillTrainer:
                 metrics.update(self.evaluate())
             self._log(metrics)
             if last or (c.checkpoint_every and self.step % c.checkpoint_every == 0):
-                self.save(self.output_dir / "checkpoint-last")
+                self.save(self.output_dir / LAST_CHECKPOINT)
             bar.update(1)
             bar.set_postfix(kl=f"{metrics['kl/full']:.3f}")
         bar.close()
@@ -380,7 +380,7 @@ class CartridgeDistillTrainer:
         """Cartridge + Adam state (safetensors) and step, RNG, patient and config (JSON)."""
         state = {"step": self.step, "rng": self.rng.bit_generator.state, "config": self.config.to_dict(),
                  "patient_id": self.patient_id, "cartridge": self.cartridge.metadata(), "dtype": dtype_name(self.dtype)}
-        return save_checkpoint(path, self.cartridge.tensors(), state, self.optimizer)
+        return save_checkpoint(path, self.cartridge.tensors(), state, self.optimizer, step=self.step)
 
     def load(self, path: str | Path) -> None:
         """Restore a :meth:`save` checkpoint so the run continues exactly (the same model is required)."""
@@ -402,11 +402,11 @@ class CartridgeDistillTrainer:
         self.history = read_jsonl(self.output_dir / "metrics.jsonl")
 
     def resume_latest(self) -> Path | None:
-        """Load ``checkpoint-last`` of ``config.output_dir`` if there is one."""
-        path = self.output_dir / "checkpoint-last"
-        if not resolve_checkpoint(path).is_dir():  # a save killed mid-way leaves checkpoint-last.old
-            return None
-        self.load(path)
+        """Load the newest checkpoint of ``config.output_dir`` (:func:`~worldgym.checkpointing.latest_checkpoint`);
+        returns its path, or None when the folder holds none (a fresh run)."""
+        path = latest_checkpoint(self.output_dir)
+        if path is not None:
+            self.load(path)
         return path
 
     def close(self) -> None:

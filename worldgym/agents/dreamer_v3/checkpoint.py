@@ -20,7 +20,6 @@ progress end at a resume, and the resumed run starts new ones, marked ``is_first
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -30,7 +29,6 @@ from safetensors.torch import save_file
 from worldgym.agents.dreamer_v3.learner import DreamerLearner
 from worldgym.agents.dreamer_v3.replay import ReplayRing
 from worldgym.checkpointing import (
-    MANIFEST,
     checkpoint_directory,
     open_checkpoint,
     optimizer_from_tensors,
@@ -43,14 +41,13 @@ from worldgym.errors import CheckpointError
 if TYPE_CHECKING:  # the engine package imports this module
     from worldgym.agents.dreamer_v3.engine.rollout import SavesState
 
-__all__ = ["CheckpointError", "latest_checkpoint", "load_checkpoint", "save_checkpoint"]
+__all__ = ["CheckpointError", "load_checkpoint", "save_checkpoint"]
 
 KIND = "dreamer_v3"
 FORMAT_VERSION = 2  # 1: no manifest
 FILES = ("model.safetensors", "optim.safetensors", "replay.safetensors", "rng.safetensors", "state.json")
 ENV_STATE = "env_state.npz"  # written by the env's save_state
 ACTOR_STATE = "actor.safetensors"  # env runner rows and policy filter state, saved with ENV_STATE
-_ITERATION = re.compile(r"iter_(\d+)(\.old)?")
 
 
 def _optimizer_tensors(learner: DreamerLearner) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
@@ -76,8 +73,10 @@ def save_checkpoint(
     state: dict[str, Any],
     env: SavesState | None = None,
     actor: dict[str, torch.Tensor] | None = None,
+    step: int | None = None,
 ) -> Path:
-    """Write a checkpoint into a temporary sibling with a SHA-256 manifest, fsync it, then swap it in.
+    """Write a checkpoint into a temporary sibling with a SHA-256 manifest (recording ``step``, the
+    iteration), fsync it, then swap it in.
 
     With ``env`` and ``actor`` (both or neither), the env's save state and the actor's tensors go in too.
     """
@@ -86,7 +85,7 @@ def save_checkpoint(
             "save the env's state together with the actor's (pass both env and actor, or neither)"
         )
     final = Path(directory)
-    with checkpoint_directory(final, KIND, FORMAT_VERSION) as path:
+    with checkpoint_directory(final, KIND, FORMAT_VERSION, step) as path:
         _write_checkpoint(path, learner, replay, generators, state)
         if env is not None:
             env.save_state(path / ENV_STATE)
@@ -165,18 +164,3 @@ def load_checkpoint(
             raise CheckpointError(f"{path / ENV_STATE} does not fit this env: {err}") from err
         state["actor"] = actor
     return state
-
-
-def latest_checkpoint(run_dir: str | Path) -> Path | None:
-    """The newest complete checkpoint under ``run_dir/checkpoints`` (by iteration), or None.
-
-    A complete checkpoint has its manifest (written last); an ``iter_<n>.old`` left by a save killed while
-    replacing ``iter_<n>`` counts when ``iter_<n>`` itself is gone.
-    """
-    root = Path(run_dir) / "checkpoints"
-    complete = {}
-    for path in root.glob("iter_*"):
-        match = _ITERATION.fullmatch(path.name)
-        if match and (path / MANIFEST).is_file():
-            complete[(int(match[1]), match[2] is None)] = path
-    return complete[max(complete)] if complete else None

@@ -18,6 +18,7 @@ from worldgym.agents.dreamer_v3.engine.rollout import EnvRunner, ObsTransform, d
 from worldgym.agents.dreamer_v3.learner import DreamerLearner
 from worldgym.agents.dreamer_v3.pixels import pack_frames
 from worldgym.agents.dreamer_v3.policy import DreamerPolicy
+from worldgym.checkpointing import latest_checkpoint
 from worldgym.jsonl import read_jsonl, truncate_jsonl
 
 __all__ = ["DreamerTrainer", "EnvFactory", "evaluate_learner", "gym_env_factory"]
@@ -108,14 +109,12 @@ class DreamerTrainer:
         self.history = read_jsonl(self.metrics_path)
 
     def resume_latest(self) -> Path | None:
-        """Load the newest ``checkpoints/iter_<n>`` of ``config.run_dir``; None when there is none yet."""
-        folder = Path(self.config.run_dir) / "checkpoints"
-        numbered = sorted((p for p in folder.glob("iter_*") if p.name[5:].isdigit() and p.is_dir()),
-                          key=lambda p: int(p.name[5:]))
-        if not numbered:
-            return None
-        self.load(numbered[-1])
-        return numbered[-1]
+        """Load the newest checkpoint of ``config.run_dir`` (:func:`~worldgym.checkpointing.latest_checkpoint`);
+        returns its path, or None when there is none yet."""
+        path = latest_checkpoint(self.config.run_dir)
+        if path is not None:
+            self.load(path)
+        return path
 
     def close(self) -> None:
         """Close the training env."""

@@ -44,6 +44,7 @@ from worldgym.agents.llm.engines import GenerationEngine, HFEngine, SamplingPara
 from worldgym.agents.llm.evaluation import evaluate_chat_policy
 from worldgym.agents.llm.rollout import Episode, RolloutCollector, collate_episodes
 from worldgym.agents.llm.warm_start import WarmStartConfig, load_or_train_warm_start
+from worldgym.checkpointing import MANIFEST, latest_checkpoint, resolve_checkpoint
 from worldgym.envs.csr_phone.phrases import RESPONSE_TYPES
 from worldgym.errors import WorldgymError
 from worldgym.jsonl import read_jsonl
@@ -131,21 +132,13 @@ def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
     return records
 
 
-def _newest_checkpoint(run_dir: Path) -> Path | None:
-    """``checkpoint-last``, else the highest ``checkpoint-<step>`` of a run directory (None: none saved)."""
-    if (run_dir / "checkpoint-last").is_dir():
-        return run_dir / "checkpoint-last"
-    numbered = [p for p in run_dir.glob("checkpoint-*") if p.is_dir() and p.name.split("-", 1)[1].isdigit()]
-    return max(numbered, key=lambda p: int(p.name.split("-", 1)[1]), default=None)
-
-
 def find_checkpoint(path: str | Path) -> Path:
     """``path`` when it is a checkpoint folder, else the newest checkpoint of the run directory ``path``."""
     path = Path(path)
-    if not path.exists() and not path.with_name(path.name + ".old").is_dir():
+    if not resolve_checkpoint(path).exists():
         raise UserError(f"{path} does not exist")
-    if path.is_dir() and not (path / "manifest.json").exists() and not (path / "state.json").exists():
-        newest = _newest_checkpoint(path)
+    if path.is_dir() and not (path / MANIFEST).exists() and not (path / "state.json").exists():
+        newest = latest_checkpoint(path)
         if newest is None and (path / "metrics.jsonl").is_file():
             raise UserError(f"run directory {path} holds no checkpoint yet")
         return newest or path  # else load_checkpoint says what the folder lacks
@@ -276,7 +269,7 @@ def analyze_responses(run_dir: str | Path) -> Result:
 # ---------------------------------------------------------------- compare-losses
 def _run_config(run_dir: Path) -> tuple[DualLoRAConfig | None, Path | None]:
     """The config stored in the run's newest checkpoint (None before the first save)."""
-    checkpoint = _newest_checkpoint(run_dir) if run_dir.is_dir() else None
+    checkpoint = latest_checkpoint(run_dir)
     if checkpoint is None:
         return None, None
     return config_from_dict(checkpoint_state(checkpoint)["config"]), checkpoint

@@ -45,7 +45,7 @@ from worldgym.agents.llm.rollout import Episode, RolloutCollector, collate_episo
 from worldgym.agents.llm.runtime import LocalRollouts, RolloutBatch, RolloutRuntime
 from worldgym.agents.llm.scoring import score_tokens
 from worldgym.agents.llm.tokenizer import env_text_corpus, train_chat_tokenizer
-from worldgym.checkpointing import resolve_checkpoint
+from worldgym.checkpointing import LAST_CHECKPOINT, latest_checkpoint, step_checkpoint
 from worldgym.jsonl import append_jsonl, truncate_jsonl
 from worldgym.precision import autocast, cast_for_training, dtype_name, recomputes_old_logprobs, resolve_dtype
 
@@ -345,10 +345,10 @@ class GRPOTrainer:
                     metrics.update(self._validate())
                 self._log(metrics)
                 if config.checkpoint_every and self.step % config.checkpoint_every == 0:
-                    self.save(self.output_dir / f"checkpoint-{self.step}")
+                    self.save(step_checkpoint(self.output_dir, self.step))
                 bar.update(1)
                 bar.set_postfix(reward=f"{metrics['rollout/reward_mean']:.3f}")
-        self.save(self.output_dir / "checkpoint-last")
+        self.save(self.output_dir / LAST_CHECKPOINT)
         return [m for m in self.history if "rollout/reward_mean" in m]
 
     def train_step(self) -> dict[str, Any]:
@@ -821,22 +821,18 @@ class GRPOTrainer:
         if self.auxiliary_loss is not None:
             tensors, state["auxiliary"] = self.auxiliary_loss.state()
             weights.update({_AUXILIARY + name: tensor for name, tensor in tensors.items()})
-        return save_checkpoint(path, weights, state, optimizer_state)
+        return save_checkpoint(path, weights, state, optimizer_state, step=self.step)
 
     def resume_latest(self) -> Path | None:
-        """Load the newest ``checkpoint-<step>`` (else ``checkpoint-last``) in ``config.output_dir`` and the
-        metrics logged up to it; returns its path, or None when the folder holds no checkpoint (a fresh run)."""
-        # a save killed part-way leaves checkpoint-<n>.tmp (skipped) or <name>.old (which load() reads)
-        numbered = sorted((p for p in self.output_dir.glob("checkpoint-*") if p.name.split("-")[1].isdigit()),
-                          key=lambda p: int(p.name.split("-")[1]))
-        last = self.output_dir / "checkpoint-last"
-        candidates = numbered[-1:] or [p for p in [last] if resolve_checkpoint(p).is_dir()]
-        if not candidates:
+        """Load the newest checkpoint of ``config.output_dir`` (:func:`~worldgym.checkpointing.latest_checkpoint`)
+        and the metrics logged up to it; returns its path, or None when the folder holds none (a fresh run)."""
+        path = latest_checkpoint(self.output_dir)
+        if path is None:
             return None
-        self.load(candidates[0])
+        self.load(path)
         log = self.output_dir / "metrics.jsonl"
         self.history = [json.loads(line) for line in log.read_text().splitlines()] if log.is_file() else []
-        return candidates[0]
+        return path
 
     def load(self, path: str | Path) -> None:
         """Restore a :meth:`save` checkpoint into this trainer so training continues the same run exactly."""

@@ -26,7 +26,16 @@ from worldgym.agents.llm.models import TINY_SIZES, build_tiny_model
 from worldgym.agents.llm.pretrained import load_chat_model
 from worldgym.agents.llm.sft import Chat, ExpertPolicy, SFTConfig, Untrained, collect_expert_chats, sft_train
 from worldgym.agents.llm.tokenizer import train_chat_tokenizer
+from worldgym.checkpointing import (
+    FORMAT_VERSION,
+    MANIFEST,
+    checkpoint_directory,
+    open_checkpoint,
+    read_json,
+    resolve_checkpoint,
+)
 from worldgym.config import check_field, check_positive_int, check_range
+from worldgym.errors import CheckpointError, CheckpointNotFoundError, ConfigError
 from worldgym.precision import Precision, check_precision, resolve_dtype
 
 __all__ = [
@@ -34,7 +43,9 @@ __all__ = [
     "load_or_train_warm_start",
 ]
 
-_FORMAT_VERSION = 1
+_FORMAT_VERSION = 1  # of warm_start.json (the folder is a worldgym.checkpointing checkpoint of this kind:)
+WARM_START_KIND = "llm_warm_start"  # the manifest's kind
+_RECORD = "warm_start.json"
 
 
 @dataclass(frozen=True)
@@ -182,7 +193,8 @@ def expert_chats(config: WarmStartConfig, expert: ExpertPolicy | None = None) ->
     from worldgym.agents.grpo.trainer import make_text_env
 
     if expert is None and config.env_id not in EXPERTS:
-        raise ValueError(f"no scripted expert for {config.env_id!r}; pass expert= (known: {sorted(EXPERTS)})")
+        raise ConfigError(f"env_id={config.env_id!r} is invalid: it has no scripted expert; pass expert= or use "
+                          f"one of {sorted(EXPERTS)}")
     if expert is None:
         expert = CSRTextExpert(config.mistake_rate, config.seed) if config.mistake_rate else EXPERTS[config.env_id]()
     chats: list[Chat] = []
@@ -271,35 +283,34 @@ def _with_lora(model: PreTrainedModel, config: WarmStartConfig, loaded: Any) -> 
 
 def _save(path: Path, config: WarmStartConfig, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase,
           summary: dict[str, Any]) -> None:
-    """Model (adapter only for LoRA) and tokenizer, then ``warm_start.json`` last: its presence marks a
-    complete warm start."""
-    partial = path.with_name(path.name + ".partial")
-    partial.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(partial)
-    tokenizer.save_pretrained(partial)
-    record = {"format_version": _FORMAT_VERSION, "config": asdict(config), "summary": summary}
-    (partial / "warm_start.json").write_text(json.dumps(record, indent=1))
-    if path.exists():
-        raise FileExistsError(f"{path} exists without warm_start.json (an interrupted save?): remove it")
-    partial.rename(path)
+    """Model (adapter only for LoRA), tokenizer and ``warm_start.json``, saved as one checkpoint: atomically,
+    with a SHA-256 manifest (:func:`~worldgym.checkpointing.checkpoint_directory`)."""
+    with checkpoint_directory(path, WARM_START_KIND, FORMAT_VERSION) as tmp:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        record = {"format_version": _FORMAT_VERSION, "config": asdict(config), "summary": summary}
+        (tmp / _RECORD).write_text(json.dumps(record, indent=1))
 
 
 def _load_key(key: str, cache_dir: Path, model: str) -> WarmStart:
     """The warm start cached (or shipped) under ``key``, which must be of ``model``."""
     folder = _cached_folder(key, cache_dir)
     if folder is None:
-        raise FileNotFoundError(f"continue_from={key!r}: no such warm start in {cache_dir} or among the shipped "
-                                f"ones ({PACKAGED_WARM_STARTS}); train it first")
-    saved = _saved_config(json.loads((folder / "warm_start.json").read_text()))
+        raise CheckpointNotFoundError(f"continue_from={key!r}: no such warm start in {cache_dir} or among the "
+                                      f"shipped ones ({PACKAGED_WARM_STARTS}); train it first")
+    saved = _saved_config(read_json(folder / _RECORD))
     if saved.model != model:
-        raise ValueError(f"continue_from={key!r} is a warm start of {saved.model!r}, not of {model!r}")
+        raise ConfigError(f"continue_from={key!r} is invalid: it is a warm start of {saved.model!r}, not of "
+                          f"{model!r}")
     return _load(folder, saved)
 
 
 def _cached_folder(key: str, cache_dir: Path) -> Path | None:
-    """The complete warm start saved under ``key`` in ``cache_dir``, else among the shipped ones, else None."""
+    """The warm start saved under ``key`` in ``cache_dir``, else among the shipped ones, else None (a save
+    killed while replacing a folder leaves ``<key>.old``, which counts)."""
     for folder in (cache_dir / key, PACKAGED_WARM_STARTS / key):
-        if (folder / "warm_start.json").is_file():
+        folder = resolve_checkpoint(folder)
+        if (folder / _RECORD).is_file():
             return folder
     return None
 
@@ -309,12 +320,21 @@ def _saved_config(record: dict[str, Any]) -> WarmStartConfig:
 
 
 def _load(path: Path, config: WarmStartConfig) -> WarmStart:
-    record = json.loads((path / "warm_start.json").read_text())
+    """The warm start in ``path``, its files checked against their manifest (warm starts saved before they had
+    one, such as the shipped ones, load unchecked).
+
+    Raises:
+        CheckpointError: a file is missing or corrupt, or the folder holds a warm start of other settings.
+    """
+    if (path / MANIFEST).is_file():
+        path = open_checkpoint(path, WARM_START_KIND, FORMAT_VERSION, required=(_RECORD,))
+    record = read_json(path / _RECORD)
     if record.get("format_version") != _FORMAT_VERSION:
-        raise ValueError(f"{path}: warm start format {record.get('format_version')}, expected {_FORMAT_VERSION}")
+        raise CheckpointError(f"{path / _RECORD}: warm start format {record.get('format_version')!r}, this "
+                              f"worldgym reads format {_FORMAT_VERSION} only (re-create it)")
     saved = _saved_config(record)
     if saved != config:
-        raise ValueError(f"{path} holds a warm start of other settings: {asdict(saved)}")
+        raise CheckpointError(f"{path} holds a warm start of other settings: {asdict(saved)}")
     if config.finetune == "full":
         tokenizer = AutoTokenizer.from_pretrained(path)
         model = AutoModelForCausalLM.from_pretrained(path, dtype=resolve_dtype(config.dtype))

@@ -42,10 +42,12 @@ def save_checkpoint(
     optimizer: torch.optim.Optimizer | None = None,
     generator: torch.Generator | None = None,
     trainer_state: dict[str, Any] | None = None,
+    step: int | None = None,
 ) -> Path:
-    """Write a checkpoint into ``<path>.tmp`` with a SHA-256 manifest, fsync it, then swap it in."""
+    """Write a checkpoint into ``<path>.tmp`` with a SHA-256 manifest (recording ``step``, the rollout),
+    fsync it, then swap it in."""
     final = Path(path)
-    with checkpoint_directory(final, KIND, FORMAT_VERSION) as tmp:
+    with checkpoint_directory(final, KIND, FORMAT_VERSION, step) as tmp:
         _write_checkpoint(tmp, policy, encoder, num_z_tokens, optimizer, generator, trainer_state)
     return final
 

@@ -32,10 +32,10 @@ from worldgym.agents.ztoken_ppo.rollout import (
     vocab_of,
     ztoken_vector_env,
 )
+from worldgym.checkpointing import LAST_CHECKPOINT, latest_checkpoint
 from worldgym.jsonl import append_jsonl, read_jsonl, truncate_jsonl
 from worldgym.precision import autocast, cast_for_training, dtype_name, recomputes_old_logprobs, resolve_dtype
 
-CHECKPOINT_DIR = "checkpoint"
 METRICS_FILE = "metrics.jsonl"
 ROLLOUTS_FILE = "rollouts.jsonl"
 
@@ -115,8 +115,8 @@ class ZTokenPPOTrainer:
 
     @property
     def checkpoint_path(self) -> Path:
-        """Where this run's latest checkpoint lives."""
-        return self.output_dir / CHECKPOINT_DIR
+        """Where :meth:`save` writes by default: ``<output_dir>/checkpoint-last``."""
+        return self.output_dir / LAST_CHECKPOINT
 
     def save(self, path: str | Path | None = None) -> Path:
         """Checkpoint policy, optimizer, RNG and counters (at :attr:`checkpoint_path` when ``path`` is None);
@@ -135,6 +135,7 @@ class ZTokenPPOTrainer:
             self.optimizer,
             self.generator,
             state,
+            step=self.rollout_index,
         )
 
     def load(self, path: str | Path) -> None:
@@ -152,6 +153,14 @@ class ZTokenPPOTrainer:
         for name in (METRICS_FILE, ROLLOUTS_FILE):
             truncate_jsonl(self.output_dir / name, "rollout", self.rollout_index)
         self.history = read_jsonl(self.output_dir / METRICS_FILE)
+
+    def resume_latest(self) -> Path | None:
+        """Load the newest checkpoint of ``config.output_dir`` (:func:`~worldgym.checkpointing.latest_checkpoint`);
+        returns its path, or None when the folder holds none (a fresh run)."""
+        path = latest_checkpoint(self.output_dir)
+        if path is not None:
+            self.load(path)
+        return path
 
     def collect(self) -> list[ZTokenEpisode]:
         """One rollout of complete episodes with the current policy (sampled tokens, digits per config)."""

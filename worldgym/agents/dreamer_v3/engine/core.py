@@ -31,6 +31,7 @@ from worldgym.agents.dreamer_v3.metrics import check_batch, check_metrics, to_fl
 from worldgym.agents.dreamer_v3.policy import DreamerPolicy
 from worldgym.agents.dreamer_v3.replay import ReplayRing, dreamer_schema
 from worldgym.agents.dreamer_v3.scheduler import TrainSchedule
+from worldgym.checkpointing import step_checkpoint
 from worldgym.errors import CheckpointError
 from worldgym.jsonl import append_jsonl, truncate_jsonl
 from worldgym.precision import dtype_name
@@ -261,7 +262,7 @@ class EngineCore:
         return {k: v.item() if isinstance(v, torch.Tensor) else v for k, v in record.items()}
 
     def save(self, directory: str | Path | None = None) -> Path:
-        """Checkpoint into ``directory`` (default ``run_dir/checkpoints/iter_<n>``)."""
+        """Checkpoint into ``directory`` (default ``run_dir/checkpoint-<iteration>``)."""
         c = self.counters
         state = {
             "config": self.cfg.to_dict(),
@@ -276,13 +277,13 @@ class EngineCore:
             "schedule": self.schedule.state_dict(),
             "next_episode_id": self.runner._next_episode,
         }
-        directory = Path(directory) if directory is not None else self.run_dir / "checkpoints" / f"iter_{c.iter_num}"
+        directory = Path(directory) if directory is not None else step_checkpoint(self.run_dir, c.iter_num)
         env, actor = None, None
         if self.state_saving_env is not None and not self._needs_reset:  # episodes in progress: keep them
             env = self.state_saving_env
             actor = {f"runner.{k}": v for k, v in self.runner.state_dict().items()}
             actor |= {f"policy.{k}": v for k, v in self.policy.filter_state().items()}
-        return save_checkpoint(directory, self.learner, self.replay, self.generators, state, env, actor)
+        return save_checkpoint(directory, self.learner, self.replay, self.generators, state, env, actor, c.iter_num)
 
     def resume(self, directory: str | Path) -> None:
         """Continue the run saved in ``directory``: networks, optimisers, replay, Ratio and generators, and the
