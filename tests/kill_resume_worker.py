@@ -3,8 +3,8 @@
 :func:`train` builds a tiny run of one trainer writing to ``run_dir`` (a checkpoint after every step) and trains
 it to its last step, first resuming from the newest checkpoint in ``run_dir`` the way that trainer resumes:
 
-* GRPO and dual-LoRA: ``trainer.resume_latest()`` (what the examples' ``--resume`` and the benchmarks call);
-* Z-token PPO: ``ZTokenPPOTrainer(config).load(<run_dir>/checkpoint)`` (its example's ``--resume``);
+* GRPO, dual-LoRA and Z-token PPO: ``trainer.resume_latest()`` (what the examples' ``--resume`` and the
+  benchmarks call);
 * Dreamer v3: ``engine.run(resume_from=latest_checkpoint(run_dir))`` (the example's ``--resume``), on the
   homebrew Game Boy task, whose save states let a resumed run continue the episodes in progress.
 
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from worldgym.checkpointing import CRASH_ENV, open_checkpoint, read_tensors, resolve_checkpoint
+from worldgym.checkpointing import CRASH_ENV, latest_checkpoint, open_checkpoint, read_tensors
 from worldgym.jsonl import append_jsonl
 
 TRAINERS = ("grpo", "ztoken_ppo", "dreamer_v3", "dual_lora")
@@ -162,15 +162,7 @@ def _ztoken_ppo(run_dir: Path, assets: Path) -> tuple[object, Callable[[], Path 
         output_dir=str(run_dir),
     )
     trainer = ZTokenPPOTrainer(config)
-    checkpoint = run_dir / "checkpoint"
-
-    def resume() -> Path | None:
-        if not resolve_checkpoint(checkpoint).is_dir():
-            return None
-        trainer.load(checkpoint)
-        return checkpoint
-
-    return trainer, resume
+    return trainer, trainer.resume_latest
 
 
 class _DreamerRun:
@@ -194,8 +186,6 @@ class _DreamerRun:
         self.resumed_from: Path | None = None
 
     def resume(self) -> Path | None:
-        from worldgym.agents.dreamer_v3.checkpoint import latest_checkpoint
-
         self.resumed_from = latest_checkpoint(self.run_dir)
         return self.resumed_from
 
@@ -268,10 +258,10 @@ def final_weights(trainer: str, run_dir: str | Path) -> dict[str, torch.Tensor]:
     if trainer == "ztoken_ppo":
         weights = ztoken.POLICY_WEIGHTS
         root = open_checkpoint(
-            run_dir / "checkpoint", ztoken.KIND, ztoken.FORMAT_VERSION, required=(weights,)
+            run_dir / "checkpoint-last", ztoken.KIND, ztoken.FORMAT_VERSION, required=(weights,)
         )
         return read_tensors(root / weights)
-    path = dreamer.latest_checkpoint(run_dir)
+    path = latest_checkpoint(run_dir)
     root = open_checkpoint(path, dreamer.KIND, dreamer.FORMAT_VERSION, required=("model.safetensors",))
     return read_tensors(root / "model.safetensors")
 

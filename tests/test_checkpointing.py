@@ -18,6 +18,7 @@ from worldgym.checkpointing import (
     CRASH_STAGES,
     MANIFEST,
     atomic_directory,
+    latest_checkpoint,
     load_checkpoint,
     optimizer_from_tensors,
     optimizer_to_tensors,
@@ -128,6 +129,78 @@ def test_format_1_and_foreign_manifests_are_refused_clearly(tmp_path):
         load_checkpoint(path)
     with pytest.raises(CheckpointError, match="is not a weights checkpoint: it holds none of"):
         load_checkpoint(tmp_path / "nowhere")
+
+
+# ---------------------------------------------------------------- the newest checkpoint of a run
+def _save_at(run_dir: Path, name: str, step: int | None) -> Path:
+    """A checkpoint whose weight is its step (``step=None``: saved without a step, as older worldgyms did)."""
+    return save_checkpoint(run_dir / name, {"w": torch.full((1,), float(step or 0))}, {"step": step}, step=step)
+
+
+@pytest.mark.parametrize(
+    ("steps", "newest"),
+    [
+        ({"checkpoint-10": 10, "checkpoint-20": 20, "checkpoint-last": 15}, "checkpoint-20"),  # numbered newer
+        ({"checkpoint-10": 10, "checkpoint-20": 20, "checkpoint-last": 25}, "checkpoint-last"),  # last newer
+        ({"checkpoint-20": 20, "checkpoint-last": 20}, "checkpoint-20"),  # the same state: the numbered one
+        ({"checkpoint-last": 3}, "checkpoint-last"),
+        ({"checkpoint-9": None, "checkpoint-10": None, "checkpoint-last": None}, "checkpoint-10"),  # no steps
+        ({"checkpoint-9": 9, "checkpoint-last": None}, "checkpoint-9"),
+    ],
+)
+def test_latest_checkpoint_is_the_highest_recorded_step(tmp_path, steps, newest):
+    for name, step in steps.items():
+        _save_at(tmp_path, name, step)
+    (tmp_path / "checkpoint-99.tmp").mkdir()  # a save still writing (or killed before its rename)
+    (tmp_path / "metrics.jsonl").write_text("")
+    (tmp_path / "other").mkdir()
+    assert latest_checkpoint(tmp_path) == tmp_path / newest
+
+
+def test_a_run_without_checkpoints_has_none(tmp_path):
+    assert latest_checkpoint(tmp_path / "missing") is None
+    (tmp_path / "checkpoint-3.tmp").mkdir()
+    assert latest_checkpoint(tmp_path) is None
+
+
+def test_a_half_written_checkpoint_is_skipped_with_a_warning(tmp_path):
+    _save_at(tmp_path, "checkpoint-10", 10)
+    half = _save_at(tmp_path, "checkpoint-20", 20)
+    (half / "state.json").unlink()  # a copy cut short
+    with pytest.warns(UserWarning, match=r"checkpoint-20.*incomplete: missing \['state.json'\]"):
+        assert latest_checkpoint(tmp_path) == tmp_path / "checkpoint-10"
+    (half / MANIFEST).unlink()  # no manifest: never finished
+    with pytest.warns(UserWarning, match="manifest.json is missing"):
+        assert latest_checkpoint(tmp_path) == tmp_path / "checkpoint-10"
+
+
+@pytest.mark.parametrize(
+    ("tamper", "message"),
+    [
+        (lambda m: m["files"].update({"weights.safetensors": "0" * 64}), "weights.safetensors is corrupt"),
+        (lambda m: m["files"].update({"extra.json": "0" * 64}), r"missing \['extra.json'\]"),
+        (lambda m: m.update({"step": "30"}), "'step' is '30', not an integer"),
+        (lambda m: m.update({"files": []}), "no 'files' table"),
+    ],
+)
+def test_a_tampered_manifest_is_skipped_with_a_warning(tmp_path, tamper, message):
+    _save_at(tmp_path, "checkpoint-last", 10)
+    newer = _save_at(tmp_path, "checkpoint-20", 20)
+    manifest = json.loads((newer / MANIFEST).read_text())
+    tamper(manifest)
+    (newer / MANIFEST).write_text(json.dumps(manifest))
+    with pytest.warns(UserWarning, match=message):
+        assert latest_checkpoint(tmp_path) == tmp_path / "checkpoint-last"
+
+
+def test_a_checkpoint_moved_aside_by_an_interrupted_save_stands_in_for_it(tmp_path):
+    _save_at(tmp_path, "checkpoint-10", 10)
+    _save_at(tmp_path, "checkpoint-last", 20).rename(tmp_path / "checkpoint-last.old")
+    assert latest_checkpoint(tmp_path) == tmp_path / "checkpoint-last.old"
+    assert load_checkpoint(latest_checkpoint(tmp_path))[0]["w"].item() == 20
+    _save_at(tmp_path, "checkpoint-last", 30)  # the next save restores, then replaces, the moved-aside one
+    assert latest_checkpoint(tmp_path) == tmp_path / "checkpoint-last"
+    assert not (tmp_path / "checkpoint-last.old").exists()
 
 
 # ---------------------------------------------------------------- crashes during a save

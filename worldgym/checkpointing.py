@@ -343,9 +343,9 @@ def latest_checkpoint(run_dir: str | Path) -> Path | None:
       moving the previous checkpoint aside); ``<name>.tmp`` folders (a save still writing, or killed before
       its rename) never count.
     * **Newest** is the highest ``step`` recorded in the manifest (the run's progress counter when it was
-      saved: GRPO step, Dreamer iteration, PPO rollout), whether numbered or ``checkpoint-last``; a
-      ``checkpoint-last`` and a numbered one of the same step are the same state, and ``checkpoint-last``
-      is returned. A checkpoint whose manifest records no step (saved by an older worldgym) counts with the
+      saved: GRPO step, Dreamer iteration, PPO rollout), whether numbered or ``checkpoint-last``. A
+      numbered checkpoint and ``checkpoint-last`` of the same step hold the same state; the numbered one is
+      returned. A checkpoint whose manifest records no step (saved by an older worldgym) counts with the
       number in its name, and ``checkpoint-last`` then as older than every numbered one.
     * **Complete** means the manifest parses and every file it lists is present with its SHA-256. A newer
       candidate that fails the check (half-written, truncated, tampered with) is skipped with a warning
@@ -359,12 +359,12 @@ def latest_checkpoint(run_dir: str | Path) -> Path | None:
         try:
             ranked.append((_rank(folder), folder))
         except CheckpointError as error:
-            warnings.warn(f"skipping checkpoint {folder}: {error}", stacklevel=2)
+            warnings.warn(f"{error}; trying an older checkpoint", stacklevel=2)
     for _, folder in sorted(ranked, reverse=True):
         try:
             verify_manifest(folder)
         except CheckpointError as error:
-            warnings.warn(f"skipping checkpoint {folder}: {error}", stacklevel=2)
+            warnings.warn(f"{error}; trying an older checkpoint", stacklevel=2)
             continue
         return folder
     return None
@@ -380,16 +380,17 @@ def _run_checkpoints(run_dir: Path) -> list[Path]:
 
 
 def _rank(folder: Path) -> tuple[int, bool]:
-    """``(step, is checkpoint-last)``: the step recorded in the manifest, else the number in the name."""
+    """``(step, numbered)``: the step recorded in the manifest, else the number in the name (-1 for
+    ``checkpoint-last``)."""
     name = folder.name.removesuffix(_OLD)
-    last = name == LAST_CHECKPOINT
+    numbered = name != LAST_CHECKPOINT
     manifest = read_manifest(folder / MANIFEST) if (folder / MANIFEST).is_file() else {}
     step = manifest.get("step")
     if step is None:
-        return (-1 if last else int(name.rsplit("-", 1)[1])), last
+        return (int(name.rsplit("-", 1)[1]) if numbered else -1), numbered
     if not isinstance(step, int) or isinstance(step, bool):
         raise CheckpointError(f"{folder / MANIFEST} is corrupt: 'step' is {step!r}, not an integer")
-    return step, last
+    return step, numbered
 
 
 # ---------------------------------------------------------------- reading files of a checked checkpoint

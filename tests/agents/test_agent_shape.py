@@ -53,7 +53,8 @@ def test_dreamer_trainer_trains_evaluates_saves_and_loads(tmp_path):
     trainer.close()
 
     longer = DreamerTrainer(_dreamer_config(tmp_path / "a", 48))
-    longer.load(checkpoint)
+    resumed = longer.resume_latest()  # the run's own end-of-run checkpoint
+    assert resumed.parent == tmp_path / "a" and resumed.name.startswith("checkpoint-")
     assert [row["policy_step"] for row in longer.train()] == [16, 32, 48]  # continued, nothing repeated
     longer.close()
     other = DreamerTrainer(dataclasses.replace(_dreamer_config(tmp_path / "b", 32), num_envs=2,

@@ -6,8 +6,9 @@ import shutil
 
 import pytest
 
-from worldgym.agents.dreamer_v3.checkpoint import CheckpointError, latest_checkpoint, load_checkpoint
+from worldgym.agents.dreamer_v3.checkpoint import CheckpointError, load_checkpoint
 from worldgym.agents.dreamer_v3.engine.cpu import CPUEngine
+from worldgym.checkpointing import latest_checkpoint
 
 
 @pytest.fixture
@@ -42,15 +43,15 @@ def test_damaged_checkpoint_names_the_file(saved, damage, kind, name):
 
 def test_latest_checkpoint_skips_partial_saves_and_finds_an_interrupted_replacement(saved):
     core, path = saved
-    checkpoints = path.parent
-    shutil.copytree(path, checkpoints / "iter_7.tmp")  # a save killed before its rename
-    shutil.copytree(path, checkpoints / "iter_9")
-    (checkpoints / "iter_9" / "manifest.json").unlink()  # not written last by a save: incomplete
-    assert latest_checkpoint(core.run_dir) == path
-    shutil.copytree(path, checkpoints / "iter_5.old")  # killed between moving iter_5 aside and renaming
-    assert latest_checkpoint(core.run_dir) == checkpoints / "iter_5.old"
-    shutil.copytree(path, checkpoints / "iter_5")
-    assert latest_checkpoint(core.run_dir) == checkpoints / "iter_5"
+    assert path == core.run_dir / "checkpoint-0"
+    shutil.copytree(path, core.run_dir / "checkpoint-7.tmp")  # a save killed before its rename
+    shutil.copytree(path, core.run_dir / "checkpoint-9")
+    (core.run_dir / "checkpoint-9" / "manifest.json").unlink()  # not written last by a save: incomplete
+    with pytest.warns(UserWarning, match="checkpoint-9 is not a complete checkpoint"):
+        assert latest_checkpoint(core.run_dir) == path
+    shutil.rmtree(core.run_dir / "checkpoint-9")
+    path.rename(core.run_dir / "checkpoint-0.old")  # killed between moving it aside and renaming the new one in
+    assert latest_checkpoint(core.run_dir) == core.run_dir / "checkpoint-0.old"
     assert _load(core, latest_checkpoint(core.run_dir))["iter_num"] == 0
 
 

@@ -27,7 +27,7 @@ def test_async_engine_matches_the_reference_async_order(tmp_path, make_config):
         assert torch.equal(value, engine.core.learner.state_dict()[key]), key
     records = [json.loads(line) for line in (engine.core.run_dir / "metrics.jsonl").read_text().splitlines()]
     assert all(r["policy/actor_version"] <= r["policy/learner_version"] for r in records)
-    assert (engine.core.run_dir / "checkpoints" / "iter_60" / "state.json").is_file()
+    assert (engine.core.run_dir / "checkpoint-60" / "state.json").is_file()
 
 
 def test_async_engine_surfaces_learner_errors(tmp_path, monkeypatch, make_config):

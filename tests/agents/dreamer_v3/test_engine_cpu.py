@@ -10,10 +10,11 @@ import pytest
 import torch
 
 from worldgym.agents.dreamer_v3 import evaluate_learner
-from worldgym.agents.dreamer_v3.checkpoint import CheckpointError, latest_checkpoint
+from worldgym.agents.dreamer_v3.checkpoint import CheckpointError
 from worldgym.agents.dreamer_v3.engine.cpu import CPUEngine
 from worldgym.agents.dreamer_v3.metrics import TrainingFailure
 from worldgym.agents.dreamer_v3.scheduler import TrainSchedule
+from worldgym.checkpointing import latest_checkpoint
 
 REQUIRED_KEYS = {
     "time/actor_ms",
@@ -82,7 +83,7 @@ def test_stop_when_ends_the_run_with_a_checkpoint(tmp_path, make_config):
     engine = CPUEngine(make_config(tmp_path, checkpoint_every=0))
     record = engine.run(progress=False, stop_when=lambda r: r["policy_step"] >= 80)
     assert record["policy_step"] == 80 < engine.core.total_iters * engine.core.cfg.num_envs
-    assert latest_checkpoint(engine.core.run_dir).name == "iter_40"
+    assert latest_checkpoint(engine.core.run_dir).name == "checkpoint-40"
 
 
 def test_same_seed_same_run(reference_run, tmp_path, make_config):
@@ -98,7 +99,7 @@ def test_same_seed_same_run(reference_run, tmp_path, make_config):
 
 def test_resume_continues_the_replay_ratio(reference_run, tmp_path, make_config):
     _cfg, engine, _, final = reference_run
-    halfway = engine.core.run_dir / "checkpoints" / "iter_40"
+    halfway = engine.core.run_dir / "checkpoint-40"
     resumed = CPUEngine(make_config(tmp_path, checkpoint_every=80))
     resumed.core.resume(halfway)
     assert resumed.core.replay.committed_t == 40
@@ -106,7 +107,7 @@ def test_resume_continues_the_replay_ratio(reference_run, tmp_path, make_config)
     record = resumed.run(progress=False)
     assert record["gradient_steps"] == final["gradient_steps"]
     assert record["replay/committed_t"] == final["replay/committed_t"]
-    assert latest_checkpoint(resumed.core.run_dir).name == "iter_80"
+    assert latest_checkpoint(resumed.core.run_dir).name == "checkpoint-80"
 
 
 def test_resume_in_the_same_run_dir_does_not_duplicate_log_lines(reference_run, tmp_path, make_config):
@@ -116,7 +117,7 @@ def test_resume_in_the_same_run_dir_does_not_duplicate_log_lines(reference_run, 
     with (run_dir / "metrics.jsonl").open("a") as log:
         log.write('{"policy_step": 99')  # a line torn by a crash
     resumed = CPUEngine(make_config(tmp_path, checkpoint_every=80, run_dir=str(run_dir)))
-    resumed.core.resume(run_dir / "checkpoints" / "iter_40")
+    resumed.core.resume(run_dir / "checkpoint-40")
     resumed.run(progress=False)
     steps = [r["policy_step"] for r in read_jsonl(run_dir / "metrics.jsonl")]
     assert steps == [r["policy_step"] for r in read_jsonl(engine.core.run_dir / "metrics.jsonl")]
@@ -130,7 +131,7 @@ def test_resume_in_the_same_run_dir_does_not_duplicate_log_lines(reference_run, 
 
 def test_resume_rejects_bad_checkpoints(reference_run, tmp_path, make_config):
     _cfg, engine, _, _ = reference_run
-    halfway = engine.core.run_dir / "checkpoints" / "iter_40"
+    halfway = engine.core.run_dir / "checkpoint-40"
     other = CPUEngine(make_config(tmp_path, num_envs=1))
     with pytest.raises(CheckpointError, match="replay field 'obs'"):
         other.core.resume(halfway)

@@ -121,7 +121,7 @@ def test_bf16_engine_run_is_deterministic_and_records_its_dtype(tmp_path, make_c
         engine = CPUEngine(make_config(tmp_path / name, dtype="bfloat16", total_steps=80))
         record = engine.run(progress=False)
         rows.append({k: v for k, v in record.items() if not k.startswith("time/")})
-        state = json.loads((engine.core.run_dir / "checkpoints" / "iter_40" / "state.json").read_text())
+        state = json.loads((engine.core.run_dir / "checkpoint-40" / "state.json").read_text())
         assert state["config"]["dtype"] == "bfloat16" and state["resolved_dtype"] == "bfloat16"
     assert rows[0]["gradient_steps"] > 0 and rows[0] == rows[1]
 

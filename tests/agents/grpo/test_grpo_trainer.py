@@ -105,6 +105,17 @@ def test_resume_continues_the_same_run_exactly(tmp_path, tokenizer):
     assert straight.history[-1]["rollout/reward_mean"] == resumed.history[-1]["rollout/reward_mean"]
 
 
+def test_resume_latest_takes_checkpoint_last_when_it_is_newer_than_the_numbered_ones(tmp_path, tokenizer):
+    def make():
+        return _trainer(tmp_path, build_tiny_model(tokenizer, seed=0), tokenizer, num_steps=3, checkpoint_every=2)
+
+    assert make().resume_latest() is None  # a fresh run
+    make().train()  # checkpoint-2, then checkpoint-last at step 3
+    resumed = make()
+    assert resumed.resume_latest().name == "checkpoint-last" and resumed.step == 3
+    assert [r["step"] for r in resumed.history] == [1, 2, 3]
+
+
 def test_training_in_chunks_equals_one_call(tmp_path, tokenizer):
     """train(until=k) then train(): the same weights and log as one train() (a script acts between chunks)."""
     def make(name: str):

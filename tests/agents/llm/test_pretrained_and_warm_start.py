@@ -18,7 +18,15 @@ from worldgym.agents.llm.pretrained import (
     named_model_available,
 )
 from worldgym.agents.llm.tokenizer import TOOL_SPECIAL_TOKENS, train_chat_tokenizer
-from worldgym.agents.llm.warm_start import WarmStartConfig, expert_chats, load_or_train_warm_start
+from worldgym.agents.llm.warm_start import (
+    WARM_START_KIND,
+    WarmStartConfig,
+    expert_chats,
+    is_cached,
+    load_or_train_warm_start,
+)
+from worldgym.checkpointing import FORMAT_VERSION, open_checkpoint, write_manifest
+from worldgym.errors import CheckpointError, CheckpointNotFoundError
 
 SMOLLM2 = named_model_available("smollm2-135m")
 
@@ -84,7 +92,27 @@ def test_warm_start_rejects_a_folder_of_other_settings(tmp_path):
     record = json.loads((made.path / "warm_start.json").read_text())
     record["config"]["epochs"] = 7
     (made.path / "warm_start.json").write_text(json.dumps(record))
-    with pytest.raises(ValueError, match="other settings"):
+    with pytest.raises(CheckpointError, match="warm_start.json is corrupt: its SHA-256 differs"):
+        load_or_train_warm_start(config, cache_dir=tmp_path, progress=False, log=lambda _: None)
+    write_manifest(made.path, WARM_START_KIND, FORMAT_VERSION)  # as if saved with those settings
+    with pytest.raises(CheckpointError, match="other settings"):
+        load_or_train_warm_start(config, cache_dir=tmp_path, progress=False, log=lambda _: None)
+
+
+def test_a_warm_start_is_saved_as_one_atomic_checkpoint_and_reloaded(tmp_path):
+    config = WarmStartConfig(model="tiny", difficulties=(1,), episodes_per_difficulty=2, epochs=1)
+    made = load_or_train_warm_start(config, cache_dir=tmp_path, progress=False, log=lambda _: None)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [config.key()]  # no .tmp or .old left behind
+    assert open_checkpoint(made.path, WARM_START_KIND, FORMAT_VERSION, required=("warm_start.json",))
+    made.path.rename(made.path.with_name(made.path.name + ".old"))  # a save killed after moving it aside
+    assert is_cached(config, tmp_path)
+    again = load_or_train_warm_start(config, cache_dir=tmp_path, progress=False, log=lambda _: None)
+    assert again.summary == made.summary
+
+
+def test_continuing_from_a_missing_warm_start_names_the_key(tmp_path):
+    config = WarmStartConfig(model="tiny", difficulties=(1,), episodes_per_difficulty=2, continue_from="nope")
+    with pytest.raises(CheckpointNotFoundError, match="continue_from='nope': no such warm start"):
         load_or_train_warm_start(config, cache_dir=tmp_path, progress=False, log=lambda _: None)
 
 

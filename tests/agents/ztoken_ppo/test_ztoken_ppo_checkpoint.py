@@ -80,11 +80,11 @@ def test_kill_while_replacing_the_checkpoint_then_resume(monkeypatch, tmp_path) 
     command = [sys.executable, str(EXAMPLE), *args]
     killed = subprocess.run(command, check=False, env=env, capture_output=True, text=True, timeout=600)
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
-    assert not (out / "ppo" / "checkpoint").exists() and (out / "ppo" / "checkpoint.old").is_dir()
+    assert not (out / "ppo" / "checkpoint-last").exists() and (out / "ppo" / "checkpoint-last.old").is_dir()
     _run_example(monkeypatch, args)
     lines = (out / "ppo" / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(line)["rollout"] for line in lines] == [0, 1, 2]
-    assert _load_everything(out / "ppo" / "checkpoint")["rollout_index"] == 2
-    assert sorted(p.name for p in (out / "ppo").iterdir() if p.name.startswith("checkpoint")) == [
-        "checkpoint"
+    assert _load_everything(out / "ppo" / "checkpoint-last")["rollout_index"] == 2
+    assert sorted(p.name for p in (out / "ppo").iterdir() if p.name.startswith("checkpoint-last")) == [
+        "checkpoint-last"
     ]

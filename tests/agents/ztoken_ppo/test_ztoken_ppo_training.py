@@ -128,6 +128,7 @@ def _untimed(rows: list[dict]) -> list[dict]:
 
 def test_resume_continues_the_same_run(tmp_path, env_kwargs, tiny_model) -> None:
     straight = ZTokenPPOTrainer(_ppo_config(tmp_path / "a", env_kwargs, eval_episodes=0, model=tiny_model))
+    assert straight.resume_latest() is None  # a fresh run
     straight.train()
 
     first = ZTokenPPOTrainer(
@@ -138,7 +139,7 @@ def test_resume_continues_the_same_run(tmp_path, env_kwargs, tiny_model) -> None
         with (tmp_path / "b" / "run" / name).open("a") as handle:
             handle.write('{"rollout": 2, "env_st')
     resumed = ZTokenPPOTrainer(_ppo_config(tmp_path / "b", env_kwargs, eval_episodes=0, model=tiny_model))
-    resumed.load(first.checkpoint_path)
+    assert resumed.resume_latest() == first.checkpoint_path == tmp_path / "b" / "run" / "checkpoint-last"
     assert resumed.rollout_index == 1 and [row["rollout"] for row in resumed.history] == [1]
     history = resumed.train()
     assert _untimed(history) == _untimed(straight.history)
@@ -155,7 +156,7 @@ def test_resume_continues_the_same_run(tmp_path, env_kwargs, tiny_model) -> None
     assert lines == (tmp_path / "a" / "run" / "rollouts.jsonl").read_text()
 
     finished = ZTokenPPOTrainer(_ppo_config(tmp_path / "b", env_kwargs, eval_episodes=0, model=tiny_model))
-    finished.load(resumed.checkpoint_path)
+    assert finished.resume_latest() == resumed.checkpoint_path
     logged = [
         json.loads(line) for line in (tmp_path / "b" / "run" / "metrics.jsonl").read_text().splitlines()
     ]

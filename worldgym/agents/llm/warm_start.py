@@ -43,8 +43,8 @@ __all__ = [
     "load_or_train_warm_start",
 ]
 
-_FORMAT_VERSION = 1  # of warm_start.json (the folder is a worldgym.checkpointing checkpoint of this kind:)
-WARM_START_KIND = "llm_warm_start"  # the manifest's kind
+_FORMAT_VERSION = 1  # of warm_start.json
+WARM_START_KIND = "llm_warm_start"  # the manifest kind of a warm start folder (worldgym.checkpointing)
 _RECORD = "warm_start.json"
 
 
