@@ -402,7 +402,7 @@ class CartridgeDistillTrainer:
         self.history = read_jsonl(self.output_dir / "metrics.jsonl")
 
     def resume_latest(self) -> Path | None:
-        """Load the newest checkpoint of ``config.output_dir`` (:func:`~worldgym.checkpointing.latest_checkpoint`);
+        """Load the run's newest checkpoint (:func:`~worldgym.checkpointing.latest_checkpoint`);
         returns its path, or None when the folder holds none (a fresh run)."""
         path = latest_checkpoint(self.output_dir)
         if path is not None:

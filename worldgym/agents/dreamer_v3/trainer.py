@@ -109,7 +109,7 @@ class DreamerTrainer:
         self.history = read_jsonl(self.metrics_path)
 
     def resume_latest(self) -> Path | None:
-        """Load the newest checkpoint of ``config.run_dir`` (:func:`~worldgym.checkpointing.latest_checkpoint`);
+        """Load the run's newest checkpoint (:func:`~worldgym.checkpointing.latest_checkpoint`);
         returns its path, or None when there is none yet."""
         path = latest_checkpoint(self.config.run_dir)
         if path is not None:

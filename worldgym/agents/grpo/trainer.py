@@ -824,7 +824,7 @@ class GRPOTrainer:
         return save_checkpoint(path, weights, state, optimizer_state, step=self.step)
 
     def resume_latest(self) -> Path | None:
-        """Load the newest checkpoint of ``config.output_dir`` (:func:`~worldgym.checkpointing.latest_checkpoint`)
+        """Load the run's newest checkpoint (:func:`~worldgym.checkpointing.latest_checkpoint`)
         and the metrics logged up to it; returns its path, or None when the folder holds none (a fresh run)."""
         path = latest_checkpoint(self.output_dir)
         if path is None:

@@ -155,7 +155,7 @@ class ZTokenPPOTrainer:
         self.history = read_jsonl(self.output_dir / METRICS_FILE)
 
     def resume_latest(self) -> Path | None:
-        """Load the newest checkpoint of ``config.output_dir`` (:func:`~worldgym.checkpointing.latest_checkpoint`);
+        """Load the run's newest checkpoint (:func:`~worldgym.checkpointing.latest_checkpoint`);
         returns its path, or None when the folder holds none (a fresh run)."""
         path = latest_checkpoint(self.output_dir)
         if path is not None:
