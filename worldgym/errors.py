@@ -19,8 +19,10 @@ class CheckpointNotFoundError(CheckpointError, FileNotFoundError):
 
 
 class ConfigError(WorldgymError, ValueError):
-    """A setting of a config, an env constructor or a function is invalid. One message style for all:
-    ``<name>=<value!r> is invalid: <how to fix it>`` (:func:`worldgym.config.check_field`)."""
+    """A setting of a config, an env constructor or a function is invalid, or a settings file (or a value it
+    holds) does not fit the run's config. One message style for all: ``<name>=<value!r> is invalid: <how to fix
+    it>`` (:func:`worldgym.config.check_field`); a settings file's message starts with the file and names the
+    field's path (:mod:`worldgym.config_types`, :mod:`worldgym.config_file`)."""
 
 
 class DatasetError(WorldgymError, ValueError):
@@ -49,11 +51,3 @@ class RemoteEnvSchemaError(WorldgymError, ValueError):
 
 
 __all__ += ["RemoteEnvError", "RemoteEnvSchemaError"]
-
-
-class ConfigError(WorldgymError, ValueError):
-    """A settings file or the settings it holds do not fit the run's config: the message names the file, the
-    field's path, the value and what is expected."""
-
-
-__all__ += ["ConfigError"]

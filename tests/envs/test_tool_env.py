@@ -77,7 +77,7 @@ def test_step_before_reset_raises():
 
 
 def test_constructor_validates():
-    with pytest.raises(ValueError, match="max_turns must be >= 1, got 0"):
+    with pytest.raises(ValueError, match="max_turns=0 is invalid: use an integer >= 1"):
         GuessEnv(max_turns=0)
 
 
@@ -104,5 +104,5 @@ def test_small_observation_limit_rejected():
         def __init__(self):
             ToolEnv.__init__(self, [], max_turns=1, max_observation_chars=10)
 
-    with pytest.raises(ValueError, match="max_observation_chars must be >= 32, got 10"):
+    with pytest.raises(ValueError, match="max_observation_chars=10 is invalid: use an integer >= 32"):
         Tiny()

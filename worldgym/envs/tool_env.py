@@ -9,6 +9,7 @@ from typing import Any
 
 import gymnasium as gym
 
+from worldgym.config import check_choice, check_field, check_positive_int
 from worldgym.spaces import Tool, ToolCall, ToolCallError, ToolCallSpace
 from worldgym.text import OBSERVATION_CHANGES, UnicodeText, fit_observation_text
 
@@ -52,12 +53,10 @@ class ToolEnv(gym.Env[str, ToolCall]):
 
     def __init__(self, tools: Sequence[Tool], max_turns: int, max_observation_chars: int = 4096,
                  render_mode: str | None = None):
-        if max_turns < 1:
-            raise ValueError(f"max_turns must be >= 1, got {max_turns}")
-        if max_observation_chars < 32:
-            raise ValueError(f"max_observation_chars must be >= 32, got {max_observation_chars}")
-        if render_mode not in (None, "ansi"):
-            raise ValueError(f"render_mode must be None or 'ansi', got {render_mode!r}")
+        check_positive_int("max_turns", max_turns)
+        check_field(isinstance(max_observation_chars, int) and max_observation_chars >= 32,
+                    "max_observation_chars", max_observation_chars, "use an integer >= 32")
+        check_choice("render_mode", render_mode, [None, "ansi"])
         self.action_space = ToolCallSpace(tools)
         self.observation_space = UnicodeText(max_observation_chars)
         self.max_turns = max_turns

@@ -33,12 +33,12 @@ def test_unknown_size_is_rejected():
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"commit_stride": 0}, "commit_stride=0 is invalid: must be >= 1"),
-        ({"seq_len": 1, "min_ready_steps": 1, "safety_margin": 1}, "seq_len=1 is invalid: must be >= 2"),
-        ({"seq_len": 8, "min_ready_steps": 7}, "min_ready_steps=7 is invalid: must be >= seq_len=8"),
+        ({"commit_stride": 0}, "commit_stride=0 is invalid: use a value >= 1"),
+        ({"seq_len": 1, "min_ready_steps": 1, "safety_margin": 1}, "seq_len=1 is invalid: use a value >= 2"),
+        ({"seq_len": 8, "min_ready_steps": 7}, "min_ready_steps=7 is invalid: use a value >= seq_len=8"),
         (
             {"seq_len": 8, "min_ready_steps": 8, "safety_margin": 4},
-            "safety_margin=4 is invalid: must be >= seq_len=8",
+            "safety_margin=4 is invalid: use a value >= seq_len=8",
         ),
         ({"seq_len": 8, "min_ready_steps": 8, "safety_margin": 8, "capacity": 10}, "capacity=10 is invalid"),
     ],
@@ -60,7 +60,7 @@ def test_other_field_errors():
         ModelConfig(bins=256)
     with pytest.raises(ValueError, match=re.escape("replay_ratio=-1 is invalid")):
         ScheduleConfig(replay_ratio=-1)
-    with pytest.raises(ValueError, match=re.escape("gamma=1.5 is invalid: must be in (0, 1]")):
+    with pytest.raises(ValueError, match=re.escape("gamma=1.5 is invalid: use a value in (0, 1]")):
         LossConfig(gamma=1.5)
     with pytest.raises(
         ValueError, match=re.escape("obs_kind='rgb' is invalid: use one of ['vector', 'pixels']")
@@ -80,7 +80,7 @@ def test_dict_round_trip_and_unknown_keys():
 
 
 def test_checkpoint_every_below_num_envs_is_rejected():
-    with pytest.raises(ValueError, match=r"checkpoint_every=2 is invalid: must be 0 \(only at the end\) or >= num_envs=4"):
+    with pytest.raises(ValueError, match=r"checkpoint_every=2 is invalid: use 0 \(only at the end\) or a value >= num_envs=4"):
         DreamerConfig(num_envs=4, checkpoint_every=2)
     with pytest.raises(ValueError, match="total_steps=10.5 is invalid"):
         DreamerConfig(total_steps=10.5)

@@ -64,7 +64,7 @@ def test_schedule_resume_keeps_the_ratio():
 
 
 def test_ratio_rejects_bad_input():
-    with pytest.raises(ValueError, match=re.escape("ratio=-0.5 is invalid: must be non-negative")):
+    with pytest.raises(ValueError, match=re.escape("ratio=-0.5 is invalid: use a value >= 0")):
         Ratio(-0.5)
     with pytest.raises(ValueError, match="need keys '_ratio' and '_prev'"):
         Ratio(1.0).load_state_dict({"ratio": 1.0})

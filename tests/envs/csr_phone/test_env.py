@@ -14,6 +14,7 @@ import worldgym  # noqa: F401  (registers CSRPhone-v0)
 from worldgym.envs.csr_phone.env import CSRPhoneEnv
 from worldgym.envs.csr_phone.evaluation import run_episode
 from worldgym.envs.csr_phone.policies import ExpertPolicy, RandomPolicy, TextPolicy
+from worldgym.errors import ConfigError
 from worldgym.spaces import ToolCall
 from worldgym.wrappers import ParseToolCall, format_tool_call
 
@@ -66,11 +67,11 @@ def test_splits_draw_from_disjoint_companies():
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    ({"difficulty": 6}, "difficulty must be one of [1, 2, 3, 4, 5] or None, got 6"),
-    ({"split": "dev"}, "split must be one of ['train', 'validation', 'test'], got 'dev'"),
-    ({"world_seed": -1}, "world_seed must be an int >= 0, got -1"),
-    ({"step_penalty": -0.1}, "step_penalty must be a finite number >= 0 (0 disables it), got -0.1"),
-    ({"render_mode": "human"}, "render_mode must be None or 'ansi', got 'human'"),
+    ({"difficulty": 6}, "difficulty=6 is invalid: use one of [1, 2, 3, 4, 5, None]"),
+    ({"split": "dev"}, "split='dev' is invalid: use one of ['train', 'validation', 'test']"),
+    ({"world_seed": -1}, "world_seed=-1 is invalid: use an integer >= 0"),
+    ({"step_penalty": -0.1}, "step_penalty=-0.1 is invalid: use a finite number >= 0 (0 disables it)"),
+    ({"render_mode": "human"}, "render_mode='human' is invalid: use one of [None, 'ansi']"),
 ])
 def test_bad_arguments_are_rejected(kwargs, message):
     with pytest.raises(ValueError, match=re.escape(message)):
@@ -208,7 +209,7 @@ def test_company_names_in_other_scripts_are_searched_by_their_letters(monkeypatc
 
 
 def test_a_bool_is_not_a_difficulty():
-    with pytest.raises(ValueError, match="difficulty must be one of"):
+    with pytest.raises(ConfigError, match=re.escape("difficulty=True is invalid: use one of [1, 2, 3, 4, 5, None]")):
         CSRPhoneEnv(difficulty=True)
     with pytest.raises(ValueError, match=r"options\['difficulty'\] must be one of"):
         CSRPhoneEnv().reset(seed=0, options={"difficulty": True})

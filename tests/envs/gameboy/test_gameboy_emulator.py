@@ -196,5 +196,5 @@ def test_kernel_cache_dir_is_configurable(tmp_path, monkeypatch) -> None:
 
 
 def test_constructor_validates_num_envs() -> None:
-    with pytest.raises(ValueError, match="num_envs must be a positive int"):
+    with pytest.raises(ValueError, match="num_envs=0 is invalid: use an integer >= 1"):
         GameBoyEmulator(build_rom(SERIAL_PROGRAM), num_envs=0)

@@ -139,10 +139,10 @@ def test_render_returns_rgb_frames() -> None:
 @pytest.mark.parametrize(
     ("settings", "message"),
     [
-        ({"task": "chess"}, "task='chess' is unknown"),
-        ({"frames_per_step": 0}, "frames_per_step must be >= 1"),
-        ({"press_frames": 30}, "press_frames must be in [0, frames_per_step=24]"),
-        ({"task": "exit_oak"}, "needs rom_path"),
+        ({"task": "chess"}, "task='chess' is invalid: use one of"),
+        ({"frames_per_step": 0}, "frames_per_step=0 is invalid: use an integer >= 1"),
+        ({"press_frames": 30}, "press_frames=30 is invalid: use a number in [0, 24]"),
+        ({"task": "exit_oak"}, "pass rom_path"),
     ],
 )
 def test_config_rejects_bad_settings(settings: dict, message: str) -> None:

@@ -167,18 +167,18 @@ def test_a_users_file_and_a_patient_filter(tmp_path):
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    ({"task": 4}, "task must be 1, 2 or 3"),
-    ({"task": True}, "task must be 1, 2 or 3"),
-    ({"documents": "some"}, "documents must be 'none'"),
-    ({"num_distractors": 0, "task": 3}, "num_distractors must be an integer >= 1"),
-    ({"split": "dev"}, "split must be one of"),
-    ({"split_by": "document"}, "split_by must be one of"),
-    ({"patient_ids": ["patient_99"]}, r"patient_ids \['patient_99'\] are not in the panel"),
+    ({"task": 4}, "task=4 is invalid: use 1, 2 or 3"),
+    ({"task": True}, "task=True is invalid: use 1, 2 or 3"),
+    ({"documents": "some"}, "documents='some' is invalid: use 'none'"),
+    ({"num_distractors": 0, "task": 3}, "num_distractors=0 is invalid: use an integer >= 1"),
+    ({"split": "dev"}, "split='dev' is invalid: use one of"),
+    ({"split_by": "document"}, "split_by='document' is invalid: use one of"),
+    ({"patient_ids": ["patient_99"]}, r"patient_ids=\['patient_99'\] is invalid: \['patient_99'\] are not in"),
     ({"data_path": "x.json", "panel": {}}, "not both"),
-    ({"panel": generate_panel(2, 0), "split": "test"}, "no questions in split 'test'"),
+    ({"panel": generate_panel(2, 0), "split": "test"}, "split='test' is invalid: it holds no questions"),
     ({"panel": generate_panel(1, 0), "task": 2}, "has only 1 patient"),
-    ({"render_mode": "human"}, "render_mode must be None or 'ansi'"),
-    ({"answer_format": "number"}, "answer_format must be 'letter' or 'text'"),
+    ({"render_mode": "human"}, r"render_mode='human' is invalid: use one of \[None, 'ansi'\]"),
+    ({"answer_format": "number"}, r"answer_format='number' is invalid: use one of \['letter', 'text'\]"),
 ])
 def test_bad_arguments_are_rejected(kwargs, message):
     kwargs.setdefault("panel", PANEL)

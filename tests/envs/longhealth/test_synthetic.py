@@ -22,10 +22,10 @@ def test_generation_is_seeded_and_a_larger_panel_extends_a_smaller_one():
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    ({"num_patients": 0}, "num_patients must be an integer in"),
-    ({"num_patients": True}, "num_patients must be an integer in"),
-    ({"questions_per_patient": 26}, "questions_per_patient must be an integer in"),
-    ({"seed": -1}, "seed must be an integer >= 0"),
+    ({"num_patients": 0}, "num_patients=0 is invalid: use an integer in"),
+    ({"num_patients": True}, "num_patients=True is invalid: use an integer in"),
+    ({"questions_per_patient": 26}, "questions_per_patient=26 is invalid: use an integer in"),
+    ({"seed": -1}, "seed=-1 is invalid: use an integer >= 0"),
 ])
 def test_bad_arguments_are_rejected(kwargs, message):
     with pytest.raises(ValueError, match=message):

@@ -72,9 +72,9 @@ def test_splits_are_disjoint_and_seeded():
 @pytest.mark.parametrize(
     "kwargs, message",
     [
-        ({"num_problems": 0}, "num_problems must be >= 1"),
-        ({"difficulty": 7}, "difficulty must be in"),
-        ({"split": "val"}, "split must be 'train' or 'test'"),
+        ({"num_problems": 0}, "num_problems=0 is invalid: use an integer >= 1"),
+        ({"difficulty": 7}, "difficulty=7 is invalid: use one of"),
+        ({"split": "val"}, "split='val' is invalid: use one of"),
         ({"num_problems": 10**5, "difficulty": 1}, "distinct train problems"),
     ],
 )

@@ -51,7 +51,7 @@ def test_vocab_ids_are_contiguous_and_round_trip() -> None:
     assert vocab.decode(vocab.encode_question("9*87=") + [vocab.answer_id]) == "9*87=<ANSWER>"
     with pytest.raises(ValueError, match=re.escape("characters outside the vocabulary: ['x']")):
         vocab.encode_question("1x2=")
-    with pytest.raises(ValueError, match="num_z_tokens must be an integer >= 1"):
+    with pytest.raises(ValueError, match="num_z_tokens=0 is invalid: use an integer >= 1"):
         ZTokenVocab(0)
 
 
@@ -75,9 +75,9 @@ def test_splits_are_disjoint_seeded_and_fit_five_digits() -> None:
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"operand_digits": 5}, "operand_digits must be an integer in [1, 4]"),
-        ({"ops": ("-",)}, "ops must be"),
-        ({"test_fraction": 1.0}, "test_fraction must be in (0, 1)"),
+        ({"operand_digits": 5}, "operand_digits=5 is invalid: use an integer in [1, 4]"),
+        ({"ops": ("-",)}, "ops=('-',) is invalid"),
+        ({"test_fraction": 1.0}, "test_fraction=1.0 is invalid: use a number in (0, 1)"),
     ],
 )
 def test_sampler_rejects_bad_settings(kwargs, message) -> None:
@@ -142,9 +142,9 @@ def test_truncation_is_charged_the_length_penalty_so_it_never_beats_answering() 
 
 
 def test_reward_config_validation() -> None:
-    with pytest.raises(ValueError, match="keep_prob must be 5 probabilities"):
+    with pytest.raises(ValueError, match="use 5 probabilities"):
         RewardConfig(keep_prob=(0.5,))
-    with pytest.raises(ValueError, match="length_penalty must be >= 0"):
+    with pytest.raises(ValueError, match="length_penalty=-.* is invalid: use a number >= 0"):
         RewardConfig(length_penalty=-1.0)
 
 
@@ -272,9 +272,9 @@ def test_env_rejects_a_pinned_problem_it_cannot_pose_without_touching_the_episod
 
 
 def test_env_rejects_bad_constructor_arguments() -> None:
-    with pytest.raises(ValueError, match="max_new_tokens must be an integer >= 1"):
+    with pytest.raises(ValueError, match="max_new_tokens=.* is invalid: use an integer >= 1"):
         ZTokenDigitsEnv(max_new_tokens=0)
-    with pytest.raises(ValueError, match="render_mode must be None or 'ansi'"):
+    with pytest.raises(ValueError, match="render_mode=.* is invalid: use one of"):
         ZTokenDigitsEnv(render_mode="human")
 
 

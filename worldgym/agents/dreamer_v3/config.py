@@ -45,11 +45,11 @@ class ModelConfig:
 
     def __post_init__(self) -> None:
         for name in ("recurrent_size", "dense_units", "mlp_layers", "cnn_multiplier", "stochastic_size"):
-            check_field(getattr(self, name) >= 1, name, getattr(self, name), "must be >= 1")
-        check_field(self.discrete_size >= 2, "discrete_size", self.discrete_size, "must be >= 2")
-        check_field(0.0 <= self.unimix < 1.0, "unimix", self.unimix, "must be in [0, 1)")
+            check_field(getattr(self, name) >= 1, name, getattr(self, name), "use a value >= 1")
+        check_field(self.discrete_size >= 2, "discrete_size", self.discrete_size, "use a value >= 2")
+        check_field(0.0 <= self.unimix < 1.0, "unimix", self.unimix, "use a value in [0, 1)")
         check_field(self.bins >= 3 and self.bins % 2 == 1, "bins", self.bins, "use an odd number >= 3 (255)")
-        check_field(self.layer_norm_eps > 0, "layer_norm_eps", self.layer_norm_eps, "must be > 0")
+        check_field(self.layer_norm_eps > 0, "layer_norm_eps", self.layer_norm_eps, "use a value > 0")
 
     @property
     def latent_size(self) -> int:
@@ -100,32 +100,32 @@ class ReplayConfig:
     safety_margin: int = 64
 
     def __post_init__(self) -> None:
-        check_field(self.commit_stride >= 1, "commit_stride", self.commit_stride, "must be >= 1")
-        check_field(self.seq_len >= 2, "seq_len", self.seq_len, "must be >= 2 (a transition needs two steps)")
-        check_field(self.batch_size >= 1, "batch_size", self.batch_size, "must be >= 1")
+        check_field(self.commit_stride >= 1, "commit_stride", self.commit_stride, "use a value >= 1")
+        check_field(self.seq_len >= 2, "seq_len", self.seq_len, "use a value >= 2 (a transition needs two steps)")
+        check_field(self.batch_size >= 1, "batch_size", self.batch_size, "use a value >= 1")
         check_field(
             self.min_ready_steps >= self.seq_len,
             "min_ready_steps",
             self.min_ready_steps,
-            f"must be >= seq_len={self.seq_len} so a first sequence fits",
+            f"use a value >= seq_len={self.seq_len} so a first sequence fits",
         )
         check_field(
             self.safety_margin >= self.seq_len,
             "safety_margin",
             self.safety_margin,
-            f"must be >= seq_len={self.seq_len}",
+            f"use a value >= seq_len={self.seq_len}",
         )
         check_field(
             self.safety_margin >= self.commit_stride,
             "safety_margin",
             self.safety_margin,
-            f"must be >= commit_stride={self.commit_stride} (the writer runs up to one stride ahead)",
+            f"use a value >= commit_stride={self.commit_stride} (the writer runs up to one stride ahead)",
         )
         check_field(
             self.capacity >= self.min_ready_steps + self.safety_margin,
             "capacity",
             self.capacity,
-            f"must be >= min_ready_steps + safety_margin = {self.min_ready_steps + self.safety_margin}",
+            f"use a value >= min_ready_steps + safety_margin = {self.min_ready_steps + self.safety_margin}",
         )
         if self.commit_stride > self.seq_len / 2:
             warnings.warn(
@@ -153,10 +153,10 @@ class ScheduleConfig:
     rollout_window: int = 1
 
     def __post_init__(self) -> None:
-        check_field(self.replay_ratio >= 0, "replay_ratio", self.replay_ratio, "must be >= 0")
-        check_field(self.learning_starts >= 0, "learning_starts", self.learning_starts, "must be >= 0")
-        check_field(self.pretrain_steps >= 0, "pretrain_steps", self.pretrain_steps, "must be >= 0")
-        check_field(self.rollout_window >= 1, "rollout_window", self.rollout_window, "must be >= 1")
+        check_field(self.replay_ratio >= 0, "replay_ratio", self.replay_ratio, "use a value >= 0")
+        check_field(self.learning_starts >= 0, "learning_starts", self.learning_starts, "use a value >= 0")
+        check_field(self.pretrain_steps >= 0, "pretrain_steps", self.pretrain_steps, "use a value >= 0")
+        check_field(self.rollout_window >= 1, "rollout_window", self.rollout_window, "use a value >= 1")
 
 
 @dataclass(frozen=True)
@@ -191,10 +191,10 @@ class LossConfig:
 
     def __post_init__(self) -> None:
         for name in ("kl_dynamic", "kl_representation", "kl_free_nats", "entropy_coef"):
-            check_field(getattr(self, name) >= 0, name, getattr(self, name), "must be >= 0")
+            check_field(getattr(self, name) >= 0, name, getattr(self, name), "use a value >= 0")
         for name in ("gamma", "lmbda", "critic_tau", "return_decay"):
-            check_field(0 < getattr(self, name) <= 1, name, getattr(self, name), "must be in (0, 1]")
-        check_field(self.horizon >= 1, "horizon", self.horizon, "must be >= 1")
+            check_field(0 < getattr(self, name) <= 1, name, getattr(self, name), "use a value in (0, 1]")
+        check_field(self.horizon >= 1, "horizon", self.horizon, "use a value >= 1")
         check_field(
             0 <= self.percentile_low < self.percentile_high <= 1,
             "percentile_low",
@@ -225,7 +225,7 @@ class OptimConfig:
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
-            check_field(getattr(self, f.name) > 0, f.name, getattr(self, f.name), "must be > 0")
+            check_field(getattr(self, f.name) > 0, f.name, getattr(self, f.name), "use a value > 0")
 
 
 # The small setting of the CartPole benchmark and example (README, Dreamer v3): tiny's widths doubled and
@@ -291,12 +291,12 @@ class DreamerConfig:
         check_choice("obs_kind", self.obs_kind, ("vector", "pixels"))
         check_choice("engine", self.engine, ("cpu", "async"))
         check_precision("dtype", self.dtype)
-        check_field(self.checkpoint_every >= 0, "checkpoint_every", self.checkpoint_every, "must be >= 0")
+        check_field(self.checkpoint_every >= 0, "checkpoint_every", self.checkpoint_every, "use a value >= 0")
         check_field(
             self.checkpoint_every == 0 or self.checkpoint_every >= self.num_envs,
             "checkpoint_every",
             self.checkpoint_every,
-            f"must be 0 (only at the end) or >= num_envs={self.num_envs} (an iteration steps every env once)",
+            f"use 0 (only at the end) or a value >= num_envs={self.num_envs} (an iteration steps every env once)",
         )
         for name, kind in (
             ("model", ModelConfig),

@@ -27,7 +27,7 @@ class Ratio:
 
     def __init__(self, ratio: float) -> None:
         if ratio < 0:
-            raise ValueError(f"ratio={ratio!r} is invalid: must be non-negative")
+            raise ValueError(f"ratio={ratio!r} is invalid: use a value >= 0")
         self._ratio = float(ratio)
         self._prev: float | None = None
 
@@ -98,7 +98,7 @@ class TrainSchedule:
         steps_per_iter: int,
     ) -> None:
         if pretrain_steps < 0:
-            raise ValueError(f"pretrain_steps={pretrain_steps} is invalid: must be non-negative")
+            raise ValueError(f"pretrain_steps={pretrain_steps} is invalid: use a value >= 0")
         if steps_per_iter < 1:
             raise ValueError(f"steps_per_iter={steps_per_iter} is invalid: must be >= 1")
         self.steps_per_iter = steps_per_iter

@@ -10,6 +10,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from worldgym.config import check_choice, check_field
 from worldgym.envs.csr_phone.csr import CSRSimulator
 from worldgym.envs.csr_phone.profiles import FIELD_PHRASES, generate_profile
 from worldgym.envs.csr_phone.tasks import Task, sample_task, task_prompt
@@ -122,15 +123,15 @@ class CSRPhoneEnv(ToolEnv):
     def __init__(self, difficulty: int | None = None, split: Split = "train", world_seed: int = 0,
                  prerequisite_bonus: float = 0.0, step_penalty: float = 0.0, max_turns: int = 16,
                  render_mode: str | None = None):
-        if difficulty is not None and (isinstance(difficulty, (bool, np.bool_)) or difficulty not in DIFFICULTIES):
-            raise ValueError(f"difficulty must be one of {sorted(DIFFICULTIES)} or None, got {difficulty!r}")
-        if split not in SPLITS:
-            raise ValueError(f"split must be one of {list(SPLITS)}, got {split!r}")
-        if isinstance(world_seed, bool) or not isinstance(world_seed, int) or world_seed < 0:
-            raise ValueError(f"world_seed must be an int >= 0, got {world_seed!r}")
+        is_difficulty = not isinstance(difficulty, (bool, np.bool_)) and difficulty in DIFFICULTIES
+        check_field(difficulty is None or is_difficulty, "difficulty", difficulty,
+                    f"use one of {[*sorted(DIFFICULTIES), None]}")
+        check_choice("split", split, SPLITS)
+        check_field(isinstance(world_seed, int) and not isinstance(world_seed, bool) and world_seed >= 0,
+                    "world_seed", world_seed, "use an integer >= 0")
         for name, value in (("prerequisite_bonus", prerequisite_bonus), ("step_penalty", step_penalty)):
-            if not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-                raise ValueError(f"{name} must be a finite number >= 0 (0 disables it), got {value!r}")
+            finite = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+            check_field(finite and value >= 0, name, value, "use a finite number >= 0 (0 disables it)")
         super().__init__(CSR_TOOLS, max_turns=max_turns, render_mode=render_mode)
         self.difficulty = difficulty
         self.split: Split = split

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
+from worldgym.config import check_positive_int
 from worldgym.envs.gameboy import layout as L
 from worldgym.envs.gameboy.cartridge import CartridgeHeader, load_rom, parse_header
 from worldgym.envs.gameboy.errors import StateError
@@ -79,8 +80,7 @@ class GameBoyEmulator:
     """
 
     def __init__(self, rom: bytes | str | os.PathLike[str], num_envs: int = 1, device: str = "cpu") -> None:
-        if not isinstance(num_envs, int) or num_envs < 1:
-            raise ValueError(f"num_envs must be a positive int, got {num_envs!r}")
+        check_positive_int("num_envs", num_envs)
         if isinstance(rom, (bytes, bytearray)):
             image, header = bytes(rom), parse_header(bytes(rom))
         else:

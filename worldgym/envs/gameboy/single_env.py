@@ -9,6 +9,7 @@ import numpy as np
 from gymnasium.error import ResetNeeded
 
 from worldgym.action_checks import integer_action
+from worldgym.config import check_choice
 from worldgym.envs.gameboy.tasks import ACTIONS, unpack_shades
 from worldgym.envs.gameboy.vector_env import GameBoyEnvConfig, GameBoyVecEnv
 
@@ -53,8 +54,7 @@ class GameBoyEnv(gym.Env[np.ndarray, np.integer]):
         config: GameBoyEnvConfig | None = None,
         **settings: Any,
     ) -> None:
-        if render_mode not in (None, "rgb_array"):
-            raise ValueError(f"render_mode must be None or 'rgb_array', got {render_mode!r}")
+        check_choice("render_mode", render_mode, [None, "rgb_array"])
         self.vector_env = GameBoyVecEnv(num_envs=1, render_mode=render_mode, config=config, **settings)
         self.config = self.vector_env.config
         self.render_mode = render_mode

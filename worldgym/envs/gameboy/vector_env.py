@@ -13,6 +13,7 @@ import torch
 from gymnasium.vector import AutoresetMode, VectorEnv
 
 from worldgym.action_checks import bool_mask, integer_action
+from worldgym.config import check_field, check_positive_int, check_range
 from worldgym.envs.gameboy import layout as L
 from worldgym.envs.gameboy.emulator import GameBoyEmulator
 from worldgym.envs.gameboy.tasks import ACTIONS, TASKS, SpriteGoalTask, Task
@@ -49,26 +50,16 @@ class GameBoyEnvConfig:
     max_episode_steps: int | None = None
 
     def __post_init__(self) -> None:
-        if isinstance(self.task, str) and self.task not in TASKS:
-            raise ValueError(
-                f"task={self.task!r} is unknown; choose one of {sorted(TASKS)} or pass a Task object"
-            )
-        if self.frames_per_step < 1:
-            raise ValueError(f"frames_per_step must be >= 1, got {self.frames_per_step}")
-        if not 0 <= self.press_frames <= self.frames_per_step:
-            raise ValueError(
-                f"press_frames must be in [0, frames_per_step={self.frames_per_step}], got {self.press_frames}"
-            )
-        if self.boot_frames < 0:
-            raise ValueError(f"boot_frames must be >= 0, got {self.boot_frames}")
-        if self.max_episode_steps is not None and self.max_episode_steps < 1:
-            raise ValueError(f"max_episode_steps must be >= 1 or None, got {self.max_episode_steps}")
-        if self.rom_path is None and not (
-            self.task == "sprite_goal" or isinstance(self.task, SpriteGoalTask)
-        ):
-            raise ValueError(
-                f"task={self.task!r} needs rom_path (a ROM you own); only sprite_goal ships its ROM"
-            )
+        check_field(not isinstance(self.task, str) or self.task in TASKS, "task", self.task,
+                    f"use one of {sorted(TASKS)} or pass a Task object")
+        check_positive_int("frames_per_step", self.frames_per_step)
+        check_range("press_frames", self.press_frames, 0, self.frames_per_step)
+        check_range("boot_frames", self.boot_frames, 0, None)
+        if self.max_episode_steps is not None:
+            check_positive_int("max_episode_steps", self.max_episode_steps)
+        ships_rom = self.task == "sprite_goal" or isinstance(self.task, SpriteGoalTask)
+        check_field(self.rom_path is not None or ships_rom, "task", self.task,
+                    "pass rom_path (a ROM you own) with it; only sprite_goal ships its ROM")
 
 
 class GameBoyVecEnv(VectorEnv):
@@ -121,10 +112,9 @@ class GameBoyVecEnv(VectorEnv):
         config: GameBoyEnvConfig | None = None,
         **settings: Any,
     ) -> None:
-        if config is not None and settings:
-            raise ValueError(f"pass either config or keyword settings, not both (got {sorted(settings)})")
-        if not isinstance(num_envs, int) or num_envs < 1:
-            raise ValueError(f"num_envs must be a positive int, got {num_envs!r}")
+        check_field(config is None or not settings, "config", config,
+                    f"pass either config or keyword settings ({sorted(settings)}), not both")
+        check_positive_int("num_envs", num_envs)
         config = config or GameBoyEnvConfig(**settings)
         self.config = config
         self.num_envs = num_envs

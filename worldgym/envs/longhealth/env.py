@@ -9,6 +9,7 @@ from typing import Any, ClassVar, Literal
 
 import gymnasium as gym
 
+from worldgym.config import check_choice, check_field
 from worldgym.envs.longhealth.answers import parse_answer
 from worldgym.envs.longhealth.loader import load_longhealth, parse_longhealth
 from worldgym.envs.longhealth.prompts import (
@@ -123,23 +124,19 @@ class LongHealthQAEnv(gym.Env[str, str]):
         max_answer_chars: int = 4096,
         render_mode: str | None = None,
     ):
-        if render_mode not in (None, "ansi"):
-            raise ValueError(f"render_mode must be None or 'ansi', got {render_mode!r}")
-        if isinstance(task, bool) or task not in TASKS:
-            raise ValueError(f"task must be 1, 2 or 3, got {task!r}")
-        if documents not in DOCUMENT_VIEWS:
-            raise ValueError(f"documents must be 'none' (the student's view) or 'full' (the teacher's), "
-                             f"got {documents!r}")
-        if answer_format not in ANSWER_FORMATS:
-            raise ValueError(f"answer_format must be 'letter' or 'text', got {answer_format!r}")
+        check_choice("render_mode", render_mode, [None, "ansi"])
+        check_field(not isinstance(task, bool) and task in TASKS, "task", task, "use 1, 2 or 3")
+        check_field(documents in DOCUMENT_VIEWS, "documents", documents,
+                    "use 'none' (the student's view) or 'full' (the teacher's)")
+        check_choice("answer_format", answer_format, ANSWER_FORMATS)
         for name, value, low in (("num_distractors", num_distractors, 1 if task > 1 else 0),
                                  ("max_answer_chars", max_answer_chars, 1)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+            check_field(isinstance(value, int) and not isinstance(value, bool) and value >= low, name, value,
+                        f"use an integer >= {low}")
         self.patients = self._load(data_path, panel, num_patients, panel_seed)
-        if task > 1 and len(self.patients) < 2:
-            raise ValueError(f"task {task} shows other patients' documents as distractors; the panel has "
-                             f"only {len(self.patients)} patient")
+        check_field(task == 1 or len(self.patients) >= 2, "task", task,
+                    f"it shows other patients' documents as distractors, and the panel has only "
+                    f"{len(self.patients)} patient: use task=1 or a larger panel")
         self.items = self._select(split, split_by, split_seed, patient_ids)
         self.task, self.documents, self.split, self.answer_format = task, documents, split, answer_format
         self.num_distractors, self.shuffle_documents = num_distractors, shuffle_documents
@@ -152,8 +149,8 @@ class LongHealthQAEnv(gym.Env[str, str]):
     @staticmethod
     def _load(data_path: str | Path | None, panel: Mapping[str, Any] | Sequence[Patient] | None,
               num_patients: int, panel_seed: int) -> list[Patient]:
-        if data_path is not None and panel is not None:
-            raise ValueError("pass data_path or panel, not both")
+        check_field(data_path is None or panel is None, "panel", "<given with data_path>",
+                    "pass data_path or panel, not both")
         if data_path is not None:
             return load_longhealth(data_path)
         if panel is None:
@@ -161,8 +158,9 @@ class LongHealthQAEnv(gym.Env[str, str]):
         if isinstance(panel, Mapping):
             return parse_longhealth(panel, source="panel")
         patients = list(panel)
-        if not patients or not all(isinstance(p, Patient) for p in patients):
-            raise ValueError("panel must be LongHealth JSON data (a dict) or a non-empty list of Patient")
+        check_field(bool(patients) and all(isinstance(p, Patient) for p in patients), "panel",
+                    f"<{type(panel).__name__} of {len(patients)}>",
+                    "use LongHealth JSON data (a dict) or a non-empty list of Patient")
         return patients
 
     def _select(self, split: Split, split_by: SplitBy, split_seed: int,
@@ -171,13 +169,12 @@ class LongHealthQAEnv(gym.Env[str, str]):
         if patient_ids is not None:
             known = {p.patient_id for p in self.patients}
             unknown = [pid for pid in patient_ids if pid not in known]
-            if unknown:
-                raise ValueError(f"patient_ids {unknown} are not in the panel (it has {sorted(known)})")
+            check_field(not unknown, "patient_ids", list(patient_ids),
+                        f"{unknown} are not in the panel: use some of {sorted(known)}")
             items = [(p, q) for p, q in items if p.patient_id in set(patient_ids)]
-        if not items:
-            raise ValueError(f"no questions in split {split!r} (split_by={split_by!r}, "
-                             f"patient_ids={patient_ids}) of a panel of {len(self.patients)} patients; use "
-                             "more patients, split_by='question' or split='all'")
+        check_field(bool(items), "split", split,
+                    f"it holds no questions (split_by={split_by!r}, patient_ids={patient_ids}) of a panel of "
+                    f"{len(self.patients)} patients: use more patients, split_by='question' or split='all'")
         return items
 
     def _longest_prompt(self) -> int:

@@ -23,6 +23,7 @@ from typing import Literal, TypeVar
 
 import numpy as np
 
+from worldgym.config import check_choice
 from worldgym.envs.longhealth.schema import Patient, Question
 
 __all__ = ["SPLITS", "SPLIT_BY", "Split", "SplitBy", "split_questions"]
@@ -48,10 +49,8 @@ def split_questions(patients: Sequence[Patient], split: Split = "all", by: Split
     >>> [len(split_questions(patients, s, by="question")) for s in ("train", "validation", "test", "held_out")]
     [60, 20, 20, 40]
     """
-    if split not in SPLITS:
-        raise ValueError(f"split must be one of {list(SPLITS)}, got {split!r}")
-    if by not in SPLIT_BY:
-        raise ValueError(f"split_by must be one of {list(SPLIT_BY)}, got {by!r}")
+    check_choice("split", split, SPLITS)
+    check_choice("split_by", by, SPLIT_BY)
     if split == "all":
         return [(patient, question) for patient in patients for question in patient.questions]
     if by == "patient":

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from worldgym.config import check_field
 from worldgym.envs.longhealth.questions import make_questions
 from worldgym.envs.longhealth.records import iso, render_documents, sample_case
 
@@ -40,10 +41,10 @@ def generate_panel(num_patients: int = 10, seed: int = 0, questions_per_patient:
     """
     for name, value, high in (("num_patients", num_patients, MAX_PATIENTS),
                               ("questions_per_patient", questions_per_patient, MAX_QUESTIONS)):
-        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= high:
-            raise ValueError(f"{name} must be an integer in [1, {high}], got {value!r}")
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
+        check_field(isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= high, name, value,
+                    f"use an integer in [1, {high}]")
+    check_field(isinstance(seed, int) and not isinstance(seed, bool) and seed >= 0, "seed", seed,
+                "use an integer >= 0")
     panel: dict[str, Any] = {}
     names: set[str] = set()
     for i in range(num_patients):

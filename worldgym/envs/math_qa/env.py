@@ -9,6 +9,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from worldgym.config import check_choice, check_field
 from worldgym.envs.math_qa.loader import load_gsm8k
 from worldgym.envs.math_qa.problems import MathProblem, Split, generate_problems
 from worldgym.envs.math_qa.reward import MathRewardModel, extract_answer
@@ -72,16 +73,14 @@ class MathQAEnv(gym.Env[str, str]):
         max_answer_chars: int = 4096,
         render_mode: str | None = None,
     ):
-        if render_mode not in (None, "ansi"):
-            raise ValueError(f"render_mode must be None or 'ansi', got {render_mode!r}")
+        check_choice("render_mode", render_mode, [None, "ansi"])
         if problems is not None:
             self.problems = list(problems)
         elif dataset_path is not None:
             self.problems = load_gsm8k(dataset_path)
         else:
             self.problems = generate_problems(num_problems, split, difficulty, seed)
-        if not self.problems:
-            raise ValueError("problems must not be empty")
+        check_field(bool(self.problems), "problems", problems, "pass at least one problem")
         self.split = split
         self.render_mode = render_mode
         self.reward_model = MathRewardModel()

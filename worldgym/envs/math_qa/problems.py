@@ -9,6 +9,9 @@ from typing import Literal
 
 import numpy as np
 
+from worldgym.config import check_choice, check_field, check_positive_int
+from worldgym.errors import ConfigError
+
 __all__ = ["TEMPLATES", "MathProblem", "Split", "generate_problems", "split_of"]
 
 Split = Literal["train", "test"]
@@ -165,14 +168,12 @@ def generate_problems(
     >>> problem.solution.endswith(f"#### {problem.answer_text}")
     True
     """
-    if num_problems < 1:
-        raise ValueError(f"num_problems must be >= 1, got {num_problems}")
-    if split not in ("train", "test"):
-        raise ValueError(f"split must be 'train' or 'test', got {split!r}")
+    check_positive_int("num_problems", num_problems)
+    check_choice("split", split, ["train", "test"])
     levels = [difficulty] if isinstance(difficulty, int) else list(difficulty)
     bad = [level for level in levels if level not in TEMPLATES]
-    if not levels or bad:
-        raise ValueError(f"difficulty must be in {sorted(TEMPLATES)} (or a list of them), got {difficulty!r}")
+    check_field(bool(levels) and not bad, "difficulty", difficulty,
+                f"use one of {sorted(TEMPLATES)} or a list of them")
     rng = np.random.default_rng([seed, 0 if split == "train" else 1])
     problems: dict[str, MathProblem] = {}
     misses = 0  # consecutive draws that gave nothing new: the space of distinct questions is exhausted
@@ -187,8 +188,8 @@ def generate_problems(
         problems[question] = MathProblem(question, solution, float(answer), level)
         misses = 0
     if len(problems) < num_problems:
-        raise ValueError(
-            f"only {len(problems)} distinct {split} problems exist at difficulty {difficulty!r}; "
-            f"ask for fewer (num_problems={num_problems}) or add difficulty levels"
+        raise ConfigError(
+            f"num_problems={num_problems} is invalid: only {len(problems)} distinct {split} problems exist at "
+            f"difficulty {difficulty!r}; ask for fewer or add difficulty levels"
         )
     return list(problems.values())

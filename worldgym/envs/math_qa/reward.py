@@ -6,6 +6,8 @@ import math
 import re
 from collections.abc import Sequence
 
+from worldgym.config import check_range
+
 __all__ = ["MathRewardModel", "extract_answer", "normalize_number"]
 
 _NUMBER = r"-?\$?\s?\d[\d,]*(?:\.\d+)?"
@@ -72,8 +74,7 @@ class MathRewardModel:
     """
 
     def __init__(self, tolerance: float = 1e-6):
-        if tolerance < 0:
-            raise ValueError(f"tolerance must be >= 0, got {tolerance}")
+        check_range("tolerance", tolerance, 0, None)
         self.tolerance = tolerance
 
     def __call__(self, completion: str, reference: str | float) -> float:

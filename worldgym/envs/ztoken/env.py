@@ -10,6 +10,7 @@ import numpy as np
 from gymnasium import spaces
 
 from worldgym.action_checks import integer_action
+from worldgym.config import check_choice, check_positive_int
 from worldgym.envs.ztoken.problems import (
     MAX_ANSWER,
     NUM_DIGITS,
@@ -88,10 +89,8 @@ class ZTokenDigitsEnv(gym.Env[np.ndarray, dict[str, Any]]):
         length_penalty: float = 0.0,
         render_mode: Literal["ansi"] | None = None,
     ) -> None:
-        if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
-        if render_mode not in (None, "ansi"):
-            raise ValueError(f"render_mode must be None or 'ansi', got {render_mode!r}")
+        check_positive_int("max_new_tokens", max_new_tokens)
+        check_choice("render_mode", render_mode, [None, "ansi"])
         self.vocab = ZTokenVocab(num_z_tokens)
         self.sampler = ProblemSampler(tuple(ops), operand_digits, split, split_seed, test_fraction)
         self.reward_config = RewardConfig(partial_scale, tuple(keep_prob), length_penalty)

@@ -8,6 +8,8 @@ from typing import Literal
 
 import numpy as np
 
+from worldgym.config import check_choice, check_field, check_range
+
 NUM_DIGITS = 5
 MAX_ANSWER = 10**NUM_DIGITS - 1
 
@@ -66,14 +68,12 @@ class ProblemSampler:
     max_tries: int = 10_000
 
     def __post_init__(self) -> None:
-        if not self.ops or any(op not in ("+", "*") for op in self.ops):
-            raise ValueError(f"ops must be a non-empty tuple of '+' and '*', got {self.ops!r}")
-        if not isinstance(self.operand_digits, int) or not 1 <= self.operand_digits <= 4:
-            raise ValueError(f"operand_digits must be an integer in [1, 4], got {self.operand_digits!r}")
-        if self.split not in ("train", "test"):
-            raise ValueError(f"split must be 'train' or 'test', got {self.split!r}")
-        if not 0.0 < self.test_fraction < 1.0:
-            raise ValueError(f"test_fraction must be in (0, 1), got {self.test_fraction!r}")
+        check_field(bool(self.ops) and all(op in ("+", "*") for op in self.ops), "ops", self.ops,
+                    "use a non-empty tuple of '+' and '*'")
+        check_field(isinstance(self.operand_digits, int) and 1 <= self.operand_digits <= 4, "operand_digits",
+                    self.operand_digits, "use an integer in [1, 4]")
+        check_choice("split", self.split, ["train", "test"])
+        check_range("test_fraction", self.test_fraction, 0, 1, low_open=True, high_open=True)
 
     @property
     def max_question_length(self) -> int:

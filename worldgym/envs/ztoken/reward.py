@@ -7,6 +7,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from worldgym.config import check_field, check_range
 from worldgym.envs.ztoken.problems import NUM_DIGITS
 
 TerminatedBy = Literal["answer", "max_new_tokens"]
@@ -29,14 +30,10 @@ class RewardConfig:
     length_penalty: float = 0.0
 
     def __post_init__(self) -> None:
-        if not 0.0 <= self.partial_scale <= 1.0:
-            raise ValueError(f"partial_scale must be in [0, 1], got {self.partial_scale!r}")
-        if len(self.keep_prob) != NUM_DIGITS or any(not 0.0 <= p <= 1.0 for p in self.keep_prob):
-            raise ValueError(
-                f"keep_prob must be {NUM_DIGITS} probabilities in [0, 1], got {self.keep_prob!r}"
-            )
-        if self.length_penalty < 0.0:
-            raise ValueError(f"length_penalty must be >= 0, got {self.length_penalty!r}")
+        check_range("partial_scale", self.partial_scale, 0, 1)
+        check_field(len(self.keep_prob) == NUM_DIGITS and all(0.0 <= p <= 1.0 for p in self.keep_prob),
+                    "keep_prob", self.keep_prob, f"use {NUM_DIGITS} probabilities in [0, 1]")
+        check_range("length_penalty", self.length_penalty, 0, None)
 
 
 @dataclass(frozen=True)

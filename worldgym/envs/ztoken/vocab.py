@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from worldgym.config import check_positive_int
+
 PAD_TOKEN = "<PAD>"
 ANSWER_TOKEN = "<ANSWER>"
 QUESTION_CHARS: tuple[str, ...] = tuple("0123456789+*=")
@@ -31,8 +33,7 @@ class ZTokenVocab:
     tokens: tuple[str, ...] = field(init=False)
 
     def __post_init__(self) -> None:
-        if not isinstance(self.num_z_tokens, int) or self.num_z_tokens < 1:
-            raise ValueError(f"num_z_tokens must be an integer >= 1, got {self.num_z_tokens!r}")
+        check_positive_int("num_z_tokens", self.num_z_tokens)
         tokens = (PAD_TOKEN, *QUESTION_CHARS, ANSWER_TOKEN, *(z_token(i) for i in range(self.num_z_tokens)))
         object.__setattr__(self, "tokens", tokens)
 
