@@ -1,4 +1,4 @@
-# worldgym: `make demo` (set up + train the dual-LoRA agent on CSRPhone-v0) and `make test` (set up, lint, run the whole
+# worldgym: `make demo` (set up + train the dual-LoRA agent on CSRPhone-v1) and `make test` (set up, lint, run the whole
 # test suite); `make docs` builds the documentation site.
 PYTHON ?= python3
 VENV ?= .venv

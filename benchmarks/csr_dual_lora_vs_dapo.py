@@ -1,4 +1,4 @@
-"""Dual-LoRA world-model agent vs DAPO on CSRPhone-v0's 0/1 reward: same warm start, same task budget.
+"""Dual-LoRA world-model agent vs DAPO on CSRPhone-v1's 0/1 reward: same warm start, same task budget.
 
 Every mode trains two fresh LoRA adapters' worth of settings on the CSR policy's cached warm start (frozen):
 ``dapo`` is the policy adapter alone (λ = 0; the world model is still evaluated), ``separate`` / ``stacked`` /
@@ -296,7 +296,7 @@ def _success_at(trainer: DualLoRATrainer, difficulty: int, episodes: int) -> flo
     kwargs = {"split": "validation", "difficulty": difficulty}
     config = trainer.config
     metrics, _ = evaluate_chat_policy(trainer.engine, trainer.tokenizer,
-                                      lambda: make_text_env("CSRPhone-v0", kwargs, True),
+                                      lambda: make_text_env("CSRPhone-v1", kwargs, True),
                                       episodes, config.max_turns, config.max_new_tokens, config.decoding,
                                       max_episode_tokens=config.max_episode_tokens)
     return metrics["eval/success_rate"]

@@ -1,4 +1,4 @@
-"""CSRPhone-v0 throughput in one process: env steps/s under the expert, random and sampled-call policies.
+"""CSRPhone-v1 throughput in one process: env steps/s under the expert, random and sampled-call policies.
 
 Usage: ``python benchmarks/csr_env_throughput.py [--steps 200000] [--quick] [--results-dir DIR]``; writes
 ``csr_env_throughput.json`` to ``benchmarks/results/`` (see ``--help``).
@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "sampled_calls": lambda env: SampledCalls(env, args.seed),
     }
     results: dict[str, Any] = {
-        "env": "CSRPhone-v0 (difficulty drawn per episode)",
+        "env": "CSRPhone-v1 (difficulty drawn per episode)",
         "quick": args.quick,
         "goal_env_steps_per_s": GOAL_STEPS_PER_S,
         "python": platform.python_version(),

@@ -1,4 +1,4 @@
-"""CSR policies on CSRPhone-v0's 0/1 task reward: the copying random baseline, warm starts and DAPO, by difficulty.
+"""CSR policies on CSRPhone-v1's 0/1 task reward: the copying random baseline, warm starts and DAPO, by difficulty.
 
 Every figure is greedy success on validation-split companies (never seen in training), episode ``i`` seeded
 ``10**6 + i``. Each stage saves its own JSON under ``benchmarks/results/csr_policy/``; ``report`` merges them
@@ -87,7 +87,7 @@ def evaluate(ws: WarmStart, model: str, difficulty: int, episodes: int, decoding
     engine = CSR_PRESETS[model].engine(ws.model, ws.tokenizer)
     kwargs = {"split": split, "difficulty": difficulty}
     start = time.perf_counter()
-    metrics, _ = evaluate_chat_policy(engine, ws.tokenizer, lambda: make_text_env("CSRPhone-v0", kwargs, True),
+    metrics, _ = evaluate_chat_policy(engine, ws.tokenizer, lambda: make_text_env("CSRPhone-v1", kwargs, True),
                                       episodes, max_turns, CSR_PRESETS[model].max_new_tokens, decoding,
                                       max_episode_tokens=CSR_PRESETS[model].max_episode_tokens,
                                       temperature=temperature)
@@ -321,7 +321,7 @@ def _plot(report: dict[str, Any], path: Path) -> None:
                                 color=line.get_color(), alpha=0.2)
     ax.set_xlabel("DAPO step")
     ax.set_ylabel("validation success (greedy)")
-    ax.set_title("CSRPhone-v0, 0/1 reward: mean and range over the seeds at each step")
+    ax.set_title("CSRPhone-v1, 0/1 reward: mean and range over the seeds at each step")
     ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=120)

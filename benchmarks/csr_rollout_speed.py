@@ -1,4 +1,4 @@
-"""CSRPhone-v0 rollout speed of ``HFEngine``: whole multi-turn episodes per second, with and without keeping
+"""CSRPhone-v1 rollout speed of ``HFEngine``: whole multi-turn episodes per second, with and without keeping
 each episode's KV cache across turns (``reuse_kv_cache``), or (``--compare retire``, KV reuse on) with and
 without dropping rows that stopped from the batch (``retire_stopped_rows``), or (``--compare dtype``, both
 options on) in float32 and then bfloat16 (frozen weights stored in bf16, forwards under autocast, bf16 KV).
@@ -79,8 +79,8 @@ class Run:
 
 
 def make_env_factory(difficulty: int) -> Callable[[], gym.Env]:
-    """CSRPhone-v0 at one difficulty, its tool calls parsed from the reply text."""
-    return lambda: make_text_env("CSRPhone-v0", {"difficulty": difficulty}, True)
+    """CSRPhone-v1 at one difficulty, its tool calls parsed from the reply text."""
+    return lambda: make_text_env("CSRPhone-v1", {"difficulty": difficulty}, True)
 
 
 def load_model(name: str, adapter: Path | None, seed: int,
@@ -209,7 +209,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     params = SamplingParams(temperature=0.0, max_new_tokens=args.max_new_tokens)
     seeds = list(range(args.seed, args.seed + args.episodes))
     results: dict[str, Any] = {
-        "env": "CSRPhone-v0 (ParseToolCall), greedy",
+        "env": "CSRPhone-v1 (ParseToolCall), greedy",
         "model": args.model,
         "adapter": portable(args.adapter) if args.adapter else None,
         "warm_start": CSR_PRESETS[args.model].warm_start.key() if args.warm_start else None,

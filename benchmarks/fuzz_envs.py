@@ -3,21 +3,21 @@
 Usage: ``python benchmarks/fuzz_envs.py [--steps 1000000] [--seed 0] [--quick] [--results-dir DIR]``; the report
 goes to ``benchmarks/results/fuzz_envs.json`` by default. The steps are split evenly over the targets:
 
-  * ``CSRPhone-v0/text``: ``ParseToolCall`` fed model-like text: well-formed calls, calls with hostile
+  * ``CSRPhone-v1/text``: ``ParseToolCall`` fed model-like text: well-formed calls, calls with hostile
     fragments spliced in (deep nesting, 20,000-digit numbers, NaN/Infinity, lone surrogates, control
     characters, invalid UTF-8 decoded with replacement), tool names that differ by case or a Unicode
     look-alike, wrong argument types, strings up to a megabyte, and non-string actions;
-  * ``CSRPhone-v0/tool_call``: raw ``ToolCall`` objects with wrong argument types (huge ints, NaN, bytes,
+  * ``CSRPhone-v1/tool_call``: raw ``ToolCall`` objects with wrong argument types (huge ints, NaN, bytes,
     sets, lists nested 5,000 deep or holding themselves, numpy values) and objects that are not tool calls;
-  * ``MathQA-v0``: the same texts, answers with and without a number, and non-string actions;
-  * ``ZTokenDigits-v0``, ``ZTokenDigits-v0/flat`` (``FlattenTokenDigitsAction``) and ``GameBoy-v0`` (vector
+  * ``MathQA-v1``: the same texts, answers with and without a number, and non-string actions;
+  * ``ZTokenDigits-v1``, ``ZTokenDigits-v1/flat`` (``FlattenTokenDigitsAction``) and ``GameBoy-v0`` (vector
     env, 2 emulators, actions and reset masks): valid actions, and wrong ones (floats, NaN, bools, bools among
     integers, strings, ``None``, wrong shapes, values out of range), which must raise ``TypeError`` or
     ``ValueError``;
-  * ``MathQA-v0/unicode``: a GSM8K-format file of questions in any script (currency signs, fractions,
+  * ``MathQA-v1/unicode``: a GSM8K-format file of questions in any script (currency signs, fractions,
     superscripts, non-breaking spaces, U+2028, emoji): each observation must equal its question exactly, or
     differ only by the change ``info["observation_changes"]`` reports (a cut to the space's length);
-  * ``CSRPhone-v0/unicode``: ``search_company`` calls written as text with company names of random code points
+  * ``CSRPhone-v1/unicode``: ``search_company`` calls written as text with company names of random code points
     (lone surrogates included): the reply must quote the name exactly, or report in ``info`` how it changed it;
   * ``config-files``: random settings files (YAML/JSON) against every example's presets (``config_fuzzer.py``):
     each must load to a valid config or be refused with a ``ConfigError`` naming the file, and fail fast.
@@ -355,18 +355,18 @@ def _targets(fuzzer: Fuzzer, seed: int) -> dict[str, Callable[[int, Tally], None
     """Target name -> ``run(steps, tally)``."""
 
     def csr_text(steps: int, tally: Tally) -> None:
-        env = ParseToolCall(gym.make("CSRPhone-v0"))
+        env = ParseToolCall(gym.make("CSRPhone-v1"))
         space = env.unwrapped.action_space
         space.seed(seed)
         fuzz_text_env(env, lambda: fuzzer.text(space.sample), steps, seed, tally)
 
     def csr_tool_call(steps: int, tally: Tally) -> None:
-        env = gym.make("CSRPhone-v0")
+        env = gym.make("CSRPhone-v1")
         env.action_space.seed(seed)
         fuzz_text_env(env, lambda: fuzzer.tool_call(env.action_space.sample), steps, seed, tally)
 
     def math_qa(steps: int, tally: Tally) -> None:
-        env = gym.make("MathQA-v0", num_problems=100)
+        env = gym.make("MathQA-v1", num_problems=100)
         answers = ["#### 42", "The answer is $1,200.", "\\boxed{7}", "I am not sure."]
         csr_calls = ToolCall("search_company", {"company": "Acme"})
         fuzz_text_env(env, lambda: fuzzer.rng.choice(answers) if fuzzer.rng.random() < 0.2
@@ -374,7 +374,7 @@ def _targets(fuzzer: Fuzzer, seed: int) -> dict[str, Callable[[int, Tally], None
 
     def ztoken(flat: bool) -> Callable[[int, Tally], None]:
         def run(steps: int, tally: Tally) -> None:
-            env = gym.make("ZTokenDigits-v0", max_new_tokens=4)
+            env = gym.make("ZTokenDigits-v1", max_new_tokens=4)
             if flat:
                 env = FlattenTokenDigitsAction(env)
             high = env.unwrapped.action_space["token"].n
@@ -417,7 +417,7 @@ def _targets(fuzzer: Fuzzer, seed: int) -> dict[str, Callable[[int, Tally], None
         questions = [fuzzer.unicode_text(fuzzer.size(3000)) or "?" for _ in range(64)]
         path.write_text("".join(json.dumps({"question": q, "answer": "#### 1"}, ensure_ascii=fuzzer.rng.random() < 0.5)
                                 + "\n" for q in questions), encoding="utf-8")
-        env = gym.make("MathQA-v0", dataset_path=str(path), max_question_chars=2048)
+        env = gym.make("MathQA-v1", dataset_path=str(path), max_question_chars=2048)
         for step in range(steps):
             index = fuzzer.rng.randrange(len(questions))
             start = time.perf_counter()
@@ -435,7 +435,7 @@ def _targets(fuzzer: Fuzzer, seed: int) -> dict[str, Callable[[int, Tally], None
                 tally.unhandled("contract", None, questions[index], "question altered without a reported change")
 
     def csr_unicode(steps: int, tally: Tally) -> None:
-        env = ParseToolCall(gym.make("CSRPhone-v0"))
+        env = ParseToolCall(gym.make("CSRPhone-v1"))
         env.reset(seed=seed)
         for _ in range(steps):
             name = fuzzer.unicode_text(fuzzer.size(60)) if fuzzer.rng.random() < 0.8 else fuzzer.string()
@@ -485,9 +485,9 @@ def _targets(fuzzer: Fuzzer, seed: int) -> dict[str, Callable[[int, Tally], None
             else:
                 tally.accepted += 1
 
-    return {"CSRPhone-v0/text": csr_text, "CSRPhone-v0/tool_call": csr_tool_call, "MathQA-v0": math_qa,
-            "ZTokenDigits-v0": ztoken(flat=False), "ZTokenDigits-v0/flat": ztoken(flat=True),
-            "GameBoy-v0": gameboy, "MathQA-v0/unicode": math_qa_unicode, "CSRPhone-v0/unicode": csr_unicode,
+    return {"CSRPhone-v1/text": csr_text, "CSRPhone-v1/tool_call": csr_tool_call, "MathQA-v1": math_qa,
+            "ZTokenDigits-v1": ztoken(flat=False), "ZTokenDigits-v1/flat": ztoken(flat=True),
+            "GameBoy-v0": gameboy, "MathQA-v1/unicode": math_qa_unicode, "CSRPhone-v1/unicode": csr_unicode,
             "config-files": config_files}
 
 

@@ -1,6 +1,6 @@
 """GRPO throughput and reward: worldgym's GRPOTrainer vs TRL's GRPOTrainer (loss_type="dapo"), side by side.
 
-Both trainers get the same Qwen3 (copied for each), tokenizer, MathQA-v0 training problems, group size, batch,
+Both trainers get the same Qwen3 (copied for each), tokenizer, MathQA-v1 training problems, group size, batch,
 learning rate, completion budget and step budget, and both do full fine-tuning or both LoRA (r 16, alpha 32, all
 linear layers). Reported: training tokens/s (prompt + completion tokens per wall-clock second of the whole
 step, generation + update; also per CPU-second of the process, which other jobs on the machine disturb
@@ -436,7 +436,7 @@ def plot(summary: dict[str, Any], path: Path) -> None:
                             color=color, label=f"{label} ({mode}): success {run['eval_success']:.2f}")
         reward.axhline(result["warm_start_success"], color="gray", linestyle=":",
                        label=f"warm start: success {result['warm_start_success']:.2f}")
-        reward.set_title(f"MathQA-v0, {name} setting ({result['setting']['model_size']} model)")
+        reward.set_title(f"MathQA-v1, {name} setting ({result['setting']['model_size']} model)")
     reward.set_xlabel("GRPO step")
     reward.set_ylabel("mean rollout reward")
     reward.legend(fontsize=7)

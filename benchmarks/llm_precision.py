@@ -7,7 +7,7 @@ autocast, as ``GRPOTrainer``/``sft_train`` run them with ``dtype="bfloat16"``. E
 losses on the same batch. The default shape, one sequence of 3,072 tokens with the last quarter trained, is a
 CSR difficulty-3 episode's (~3,000 tokens, the model's replies a minority of them).
 
-``dapo-step``: one DAPO step of the model's CSR preset (its shipped warm start, CSRPhone-v0 at ``--difficulty``,
+``dapo-step``: one DAPO step of the model's CSR preset (its shipped warm start, CSRPhone-v1 at ``--difficulty``,
 ``--prompts`` x ``--group-size`` episodes at temperature 0.5, dynamic sampling) in each ``--dtypes``: rollout,
 update and step seconds, and under bf16 the engine-vs-learner logprob gap.
 

@@ -20,7 +20,7 @@ data-parallel learners: synchronous ``1 / (gen / N + prepare + update / M + sync
 ``1 / max(gen / N, prepare + update / M + sync)`` (``gen`` = a worker's generation seconds per step). The
 prediction assumes every worker and learner has its own device; in the committed run they share two CPU cores.
 
-    OMP_WAIT_POLICY=PASSIVE python benchmarks/ray_scaleout.py            # 10 steps x 3 repeats, MathQA-v0
+    OMP_WAIT_POLICY=PASSIVE python benchmarks/ray_scaleout.py            # 10 steps x 3 repeats, MathQA-v1
     OMP_WAIT_POLICY=PASSIVE python benchmarks/ray_scaleout.py --quick    # 2 steps, 3 configurations
 
 Writes ``ray_scaleout.json`` and ``ray_scaleout.png`` to ``benchmarks/results/`` (``--results-dir``).
@@ -78,10 +78,10 @@ SETTINGS = (
 
 
 def base_config(args: argparse.Namespace, output_dir: str) -> dict[str, Any]:
-    """The shared budget: the tiny model with LoRA on MathQA-v0, DAPO defaults, ``--steps`` steps."""
+    """The shared budget: the tiny model with LoRA on MathQA-v1, DAPO defaults, ``--steps`` steps."""
     sizes = ({"prompts_per_step": 2, "group_size": 2, "max_new_tokens": 16, "minibatch_size": 4} if args.quick
              else {"prompts_per_step": 8, "group_size": 8, "max_new_tokens": 64, "minibatch_size": 32})
-    return {"env_id": "MathQA-v0", "model": "tiny", "num_steps": args.steps, "eval_every": 0, "progress": False,
+    return {"env_id": "MathQA-v1", "model": "tiny", "num_steps": args.steps, "eval_every": 0, "progress": False,
             "seed": 0, "output_dir": output_dir, **sizes}
 
 
@@ -156,7 +156,7 @@ def plot(results: dict[str, Any], path: Path) -> None:
     ax.set_ylabel("learner seconds per step")
     ax.set_ylim(0, 1.15 * max(bottom))
     ax.tick_params(axis="x", labelrotation=20, labelsize=8)
-    ax.set_title("GRPO on MathQA-v0, tiny model: where a step's time goes (2 CPU cores)")
+    ax.set_title("GRPO on MathQA-v1, tiny model: where a step's time goes (2 CPU cores)")
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)

@@ -506,7 +506,7 @@ def _short_ray_scaleout(data: Results) -> str:
 
 
 ROWS: tuple[Row, ...] = (
-    Row("`benchmarks/csr_env_throughput.py`", "CSRPhone-v0 env steps/s, scripted expert (goal >= 20,000)",
+    Row("`benchmarks/csr_env_throughput.py`", "CSRPhone-v1 env steps/s, scripted expert (goal >= 20,000)",
         ("csr_env_throughput.json",), _csr_env_throughput,
         headline=_short_csr_env_throughput, page="envs/csr-phone.md"),
     Row("`benchmarks/gameboy_throughput.py`", "frames/s for N emulators vs one PyBoy, same ROM and actions",
@@ -523,13 +523,13 @@ ROWS: tuple[Row, ...] = (
     Row("`benchmarks/dreamer.py cartpole`", "env steps to mean return 475 on CartPole-v1 vs SB3 PPO",
         ("dreamer_cartpole.json",), _dreamer_cartpole,
         headline=_short_dreamer_cartpole, page="agents/dreamer-v3.md"),
-    Row("`benchmarks/csr_policy.py`", "CSRPhone-v0 validation success on the 0/1 reward by model and difficulty: "
+    Row("`benchmarks/csr_policy.py`", "CSRPhone-v1 validation success on the 0/1 reward by model and difficulty: "
         "copying random baseline, warm starts, DAPO over seeds", ("csr_policy.json",), _csr_policy,
         headline=_short_csr_policy, page="results/csr-policy.md"),
-    Row("`benchmarks/csr_dual_lora_vs_dapo.py`", "dual-LoRA transfer modes vs DAPO on CSRPhone-v0: validation "
+    Row("`benchmarks/csr_dual_lora_vs_dapo.py`", "dual-LoRA transfer modes vs DAPO on CSRPhone-v1: validation "
         "success, tasks to threshold, WM accuracy, step time; `make demo`'s wall time", ("csr_dual_lora_vs_dapo.json",),
         _csr_dual_lora, optional=("csr_dual_lora_demo.json",), headline=_short_csr_dual_lora, page="results/dual-lora.md"),
-    Row("`benchmarks/csr_rollout_speed.py`", "CSRPhone-v0 rollout episodes/s, KV cache kept across turns vs "
+    Row("`benchmarks/csr_rollout_speed.py`", "CSRPhone-v1 rollout episodes/s, KV cache kept across turns vs "
         "re-read; rows that stopped dropped from the batch vs kept", ("csr_rollout_speed.json",), _csr_rollout_speed,
         optional=("csr_rollout_speed_smollm2.json", "csr_rollout_speed_retire_smollm2.json"),
         headline=_short_csr_rollout_speed, page="agents/llm-stack.md"),
@@ -551,7 +551,7 @@ ROWS: tuple[Row, ...] = (
     Row("`benchmarks/llm_precision.py`", "float32 vs bf16 on the LLM stack: learner throughput, a DAPO step, "
         "the CSR warm start's SFT", ("llm_precision_smollm2.json",), _llm_precision,
         headline=_short_llm_precision, page="results/precision.md"),
-    Row("`benchmarks/csr_rollout_speed.py --compare dtype`", "float32 vs bf16 CSRPhone-v0 rollouts: seconds per "
+    Row("`benchmarks/csr_rollout_speed.py --compare dtype`", "float32 vs bf16 CSRPhone-v1 rollouts: seconds per "
         "episode, greedy success, diverging episodes", ("csr_rollout_speed_dtype_smollm2.json",), _rollout_precision,
         headline=_short_rollout_precision, page="results/precision.md"),
     Row("`benchmarks/decode_attention.py`", "one decode step's attention behind a long KV cache: transformers' sdpa "

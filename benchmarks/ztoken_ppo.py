@@ -1,4 +1,4 @@
-"""Benchmark on ZTokenDigits-v0: warm start vs after PPO (held-out exact match, per-digit accuracy, Z length)
+"""Benchmark on ZTokenDigits-v1: warm start vs after PPO (held-out exact match, per-digit accuracy, Z length)
 over several seeds, with Stable-Baselines3 PPO (MLP policy) on the same env and env-step budget as a baseline.
 
     python benchmarks/ztoken_ppo.py           # 3 seeds, CPU (~15-25 min on 2 shared cores)
@@ -26,7 +26,7 @@ import numpy as np
 import torch
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
-import worldgym  # noqa: F401  (registers ZTokenDigits-v0)
+import worldgym  # noqa: F401  (registers ZTokenDigits-v1)
 from worldgym.agents.ztoken_ppo import (
     ZTokenEpisode,
     ZTokenModelConfig,
@@ -46,7 +46,7 @@ from worldgym.envs.ztoken import FlattenTokenDigitsAction, ZTokenVocab
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a file: find the benchmarks package
 from benchmarks.common import portable, results_dir, results_parser, write_json
 
-ENV_ID = "ZTokenDigits-v0"
+ENV_ID = "ZTokenDigits-v1"
 DTYPES = ("float32", "bfloat16")
 
 
@@ -238,7 +238,7 @@ def plot(runs: list[dict[str, Any]], path: Path) -> None:
         )
     ax.set_xlabel("env steps (PPO phase)")
     ax.set_ylabel("held-out exact match")
-    ax.set_title(f"ZTokenDigits-v0, {len(runs)} seeds")
+    ax.set_title(f"ZTokenDigits-v1, {len(runs)} seeds")
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()

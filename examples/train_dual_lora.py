@@ -1,4 +1,4 @@
-"""Train the dual-LoRA world-model agent on CSRPhone-v0: a policy adapter (DAPO on the 0/1 task reward) and a
+"""Train the dual-LoRA world-model agent on CSRPhone-v1: a policy adapter (DAPO on the 0/1 task reward) and a
 world-model adapter that learns to predict the representative's reply to each phone call, on one frozen base.
 
     python examples/train_dual_lora.py demo                        # `make demo`: ~9 min on 2 CPU cores
@@ -40,7 +40,7 @@ from worldgym.envs.csr_phone.world import DIFFICULTIES
 
 @dataclass
 class DualLoRARun:
-    """The dual-LoRA agent on CSRPhone-v0 from the CSR policy's cached warm start.
+    """The dual-LoRA agent on CSRPhone-v1 from the CSR policy's cached warm start.
 
     Attributes:
         agent: the agent's settings (the preset's DAPO; env_kwargs hold the split and difficulty).
@@ -117,7 +117,7 @@ def plot(history: list[dict[str, Any]], path: Path) -> None:
     rollouts = [m for m in history if "rollout/success_rate" in m]
     ax.plot([m["step"] for m in rollouts], [m["rollout/success_rate"] for m in rollouts], alpha=0.5,
             label="success on training tasks (sampled)")
-    ax.set(xlabel="training step", ylim=(0, 1), title="dual-LoRA agent on CSRPhone-v0")
+    ax.set(xlabel="training step", ylim=(0, 1), title="dual-LoRA agent on CSRPhone-v1")
     ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=110)

@@ -1,7 +1,7 @@
-"""Train an LLM with GRPO/DAPO on MathQA-v0 or CSRPhone-v0, from a supervised warm start, on CPU.
+"""Train an LLM with GRPO/DAPO on MathQA-v1 or CSRPhone-v1, from a supervised warm start, on CPU.
 
-    python examples/train_grpo.py                       # MathQA-v0 (preset math-qa), ~6 min on 2 busy CPU cores
-    python examples/train_grpo.py csr-tiny              # CSRPhone-v0: tiny model, constrained copy arguments, d1
+    python examples/train_grpo.py                       # MathQA-v1 (preset math-qa), ~6 min on 2 busy CPU cores
+    python examples/train_grpo.py csr-tiny              # CSRPhone-v1: tiny model, constrained copy arguments, d1
     python examples/train_grpo.py csr-smollm2 --difficulty 3                     # a real pretrained model
     python examples/train_grpo.py reasoning-gym --grpo.env-kwargs '{"dataset": "basic_arithmetic"}'  # interop extra
     python examples/train_grpo.py math-qa --grpo.model Qwen/Qwen3-0.6B --grpo.device cuda --expert.episodes 0
@@ -9,7 +9,7 @@
     python examples/train_grpo.py --config my_run.yaml --grpo.num-steps 50      # a file, then flags
     python examples/train_grpo.py --resume runs/train_grpo                     # continue a run
 
-MathQA-v0 (``math-qa``): (1) record an imperfect expert (the worked solution, whose final answer is corrupted
+MathQA-v1 (``math-qa``): (1) record an imperfect expert (the worked solution, whose final answer is corrupted
 with probability ``--expert.noise``); (2) train a byte-level BPE tokenizer and a tiny Qwen3 on that text (skipped
 for a real ``--grpo.model``); (3) SFT warm start; (4) GRPO with validation on the test split.
 
@@ -17,7 +17,7 @@ ReasoningGym-v0 (``reasoning-gym``, needs the ``interop`` extra): the same four 
 (``leg_counting`` by default), the expert answering ``<answer>reference</answer>`` (another task's answer with
 probability ``--expert.noise``), validated on the test split.
 
-CSRPhone-v0 (``csr-tiny``, ``csr-smollm2``): DAPO on the env's 0/1 task reward (``--shaping progress`` adds
+CSRPhone-v1 (``csr-tiny``, ``csr-smollm2``): DAPO on the env's 0/1 task reward (``--shaping progress`` adds
 partial credit) with the model's preset (:data:`worldgym.agents.grpo.CSR_PRESETS`: ``tiny`` decodes with
 constrained copy arguments, ``smollm2-135m`` freely), from a cached warm start (SFT on the scripted expert at
 difficulties 1-3, train split, ``--warm-start-dir``), validated on validation-split companies. Another pretrained
@@ -61,7 +61,7 @@ from worldgym.envs.csr_phone.world import DIFFICULTIES
 
 @dataclass
 class ExpertWarmStart:
-    """MathQA-v0's supervised warm start on an imperfect expert (seeded by grpo.seed).
+    """MathQA-v1's supervised warm start on an imperfect expert (seeded by grpo.seed).
 
     Attributes:
         episodes: expert episodes recorded (0 = no SFT, e.g. for a real model that already answers).
@@ -89,7 +89,7 @@ class ExpertWarmStart:
 
 @dataclass
 class MathQARun:
-    """GRPO on MathQA-v0 from an SFT warm start.
+    """GRPO on MathQA-v1 from an SFT warm start.
 
     Attributes:
         grpo: the trainer's settings.
@@ -97,7 +97,7 @@ class MathQARun:
     """
 
     grpo: GRPOConfig = field(default_factory=lambda: GRPOConfig(
-        env_id="MathQA-v0", env_kwargs={"difficulty": 1, "num_problems": 5000},
+        env_id="MathQA-v1", env_kwargs={"difficulty": 1, "num_problems": 5000},
         eval_env_kwargs={"split": "test", "num_problems": 500}, max_turns=1, max_new_tokens=24, num_steps=100,
         prompts_per_step=16, group_size=8, minibatch_size=128, learning_rate=3e-4, finetune="full", eval_every=10,
         eval_episodes=256, output_dir="runs/train_grpo"))
@@ -123,7 +123,7 @@ class ReasoningGymRun:
 
 @dataclass
 class CSRRun:
-    """DAPO on CSRPhone-v0's 0/1 task reward from a cached warm start.
+    """DAPO on CSRPhone-v1's 0/1 task reward from a cached warm start.
 
     Attributes:
         grpo: the trainer's settings (the model's preset; env_kwargs hold the split and difficulty).
@@ -165,11 +165,11 @@ class CSRRun:
 
 
 PRESETS: dict[str, tuple[str, MathQARun | ReasoningGymRun | CSRRun]] = {
-    "math-qa": ("GRPO on MathQA-v0: tiny model, SFT on a noisy expert, full fine-tuning.", MathQARun()),
+    "math-qa": ("GRPO on MathQA-v1: tiny model, SFT on a noisy expert, full fine-tuning.", MathQARun()),
     "reasoning-gym": ("GRPO on ReasoningGym-v0 (leg_counting): tiny model, SFT on a noisy expert (interop extra).",
                       ReasoningGymRun()),
-    "csr-tiny": ("DAPO on CSRPhone-v0: tiny model, constrained copy arguments.", CSRRun.from_preset("tiny")),
-    "csr-smollm2": ("DAPO on CSRPhone-v0: SmolLM2-135M-Instruct with LoRA, free decoding (`make smollm2`).",
+    "csr-tiny": ("DAPO on CSRPhone-v1: tiny model, constrained copy arguments.", CSRRun.from_preset("tiny")),
+    "csr-smollm2": ("DAPO on CSRPhone-v1: SmolLM2-135M-Instruct with LoRA, free decoding (`make smollm2`).",
                     CSRRun.from_preset("smollm2-135m")),
 }
 
@@ -235,7 +235,7 @@ def shared_env_factories(config: GRPOConfig) -> dict[str, Any]:
 
 # ---------------------------------------------------------------- main
 def train_csr(run: CSRRun, resume: bool) -> GRPOTrainer:
-    """CSRPhone-v0: the cached warm start, then DAPO on the 0/1 reward."""
+    """CSRPhone-v1: the cached warm start, then DAPO on the 0/1 reward."""
     warm = load_or_train_warm_start(run.warm_start, cache_dir=run.warm_start_dir)
     print(f"warm start: {warm.path} ({warm.summary['chats']} expert chats)")
     config = run.resolved_grpo()
@@ -248,7 +248,7 @@ def train_csr(run: CSRRun, resume: bool) -> GRPOTrainer:
 
 
 def train_single_turn(run: MathQARun | ReasoningGymRun, resume: bool) -> GRPOTrainer:
-    """MathQA-v0 or ReasoningGym-v0: expert episodes, tokenizer and tiny model (or a real one), SFT, then GRPO."""
+    """MathQA-v1 or ReasoningGym-v0: expert episodes, tokenizer and tiny model (or a real one), SFT, then GRPO."""
     config, expert = run.grpo, run.expert
     reasoning = isinstance(run, ReasoningGymRun)
     expert_policy = (noisy_reasoning_expert if reasoning else noisy_expert)(config.seed, expert.noise)

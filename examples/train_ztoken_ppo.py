@@ -1,4 +1,4 @@
-"""Train the Z-token PPO agent on ZTokenDigits-v0: supervised warm start, then PPO; CPU, a few minutes.
+"""Train the Z-token PPO agent on ZTokenDigits-v1: supervised warm start, then PPO; CPU, a few minutes.
 
     python examples/train_ztoken_ppo.py                          # tiny Qwen3 from config, CPU
     python examples/train_ztoken_ppo.py --resume runs/ztoken_ppo --ppo.num-rollouts 20   # continue, further
@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-import worldgym  # noqa: F401  (registers ZTokenDigits-v0)
+import worldgym  # noqa: F401  (registers ZTokenDigits-v1)
 from worldgym.agents.ztoken_ppo import (
     ZTokenPPOConfig,
     ZTokenPPOTrainer,

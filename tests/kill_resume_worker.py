@@ -110,7 +110,7 @@ def _dual_lora(
     # tests/agents/dual_lora/test_trainer.py's settings (2 turns, not 3: half the time), with replay so its state
     # must survive the resume too
     config = DualLoRAConfig(
-        env_id="CSRPhone-v0",
+        env_id="CSRPhone-v1",
         wrap_tool_calls=True,
         env_kwargs={"difficulty": 1},
         eval_env_kwargs={"split": "validation", "difficulty": 1},

@@ -25,3 +25,22 @@ def test_module_prefixed_id_imports_worldgym(env_id):
 def test_register_envs_is_idempotent():
     worldgym.register_envs()
     assert set(ENV_SPECS) <= set(gym.registry)
+
+
+@pytest.mark.parametrize("old_id, new_id", [("CSRPhone-v0", "CSRPhone-v1"), ("MathQA-v0", "MathQA-v1"),
+                                            ("ZTokenDigits-v0", "ZTokenDigits-v1")])
+def test_a_retired_version_names_its_successor(old_id, new_id):
+    assert old_id not in gym.registry and new_id in ENV_SPECS
+    with pytest.raises(gym.error.DeprecatedEnv, match=f"Please use `{new_id}` instead"):
+        gym.make(old_id)
+    with pytest.raises(gym.error.DeprecatedEnv, match=f"Please use `{new_id}` instead"):
+        gym.make_vec(old_id, num_envs=2)
+
+
+def test_csr_warm_starts_keep_the_keys_they_shipped_with():
+    from worldgym.agents.grpo.presets import CSR_PRESETS
+    from worldgym.agents.llm.warm_start import PACKAGED_WARM_STARTS
+
+    keys = {name: preset.warm_start.key() for name, preset in CSR_PRESETS.items()}
+    assert keys == {"tiny": "tiny-CSRPhone-v0-ac27a8172820", "smollm2-135m": "smollm2-135m-CSRPhone-v0-dfe6e04bdcf4"}
+    assert all((PACKAGED_WARM_STARTS / key / "warm_start.json").is_file() for key in keys.values())

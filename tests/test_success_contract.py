@@ -59,10 +59,10 @@ def _ztoken(correct: bool) -> Policy:
 # have to play the game, is covered by tests/envs/gameboy/test_gameboy_vector_env.py (goal reached -> success,
 # truncated -> not); its single env (gym.make) passes the vector env's infos through unchanged.
 POLICIES: dict[str, tuple[Callable[[], Policy], Policy]] = {
-    "CSRPhone-v0": (_csr_expert, _csr_wrong_number),
-    "MathQA-v0": (lambda: _math_answer, lambda env, obs, info: "#### -1"),
+    "CSRPhone-v1": (_csr_expert, _csr_wrong_number),
+    "MathQA-v1": (lambda: _math_answer, lambda env, obs, info: "#### -1"),
     "LongHealthQA-v0": (lambda: _longhealth(True), _longhealth(False)),
-    "ZTokenDigits-v0": (lambda: _ztoken(True), _ztoken(False)),
+    "ZTokenDigits-v1": (lambda: _ztoken(True), _ztoken(False)),
 }
 COVERED_ELSEWHERE = {"GameBoy-v0"}
 
@@ -93,7 +93,7 @@ def test_success_is_reported_on_every_step_and_true_only_on_completion(env_id: s
 
 
 def test_tool_call_wrapper_reports_success_false_for_malformed_text() -> None:
-    env = ParseToolCall(gym.make("CSRPhone-v0"))
+    env = ParseToolCall(gym.make("CSRPhone-v1"))
     env.reset(seed=0)
     _, _, _, _, info = env.step("no call here")
     assert info["response_type"] == "invalid_call" and info["success"] is False

@@ -5,7 +5,7 @@ Phases (each timed; a phase that fails records its error and the next one still 
 after every phase, so a run cut short keeps what finished):
   * ``engine_match``: a tiny Qwen3 decodes greedily with ``HFEngine`` on the CPU (float32) and on CUDA
     (float32 and bf16); how many sequences are identical and the largest logprob difference.
-  * ``grpo_tiny`` / ``grpo_small``: a few bf16 GRPO steps on MathQA-v0 with the engine on CUDA (recomputed
+  * ``grpo_tiny`` / ``grpo_small``: a few bf16 GRPO steps on MathQA-v1 with the engine on CUDA (recomputed
     old logprobs, the engine-vs-learner logprob gap, step times).
   * ``dreamer_async``: Dreamer v3's async actor/learner engine on CUDA streams, bf16, CartPole, a few hundred
     env steps.

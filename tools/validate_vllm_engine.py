@@ -12,7 +12,7 @@ Builds a tiny Qwen3 (float32) and its tokenizer, saves them, wraps the model in 
 LoRA and serves it through ``VLLMEngine``. Checks: (a) ``Generation`` objects, ``n`` samples, seeded
 reproducibility, different samples for repeated prompts; (b) vLLM's logprobs equal a PEFT forward's
 ``log_softmax(logits / T)`` of the generated tokens (max abs difference printed); (c) after the adapter
-changes, ``sync_weights()`` makes generation follow the new adapter; (d) optionally GRPO steps on MathQA-v0
+changes, ``sync_weights()`` makes generation follow the new adapter; (d) optionally GRPO steps on MathQA-v1
 with ``make_engine=VLLMEngine``. Prints a JSON summary; exits non-zero when a check fails.
 """
 
@@ -183,14 +183,14 @@ def validate(work_dir: Path, grpo_steps: int) -> dict:
 
 
 def _grpo(work_dir: Path, steps: int, summary: dict) -> dict:
-    """(d) GRPO steps on MathQA-v0 with the vLLM engine serving the trained adapter."""
+    """(d) GRPO steps on MathQA-v1 with the vLLM engine serving the trained adapter."""
     from worldgym.agents.grpo import GRPOConfig, GRPOTrainer
     from worldgym.agents.llm.engines import SamplingParams, VLLMEngine
     from worldgym.agents.llm.models import build_tiny_model, save_model_and_tokenizer
     from worldgym.agents.llm.tokenizer import train_chat_tokenizer
 
     config = GRPOConfig(
-        env_id="MathQA-v0",
+        env_id="MathQA-v1",
         num_steps=steps,
         prompts_per_step=2,
         group_size=4,
@@ -250,7 +250,7 @@ def _grpo(work_dir: Path, steps: int, summary: dict) -> dict:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--grpo-steps", type=int, default=0, help="GRPO steps on MathQA-v0 (0 = skip)")
+    parser.add_argument("--grpo-steps", type=int, default=0, help="GRPO steps on MathQA-v1 (0 = skip)")
     parser.add_argument("--out", type=Path, default=None, help="also write the JSON summary here")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="worldgym_vllm_") as work_dir:

@@ -2,7 +2,7 @@
 
 >>> import gymnasium as gym
 >>> import worldgym
->>> env = gym.make("CSRPhone-v0")
+>>> env = gym.make("CSRPhone-v1")
 """
 
 from worldgym.registration import register_envs

@@ -1,4 +1,4 @@
-"""CSRPhone-v0 success of the scripted expert and a random policy on every difficulty; trains nothing.
+"""CSRPhone-v1 success of the scripted expert and a random policy on every difficulty; trains nothing.
 
 Run ``python -m worldgym.demo`` (``--help`` for the flags). Prints a rich table; ``--json PATH`` also writes
 the figures as JSON. (``make demo`` is another thing: it trains the dual-LoRA agent.)
@@ -51,13 +51,13 @@ def run_demo(episodes: int, seed: int, split: str, difficulties: list[int],
             advance = (lambda n: progress.advance(task, n)) if progress else None
             row[name] = evaluate_policy(env, make_policy, episodes, seed=seed, progress=advance).as_dict()
         rows.append(row)
-    return {"env": "CSRPhone-v0", "split": split, "episodes_per_cell": episodes, "seed": seed,
+    return {"env": "CSRPhone-v1", "split": split, "episodes_per_cell": episodes, "seed": seed,
             "results": rows}
 
 
 def results_table(results: dict[str, Any]) -> Table:
     """The results as a rich table."""
-    table = Table(title=f"CSRPhone-v0 success rate ({results['episodes_per_cell']} episodes per cell, "
+    table = Table(title=f"CSRPhone-v1 success rate ({results['episodes_per_cell']} episodes per cell, "
                         f"{results['split']} split)")
     for column in ("Difficulty", "Expert success", "Expert turns", "Random success", "Random turns"):
         table.add_column(column, justify="right")

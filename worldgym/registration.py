@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import gymnasium as gym
 
-# One line per environment: id -> keyword arguments for ``gymnasium.register``.
+# One line per environment: id -> keyword arguments for ``gymnasium.register``. A change of an env's
+# observations, rewards or dynamics bumps its version; the old id is left unregistered, so ``gym.make`` of it
+# raises Gymnasium's ``DeprecatedEnv`` naming the new id (CSRPhone-v0, MathQA-v0, ZTokenDigits-v0).
 ENV_SPECS: dict[str, dict] = {
-    "ZTokenDigits-v0": {"entry_point": "worldgym.envs.ztoken.env:ZTokenDigitsEnv", "max_episode_steps": None},
-    "CSRPhone-v0": {"entry_point": "worldgym.envs.csr_phone.env:CSRPhoneEnv", "max_episode_steps": None},
-    "MathQA-v0": {"entry_point": "worldgym.envs.math_qa.env:MathQAEnv", "max_episode_steps": None},
+    "ZTokenDigits-v1": {"entry_point": "worldgym.envs.ztoken.env:ZTokenDigitsEnv", "max_episode_steps": None},
+    "CSRPhone-v1": {"entry_point": "worldgym.envs.csr_phone.env:CSRPhoneEnv", "max_episode_steps": None},
+    "MathQA-v1": {"entry_point": "worldgym.envs.math_qa.env:MathQAEnv", "max_episode_steps": None},
     "LongHealthQA-v0": {"entry_point": "worldgym.envs.longhealth.env:LongHealthQAEnv"},  # one-step episodes
     "GameBoy-v0": {
         "entry_point": "worldgym.envs.gameboy.single_env:GameBoyEnv",

@@ -70,10 +70,10 @@ def test_grpo_trainer_evaluates_on_a_given_env_or_vector_env(tmp_path):
     trainer = GRPOTrainer(config)
     assert isinstance(trainer, AgentTrainer)
     default = trainer.evaluate()
-    single = trainer.evaluate(gym.make("MathQA-v0", split="test"))
-    vector = trainer.evaluate(make_vector_env(lambda: gym.make("MathQA-v0", split="test"), 2, "sync"))
+    single = trainer.evaluate(gym.make("MathQA-v1", split="test"))
+    vector = trainer.evaluate(make_vector_env(lambda: gym.make("MathQA-v1", split="test"), 2, "sync"))
     assert default == single == vector  # the eval env is MathQA's test split: same seeds, same episodes
-    train_split = trainer.evaluate(gym.make("MathQA-v0", split="train"), num_episodes=2)
+    train_split = trainer.evaluate(gym.make("MathQA-v1", split="train"), num_episodes=2)
     assert set(train_split) == set(default)
     trainer.close()
 

@@ -62,9 +62,9 @@ def test_csr_env_throughput(tmp_path: Path) -> None:
 def test_fuzz_envs(tmp_path: Path) -> None:
     run("fuzz_envs.py", results=tmp_path)
     data = load(tmp_path / "fuzz_envs.json")
-    assert set(data["targets"]) == {"CSRPhone-v0/text", "CSRPhone-v0/tool_call", "MathQA-v0", "ZTokenDigits-v0",
-                                    "ZTokenDigits-v0/flat", "GameBoy-v0", "MathQA-v0/unicode",
-                                    "CSRPhone-v0/unicode", "config-files"}
+    assert set(data["targets"]) == {"CSRPhone-v1/text", "CSRPhone-v1/tool_call", "MathQA-v1", "ZTokenDigits-v1",
+                                    "ZTokenDigits-v1/flat", "GameBoy-v0", "MathQA-v1/unicode",
+                                    "CSRPhone-v1/unicode", "config-files"}
     configs = data["targets"]["config-files"]
     assert configs["accepted"] + configs["rejected_with_typed_error"] == configs["steps"] > 0
     assert configs["slowest_refusal_s"] < 0.5

@@ -197,7 +197,7 @@ LOOP_STEPS = 2
 
 
 def loop_trainer(output_dir: str, learner: str, sgd: bool = True, **overrides) -> GRPOTrainer:
-    """A GRPO run on MathQA-v0 (tiny model, LoRA, dynamic sampling) whose learner is ``learner``, with config
+    """A GRPO run on MathQA-v1 (tiny model, LoRA, dynamic sampling) whose learner is ``learner``, with config
     ``overrides``; SGD for the reason given in :func:`make_trainer` (else the trainer's AdamW)."""
     settings = {"prompts_per_step": 2, "group_size": 2, "max_new_tokens": 8, "minibatch_size": 4,
                 "learning_rate": 1e-2, "dynamic_sampling": True, "max_resample_rounds": 1,
@@ -275,7 +275,7 @@ def dual_lora_run(tokenizer: PreTrainedTokenizerBase, case: str, output_dir: str
     from worldgym.agents.llm.rollout import RolloutCollector
 
     conftest = _dual_lora_conftest()
-    config = DualLoRAConfig(env_id="CSRPhone-v0", wrap_tool_calls=True, env_kwargs={"difficulty": 1},
+    config = DualLoRAConfig(env_id="CSRPhone-v1", wrap_tool_calls=True, env_kwargs={"difficulty": 1},
                             prompts_per_step=4, group_size=2, minibatch_size=MINIBATCH, ppo_epochs=1,
                             lora_dropout=0.0, learning_rate=1e-2, eval_every=0, progress=False,
                             output_dir=output_dir, learner=learner, **DUAL_CASES[case], **overrides)

@@ -87,7 +87,7 @@ GAMEBOY_RESET_MASKS = [
     ([NAN, NAN], TypeError),
 ]
 # Text envs answer anything that is not a valid action with an observation, by design (a model's reply
-# never raises): CSRPhone-v0 the invalid-call observation, MathQA-v0 and LongHealthQA-v0 an ungradable answer.
+# never raises): CSRPhone-v1 the invalid-call observation, MathQA-v1 and LongHealthQA-v0 an ungradable answer.
 TEXT_ROWS = [None, 3, 1.5, NAN, "search_company Acme", b"x", np.array([1.5]), [1, 2],
              {"name": "search_company", "arguments": {"company": "Acme"}}]
 ACCEPTED_ZTOKEN_FORMS = [  # lossless casts: any integer dtype, tuples, numpy scalars, 0-d arrays
@@ -127,13 +127,13 @@ def gameboy() -> gym.vector.VectorEnv:
 
 
 def test_the_table_covers_every_registered_env():
-    covered = {"ZTokenDigits-v0", "GameBoy-v0", "CSRPhone-v0", "MathQA-v0", "LongHealthQA-v0"}
+    covered = {"ZTokenDigits-v1", "GameBoy-v0", "CSRPhone-v1", "MathQA-v1", "LongHealthQA-v0"}
     assert set(ENV_SPECS) == covered
 
 
 @pytest.mark.parametrize(("action", "error"), ZTOKEN_ROWS)
 def test_ztoken_rejects_wrong_actions(action: Any, error: type[Exception]):
-    env = gym.make("ZTokenDigits-v0", num_z_tokens=4, max_new_tokens=3)
+    env = gym.make("ZTokenDigits-v1", num_z_tokens=4, max_new_tokens=3)
     valid = [{"token": 0, "digits": DIGITS}, {"token": 4, "digits": DIGITS}]
     raised = _check_rejected_then_unchanged(env, lambda: env.reset(seed=0), lambda: env.step(action), error,
                                             valid)
@@ -144,7 +144,7 @@ def test_ztoken_rejects_wrong_actions(action: Any, error: type[Exception]):
 
 @pytest.mark.parametrize("action", ACCEPTED_ZTOKEN_FORMS)
 def test_ztoken_accepts_lossless_integer_forms(action: dict):
-    env = gym.make("ZTokenDigits-v0", num_z_tokens=4)
+    env = gym.make("ZTokenDigits-v1", num_z_tokens=4)
     env.reset(seed=0)
     expected = env.step({"token": 4, "digits": DIGITS})
     env.reset(seed=0)
@@ -153,7 +153,7 @@ def test_ztoken_accepts_lossless_integer_forms(action: dict):
 
 @pytest.mark.parametrize(("action", "error"), FLAT_ROWS)
 def test_flat_token_digits_wrapper_rejects_wrong_actions(action: Any, error: type[Exception]):
-    env = FlattenTokenDigitsAction(gym.make("ZTokenDigits-v0", num_z_tokens=4, max_new_tokens=3))
+    env = FlattenTokenDigitsAction(gym.make("ZTokenDigits-v1", num_z_tokens=4, max_new_tokens=3))
     valid = [np.array([0, *DIGITS]), np.array([4, *DIGITS], dtype=np.int32)]
     raised = _check_rejected_then_unchanged(env, lambda: env.reset(seed=0), lambda: env.step(action), error,
                                             valid)
@@ -182,7 +182,7 @@ def test_gameboy_rejects_wrong_reset_masks(gameboy: gym.vector.VectorEnv, mask: 
 
 @pytest.mark.parametrize("action", TEXT_ROWS, ids=repr)
 def test_csr_phone_answers_non_tool_calls_with_the_invalid_call_observation(action: Any):
-    env = gym.make("CSRPhone-v0", max_turns=40)
+    env = gym.make("CSRPhone-v1", max_turns=40)
 
     def expert_episode(*bad_action: Any) -> list[tuple]:
         observation, info = env.reset(seed=0)
@@ -204,7 +204,7 @@ def test_csr_phone_answers_non_tool_calls_with_the_invalid_call_observation(acti
 
 @pytest.mark.parametrize("action", TEXT_ROWS, ids=repr)
 def test_math_qa_answers_non_text_with_an_invalid_answer(action: Any):
-    env = gym.make("MathQA-v0", num_problems=20)
+    env = gym.make("MathQA-v1", num_problems=20)
     _, info = env.reset(seed=0)
     observation, reward, terminated, truncated, step_info = env.step(action)
     if isinstance(action, str):  # text is graded, whatever it holds

@@ -159,7 +159,7 @@ _reference: dict[tuple[bool, int], list[tuple[str, float, bool]]] = {}
 
 
 def _csr_env(text: bool) -> gym.Env:
-    env = gym.make("CSRPhone-v0", max_turns=MAX_TURNS, render_mode="ansi")
+    env = gym.make("CSRPhone-v1", max_turns=MAX_TURNS, render_mode="ansi")
     return ParseToolCall(env) if text else env
 
 
@@ -231,7 +231,7 @@ def test_csr_raw_tool_calls_with_wrong_argument_types(call: Any, seed: int) -> N
 @FUZZ
 @given(action=model_texts() | hostile_strings | hostile_fragments | non_tool_calls, seed=st.integers(0, 15))
 def test_math_qa_answers(action: Any, seed: int) -> None:
-    env = gym.make("MathQA-v0", num_problems=20, render_mode="ansi")
+    env = gym.make("MathQA-v1", num_problems=20, render_mode="ansi")
     env.reset(seed=seed)
     observation, reward, terminated, truncated, info = env.step(action)
     assert env.observation_space.contains(observation)

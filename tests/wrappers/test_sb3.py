@@ -1,5 +1,5 @@
 """SB3VecEnv: Gymnasium vector envs as Stable-Baselines3 VecEnvs, step for step like SB3's DummyVecEnv, and
-SB3 PPO training on GameBoy-v0 (CnnPolicy) and ZTokenDigits-v0 (MlpPolicy)."""
+SB3 PPO training on GameBoy-v0 (CnnPolicy) and ZTokenDigits-v1 (MlpPolicy)."""
 
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ def _cartpoles() -> list:
 
 
 def _ztokens(count: int) -> list:
-    return [lambda: FlattenTokenDigitsAction(gym.make("ZTokenDigits-v0", **ZTOKEN))] * count
+    return [lambda: FlattenTokenDigitsAction(gym.make("ZTokenDigits-v1", **ZTOKEN))] * count
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -304,7 +304,7 @@ def test_ppo_cnn_policy_trains_on_the_batched_gameboy_env() -> None:
 
 
 def _ztoken_ppo(seed: int, steps: int) -> tuple[PPO, _Episodes]:
-    env = SB3VecEnv(gym.make_vec("ZTokenDigits-v0", num_envs=4, vectorization_mode="sync",
+    env = SB3VecEnv(gym.make_vec("ZTokenDigits-v1", num_envs=4, vectorization_mode="sync",
                                  wrappers=[FlattenTokenDigitsAction], **ZTOKEN))  # fmt: skip
     model = PPO("MlpPolicy", env, n_steps=64, batch_size=64, n_epochs=2, seed=seed, device="cpu",
                 policy_kwargs={"net_arch": [16]})  # fmt: skip

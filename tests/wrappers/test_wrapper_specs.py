@@ -24,8 +24,8 @@ WRAPPERS: dict[str, type[gym.Wrapper]] = {
     "FlattenTokenDigitsAction": FlattenTokenDigitsAction,
 }
 NON_DEFAULT_ARGUMENTS = {"ParseToolCall": {"max_action_chars": 512}}
-ENV_ARGUMENTS = {"CSRPhone-v0": {"difficulty": 3}, "ZTokenDigits-v0": {"num_z_tokens": 4},
-                 "MathQA-v0": {"num_problems": 20}}
+ENV_ARGUMENTS = {"CSRPhone-v1": {"difficulty": 3}, "ZTokenDigits-v1": {"num_z_tokens": 4},
+                 "MathQA-v1": {"num_problems": 20}}
 
 
 def _applies(wrapper: type[gym.Wrapper], env_id: str) -> bool:
@@ -43,7 +43,7 @@ PAIRS = [(name, env_id) for name, wrapper in WRAPPERS.items() for env_id in SING
 def test_every_wrapper_applies_somewhere():
     assert {"ParseToolCall", "FlattenTokenDigitsAction"} <= set(WRAPPERS)
     assert {name for name, _ in PAIRS} == set(WRAPPERS)
-    assert {("ParseToolCall", "CSRPhone-v0"), ("FlattenTokenDigitsAction", "ZTokenDigits-v0")} <= set(PAIRS)
+    assert {("ParseToolCall", "CSRPhone-v1"), ("FlattenTokenDigitsAction", "ZTokenDigits-v1")} <= set(PAIRS)
 
 
 def _wrapped(name: str, env_id: str, **arguments: Any) -> gym.Env:

@@ -3,7 +3,7 @@
 An agent folder exports both. The trainer runs the whole job, so a user's code, ``examples/train_<agent>.py``
 and the benchmarks drive every agent the same way::
 
-    trainer = GRPOTrainer(GRPOConfig(env_id="CSRPhone-v0", num_steps=20))
+    trainer = GRPOTrainer(GRPOConfig(env_id="CSRPhone-v1", num_steps=20))
     history = trainer.train()            # one metrics dict per logged step, also in <output_dir>/metrics.jsonl
     metrics = trainer.evaluate()         # held-out figures, keys "eval/..."
     trainer.save("runs/x/checkpoint")    # one checkpoint format (worldgym.checkpointing)

@@ -111,7 +111,7 @@ class ParseToolCall(gym.ActionWrapper, gym.utils.RecordConstructorArgs):
     it becomes a :class:`ToolCallError` at once, so a reply of megabytes costs microseconds, not a JSON parse.
 
     Args:
-        env: a tool-call env (e.g. ``gym.make("CSRPhone-v0")``).
+        env: a tool-call env (e.g. ``gym.make("CSRPhone-v1")``).
         max_action_chars: the longest reply the action space admits.
     """
 

@@ -17,7 +17,7 @@ SEARCH = '<tool_call>\n{"name": "search_company", "arguments": {"company": "Acme
 
 
 def make_csr_env():
-    return make_text_env("CSRPhone-v0", {"difficulty": 1}, True)
+    return make_text_env("CSRPhone-v1", {"difficulty": 1}, True)
 
 
 @pytest.fixture(scope="session")

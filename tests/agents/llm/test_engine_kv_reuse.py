@@ -22,7 +22,7 @@ GREEDY = SamplingParams(temperature=0.0, max_new_tokens=24)
 
 
 def _make_env():
-    return make_text_env("CSRPhone-v0", {"difficulty": 1}, True)
+    return make_text_env("CSRPhone-v1", {"difficulty": 1}, True)
 
 
 @pytest.fixture(scope="module")

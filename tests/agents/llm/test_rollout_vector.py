@@ -26,11 +26,11 @@ def engine(tokenizer) -> HFEngine:
 
 
 def _math_env() -> gym.Env:
-    return gym.make("MathQA-v0", num_problems=20)
+    return gym.make("MathQA-v1", num_problems=20)
 
 
 def _csr_env(max_turns: int) -> Callable[[], gym.Env]:
-    return lambda: ParseToolCall(gym.make("CSRPhone-v0", max_turns=max_turns))
+    return lambda: ParseToolCall(gym.make("CSRPhone-v1", max_turns=max_turns))
 
 
 def _csr_factories() -> list[Callable[[], gym.Env]]:
@@ -68,7 +68,7 @@ def test_math_vector_env_matches_single_envs(engine, tokenizer, mode):
     if mode == "async":
         vector_kwargs = {"shared_memory": False, "autoreset_mode": AutoresetMode.SAME_STEP}
     vector_env = gym.make_vec(
-        "MathQA-v0", num_envs=4, vectorization_mode=mode, vector_kwargs=vector_kwargs, num_problems=20
+        "MathQA-v1", num_envs=4, vectorization_mode=mode, vector_kwargs=vector_kwargs, num_problems=20
     )
     with closing(vector_env):
         collector = RolloutCollector(engine, tokenizer, vector_env=vector_env)
@@ -115,7 +115,7 @@ def test_vector_env_size_must_match_the_episodes(engine, tokenizer):
 def test_bad_env_arguments_are_rejected(engine, tokenizer):
     with pytest.raises(ValueError, match="exactly one of make_env"):
         RolloutCollector(engine, tokenizer)
-    with closing(gym.make_vec("MathQA-v0", num_envs=2, num_problems=20)) as vector_env:
+    with closing(gym.make_vec("MathQA-v1", num_envs=2, num_problems=20)) as vector_env:
         with pytest.raises(ValueError, match="exactly one of make_env"):
             RolloutCollector(engine, tokenizer, _math_env, vector_env=vector_env)
     with pytest.raises(TypeError, match="gymnasium VectorEnv"):

@@ -59,7 +59,7 @@ def test_value_head_is_linear_tanh_linear(tiny_policy) -> None:
 
 def test_digit_heads_read_the_answer_position(tiny_policy, env_kwargs) -> None:
     policy, encoder = tiny_policy
-    envs = ztoken_vector_env("ZTokenDigits-v0", env_kwargs, 2)
+    envs = ztoken_vector_env("ZTokenDigits-v1", env_kwargs, 2)
     obs, digits = collect_scripted_episodes(envs, 2, 1, 2, seed=0, rng=np.random.default_rng(0))
     batch = encoder.encode(obs)
     out = policy(batch)
@@ -75,7 +75,7 @@ def test_digit_heads_read_the_answer_position(tiny_policy, env_kwargs) -> None:
 
 def test_rollout_log_probs_match_the_update_recomputation(tiny_policy, env_kwargs) -> None:
     policy, encoder = tiny_policy
-    envs = ztoken_vector_env("ZTokenDigits-v0", env_kwargs, 2)
+    envs = ztoken_vector_env("ZTokenDigits-v1", env_kwargs, 2)
     episodes, steps = collect_episodes(
         policy, encoder, envs, 3, seed=0, generator=torch.Generator().manual_seed(0)
     )
@@ -96,7 +96,7 @@ def test_rollout_log_probs_match_the_update_recomputation(tiny_policy, env_kwarg
 
 def test_greedy_acting_is_deterministic_and_seeded_sampling_repeats(tiny_policy, env_kwargs) -> None:
     policy, encoder = tiny_policy
-    envs = ztoken_vector_env("ZTokenDigits-v0", env_kwargs, 2)
+    envs = ztoken_vector_env("ZTokenDigits-v1", env_kwargs, 2)
 
     def run(decoding: str, seed: int) -> list:
         episodes, _ = collect_episodes(
@@ -144,7 +144,7 @@ def test_pretrained_policy_warm_start_step_and_checkpoint_round_trip(
 ) -> None:
     vocab = ZTokenVocab(env_kwargs["num_z_tokens"])
     policy, encoder = build_policy(ZTokenModelConfig(pretrained=str(hf_model_dir)), vocab)
-    envs = ztoken_vector_env("ZTokenDigits-v0", env_kwargs, 2)
+    envs = ztoken_vector_env("ZTokenDigits-v1", env_kwargs, 2)
     obs, digits = collect_scripted_episodes(envs, 2, 1, 2, seed=0, rng=np.random.default_rng(0))
     loss, _ = warm_start_loss(policy, encoder.encode(obs), torch.as_tensor(digits), 1.0, 1.0)
     loss.backward()
@@ -212,7 +212,7 @@ def test_dropout_is_disabled_so_the_first_minibatch_ratio_is_one(
 def test_policy_acts_on_cuda(tiny_policy, env_kwargs) -> None:
     policy, encoder = tiny_policy
     policy.to("cuda")
-    envs = ztoken_vector_env("ZTokenDigits-v0", env_kwargs, 2)
+    envs = ztoken_vector_env("ZTokenDigits-v1", env_kwargs, 2)
     episodes, _ = collect_episodes(
         policy, encoder, envs, 1, seed=0, generator=torch.Generator(device="cuda").manual_seed(0)
     )

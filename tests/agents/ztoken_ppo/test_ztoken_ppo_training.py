@@ -61,7 +61,7 @@ def _ppo_config(tmp_path, env_kwargs: dict, **overrides) -> ZTokenPPOConfig:
 
 
 def _scripted_batch(seed: int, env_kwargs: dict):
-    envs = ztoken_vector_env("ZTokenDigits-v0", env_kwargs, 4)
+    envs = ztoken_vector_env("ZTokenDigits-v1", env_kwargs, 4)
     return collect_scripted_episodes(envs, 8, 1, 3, seed=seed, rng=np.random.default_rng(seed))
 
 
@@ -72,7 +72,7 @@ def test_warm_start_lowers_the_supervised_loss(tiny_policy, tmp_path, env_kwargs
         before, _ = warm_start_loss(policy, encoder.encode(obs), torch.as_tensor(digits), 1.0, 1.0)
     config = ZTokenWarmStartConfig(steps=30, batch_size=32, num_envs=4, z_min=1, z_max=3, lr=3e-3)
     metrics = warm_start(
-        policy, encoder, "ZTokenDigits-v0", env_kwargs, config, tmp_path / "warm.jsonl", progress=False
+        policy, encoder, "ZTokenDigits-v1", env_kwargs, config, tmp_path / "warm.jsonl", progress=False
     )
     with torch.no_grad():
         after, _ = warm_start_loss(policy, encoder.encode(obs), torch.as_tensor(digits), 1.0, 1.0)
@@ -85,7 +85,7 @@ def test_warm_start_rejects_a_trace_longer_than_the_token_limit(tiny_policy, env
     policy, encoder = tiny_policy
     with pytest.raises(ValueError, match=re.escape("z_max=4 leaves no room for <ANSWER>")):
         warm_start(
-            policy, encoder, "ZTokenDigits-v0", env_kwargs, ZTokenWarmStartConfig(steps=1, z_max=4), progress=False
+            policy, encoder, "ZTokenDigits-v1", env_kwargs, ZTokenWarmStartConfig(steps=1, z_max=4), progress=False
         )
 
 
@@ -179,7 +179,7 @@ def test_warm_start_log_starts_fresh_on_every_run(tiny_policy, tmp_path, env_kwa
     config = ZTokenWarmStartConfig(steps=2, batch_size=4, num_envs=2, z_max=2)
     for _ in range(2):
         warm_start(
-            *tiny_policy, "ZTokenDigits-v0", env_kwargs, config, tmp_path / "warm.jsonl", progress=False
+            *tiny_policy, "ZTokenDigits-v1", env_kwargs, config, tmp_path / "warm.jsonl", progress=False
         )
     assert [json.loads(line)["step"] for line in (tmp_path / "warm.jsonl").read_text().splitlines()] == [0, 1]
 
@@ -240,22 +240,22 @@ def test_evaluate_plays_the_env_it_is_given(tiny_policy, tmp_path, env_kwargs) -
     assert trainer.evaluate() == evaluate_policy(
         *tiny_policy, env_kwargs=env_kwargs, num_episodes=8, num_envs=4
     )
-    train_split = ztoken_vector_env("ZTokenDigits-v0", env_kwargs, 2)
+    train_split = ztoken_vector_env("ZTokenDigits-v1", env_kwargs, 2)
     on_train = trainer.evaluate(train_split)
     assert on_train == evaluate_policy(*tiny_policy, num_episodes=8, envs=train_split)
     assert on_train != trainer.evaluate()  # other problems than the test split's
-    assert trainer.evaluate(gym.make("ZTokenDigits-v0", **env_kwargs)) == evaluate_policy(
-        *tiny_policy, num_episodes=8, envs=ztoken_vector_env("ZTokenDigits-v0", env_kwargs, 1)
+    assert trainer.evaluate(gym.make("ZTokenDigits-v1", **env_kwargs)) == evaluate_policy(
+        *tiny_policy, num_episodes=8, envs=ztoken_vector_env("ZTokenDigits-v1", env_kwargs, 1)
     )
     assert not train_split.closed  # the caller's env stays open
-    next_step = gym.make_vec("ZTokenDigits-v0", num_envs=2, vectorization_mode="sync", **env_kwargs)
+    next_step = gym.make_vec("ZTokenDigits-v1", num_envs=2, vectorization_mode="sync", **env_kwargs)
     with pytest.raises(ValueError, match="autoresets in mode NEXT_STEP"):
         trainer.evaluate(next_step)
     with pytest.raises(ValueError, match="env has 6 Z tokens, the policy 4"):
-        trainer.evaluate(ztoken_vector_env("ZTokenDigits-v0", {**env_kwargs, "num_z_tokens": 6}, 2))
+        trainer.evaluate(ztoken_vector_env("ZTokenDigits-v1", {**env_kwargs, "num_z_tokens": 6}, 2))
     with pytest.raises(ValueError, match="num_episodes=8 must be a multiple of num_envs=3"):
-        trainer.evaluate(ztoken_vector_env("ZTokenDigits-v0", env_kwargs, 3))
+        trainer.evaluate(ztoken_vector_env("ZTokenDigits-v1", env_kwargs, 3))
     with pytest.raises(TypeError, match="env must be a gymnasium Env or VectorEnv, got str"):
-        trainer.evaluate("ZTokenDigits-v0")
+        trainer.evaluate("ZTokenDigits-v1")
     with pytest.raises(ValueError, match="config.eval_episodes is 0"):
         ZTokenPPOTrainer(_ppo_config(tmp_path, env_kwargs, eval_episodes=0), *tiny_policy).evaluate()

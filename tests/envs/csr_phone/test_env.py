@@ -10,7 +10,7 @@ import gymnasium as gym
 import pytest
 from gymnasium.utils.env_checker import check_env
 
-import worldgym  # noqa: F401  (registers CSRPhone-v0)
+import worldgym  # noqa: F401  (registers CSRPhone-v1)
 from worldgym.envs.csr_phone.env import CSRPhoneEnv
 from worldgym.envs.csr_phone.evaluation import run_episode
 from worldgym.envs.csr_phone.policies import ExpertPolicy, RandomPolicy, TextPolicy
@@ -20,7 +20,7 @@ from worldgym.wrappers import ParseToolCall, format_tool_call
 
 
 def test_check_env_unwrapped_and_wrapped():
-    check_env(gym.make("CSRPhone-v0").unwrapped, skip_render_check=True)
+    check_env(gym.make("CSRPhone-v1").unwrapped, skip_render_check=True)
     check_env(CSRPhoneEnv(difficulty=5, render_mode="ansi"))
     check_env(ParseToolCall(CSRPhoneEnv(difficulty=3)), skip_render_check=True)
 
@@ -43,7 +43,7 @@ def test_same_seed_same_transcript_including_paraphrases(policy_seed):
 
 
 def test_reset_info_and_prompt():
-    env = gym.make("CSRPhone-v0", difficulty=1, split="test")
+    env = gym.make("CSRPhone-v1", difficulty=1, split="test")
     prompt, info = env.reset(seed=0)
     assert {"tools", "difficulty", "company", "goal", "split", "turn"} <= set(info)
     assert info["difficulty"] == 1 and info["split"] == "test"

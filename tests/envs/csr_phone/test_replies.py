@@ -49,7 +49,7 @@ def _play(env, policy, seed):
 def test_env_replies_classified_exactly():
     seen = set()
     for difficulty in (1, 3, 5):
-        env = gym.make("CSRPhone-v0", difficulty=difficulty)
+        env = gym.make("CSRPhone-v1", difficulty=difficulty)
         for seed in range(12):
             for policy in (ExpertPolicy(), RandomPolicy(seed=seed)):
                 for text, response_type in _play(env, policy, seed):

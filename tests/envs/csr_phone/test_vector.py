@@ -1,9 +1,9 @@
-"""CSRPhone-v0 in Gymnasium vector envs, with and without the text wrapper."""
+"""CSRPhone-v1 in Gymnasium vector envs, with and without the text wrapper."""
 
 import gymnasium as gym
 import pytest
 
-import worldgym  # noqa: F401  (registers CSRPhone-v0)
+import worldgym  # noqa: F401  (registers CSRPhone-v1)
 from worldgym.envs.csr_phone.env import CSR_TOOLS
 from worldgym.envs.csr_phone.policies import ExpertPolicy, TextPolicy
 from worldgym.wrappers import ParseToolCall
@@ -17,11 +17,11 @@ def env_info(infos: dict, i: int) -> dict:
 
 
 def make_env():
-    return gym.make("CSRPhone-v0", difficulty=3)
+    return gym.make("CSRPhone-v1", difficulty=3)
 
 
 def make_text_env():
-    return ParseToolCall(gym.make("CSRPhone-v0", difficulty=3))
+    return ParseToolCall(gym.make("CSRPhone-v1", difficulty=3))
 
 
 # Text observations must not use shared memory: with gymnasium 1.4's default (shared_memory=True)

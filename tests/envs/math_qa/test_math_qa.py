@@ -1,4 +1,4 @@
-"""MathQA-v0: generator, splits, grader, GSM8K loader and the Gymnasium env contract."""
+"""MathQA-v1: generator, splits, grader, GSM8K loader and the Gymnasium env contract."""
 
 import json
 
@@ -6,7 +6,7 @@ import gymnasium as gym
 import pytest
 from gymnasium.utils.env_checker import check_env
 
-import worldgym  # noqa: F401  (registers MathQA-v0)
+import worldgym  # noqa: F401  (registers MathQA-v1)
 from worldgym.envs.math_qa import (
     MathRewardModel,
     extract_answer,
@@ -84,7 +84,7 @@ def test_generator_rejects_bad_arguments(kwargs, message):
 
 
 def test_env_contract_and_reward():
-    env = gym.make("MathQA-v0", num_problems=50)
+    env = gym.make("MathQA-v1", num_problems=50)
     check_env(env.unwrapped, skip_render_check=True)
     question, info = env.reset(seed=0)
     assert "####" in info["system_prompt"] and isinstance(question, str)
@@ -98,7 +98,7 @@ def test_env_contract_and_reward():
 
 
 def test_env_reset_is_seeded_and_index_option():
-    env = gym.make("MathQA-v0", num_problems=50)
+    env = gym.make("MathQA-v1", num_problems=50)
     assert env.reset(seed=4)[0] == env.reset(seed=4)[0]
     assert env.reset(options={"index": 3})[1]["index"] == 3
     with pytest.raises(ValueError, match="options\\['index'\\]"):
@@ -114,7 +114,7 @@ def test_gsm8k_loader_jsonl_parquet_and_errors(tmp_path):
     jsonl.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
     problems = load_gsm8k(jsonl)
     assert [p.answer for p in problems] == [5.0, 1000.0]
-    env = gym.make("MathQA-v0", dataset_path=str(jsonl))
+    env = gym.make("MathQA-v1", dataset_path=str(jsonl))
     env.reset(options={"index": 1})
     assert env.step("the answer is 1000")[1] == 1.0
     pq = pytest.importorskip("pyarrow.parquet")

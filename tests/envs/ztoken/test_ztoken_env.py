@@ -1,4 +1,4 @@
-"""Tests for ZTokenDigits-v0: vocabulary, splits, reward rule, env API, vector envs, SB3 compatibility."""
+"""Tests for ZTokenDigits-v1: vocabulary, splits, reward rule, env API, vector envs, SB3 compatibility."""
 
 from __future__ import annotations
 
@@ -149,12 +149,12 @@ def test_reward_config_validation() -> None:
 
 
 def test_env_passes_gymnasium_check_env() -> None:
-    env = gym.make("ZTokenDigits-v0", num_z_tokens=4, max_new_tokens=4, render_mode="ansi")
+    env = gym.make("ZTokenDigits-v1", num_z_tokens=4, max_new_tokens=4, render_mode="ansi")
     check_env(env.unwrapped, skip_render_check=False)
 
 
 def test_registered_env_plays_an_episode_with_breakdown() -> None:
-    env = gym.make("ZTokenDigits-v0", num_z_tokens=4, max_new_tokens=5, render_mode="ansi")
+    env = gym.make("ZTokenDigits-v1", num_z_tokens=4, max_new_tokens=5, render_mode="ansi")
     obs, info = env.reset(seed=7)
     assert env.observation_space.contains(obs)
     question = info["question"]
@@ -281,7 +281,7 @@ def test_env_rejects_bad_constructor_arguments() -> None:
 @pytest.mark.parametrize("mode", ["sync", "async"])
 def test_vector_envs_batch_the_dict_action(mode: str) -> None:
     envs = gym.make_vec(
-        "ZTokenDigits-v0", num_envs=2, vectorization_mode=mode, num_z_tokens=3, max_new_tokens=2
+        "ZTokenDigits-v1", num_envs=2, vectorization_mode=mode, num_z_tokens=3, max_new_tokens=2
     )
     obs, _ = envs.reset(seed=1)
     assert obs.shape == (2, envs.single_observation_space.shape[0])

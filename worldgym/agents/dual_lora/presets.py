@@ -1,4 +1,4 @@
-"""Per-model settings of the dual-LoRA agent on CSRPhone-v0: the CSR policy's warm start (its vocabulary holds
+"""Per-model settings of the dual-LoRA agent on CSRPhone-v1: the CSR policy's warm start (its vocabulary holds
 the world model's markers) and its DAPO settings, on two fresh adapters.
 
 Shared by ``examples/train_dual_lora.py`` and ``benchmarks/csr_dual_lora_vs_dapo.py``.

@@ -47,7 +47,7 @@ class GRPOConfig:
         env_id: the training env, gym.make(env_id, **env_kwargs); text in, text out.
         env_kwargs: keyword arguments of the training env.
         eval_env_kwargs: overrides of env_kwargs for the validation env (e.g. {"split": "test"}).
-        wrap_tool_calls: wrap the env in ParseToolCall (tool-call envs such as CSRPhone-v0).
+        wrap_tool_calls: wrap the env in ParseToolCall (tool-call envs such as CSRPhone-v1).
         vectorization_mode: "none": training episodes in a pool of single envs; "sync" / "async": in a gymnasium
             vector env of prompts_per_step * group_size sub-envs (async: one subprocess each). Validation
             always uses single envs.
@@ -134,7 +134,7 @@ class GRPOConfig:
     recompute_old_logprobs: bool | None = None
     bf16_autocast: bool = False
 
-    env_id: str = "MathQA-v0"
+    env_id: str = "MathQA-v1"
     env_kwargs: dict[str, Any] = field(default_factory=dict)
     eval_env_kwargs: dict[str, Any] = field(default_factory=lambda: {"split": "test"})
     wrap_tool_calls: bool = False

@@ -1,6 +1,6 @@
-"""Named settings for training a CSR policy with DAPO on CSRPhone-v0's 0/1 reward, per model.
+"""Named settings for training a CSR policy with DAPO on CSRPhone-v1's 0/1 reward, per model.
 
-Shared by ``examples/train_grpo.py --env CSRPhone-v0`` and ``benchmarks/csr_policy.py`` so that the example
+Shared by ``examples/train_grpo.py --env CSRPhone-v1`` and ``benchmarks/csr_policy.py`` so that the example
 runs what the benchmark measured.
 """
 
@@ -88,7 +88,7 @@ class CSRPreset:
         train split, validate on the validation split, the env's 16-call limit. ``config_class``: a
         :class:`GRPOConfig` subclass to build instead (e.g. the dual-LoRA agent's config)."""
         settings: dict[str, Any] = {
-            "env_id": "CSRPhone-v0",
+            "env_id": "CSRPhone-v1",
             "env_kwargs": {"split": "train", "difficulty": difficulty},
             "eval_env_kwargs": {"split": "validation", "difficulty": difficulty},
             "wrap_tool_calls": True,

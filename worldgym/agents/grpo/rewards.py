@@ -25,7 +25,7 @@ def episode_rewards(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(task_rewards, shaped_rewards)`` as ``[B]`` tensors.
 
-    The task reward is what the env paid over the episode (MathQA-v0 grades with :class:`MathRewardModel`).
+    The task reward is what the env paid over the episode (MathQA-v1 grades with :class:`MathRewardModel`).
     The shaped reward, which training uses, is ``reward_fn(episode)`` when given (else the task reward),
     plus, with ``overlong_buffer > 0``, the penalty for model tokens beyond
     ``max_response_tokens - overlong_buffer``.

@@ -1,7 +1,7 @@
 """Constrained tool arguments: values a tool schema marks as copied can only be strings the episode has seen.
 
 A tool's JSON schema marks an argument with ``"x-copy-from-observations": true`` (:data:`COPY_ANNOTATION`):
-its value must be copied from an earlier observation (CSRPhone-v0: ``phone_number`` and every auth value).
+its value must be copied from an earlier observation (CSRPhone-v1: ``phone_number`` and every auth value).
 The env lists the copyable strings each observation shows in ``info["observed_values"]`` (each must occur
 in the observation text; others are ignored). With constrained decoding, once the model has written
 ``"<key>":`` for a marked key, the next tokens can only spell ``"<one of the values>"`` (``""`` while there is

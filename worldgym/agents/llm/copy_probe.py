@@ -1,6 +1,6 @@
 """The copy probe: how often a policy's copied tool arguments are exactly values the tools showed it earlier.
 
-A tool schema marks the arguments that must be copied (:data:`worldgym.spaces.COPY_ANNOTATION`; CSRPhone-v0:
+A tool schema marks the arguments that must be copied (:data:`worldgym.spaces.COPY_ANNOTATION`; CSRPhone-v1:
 ``phone_number`` and the auth values); the env lists each observation's copyable strings in
 ``info["observed_values"]``. The probe counts every marked argument of every parsed call in the episodes and
 the fraction equal to a value shown before that call. An empty string is no attempt to copy (constrained

@@ -1,6 +1,6 @@
 """Multi-turn rollouts of an engine in worldgym text envs, keeping the exact token ids the model produced.
 
-Every text env is treated as "string action in, string observation out": MathQA-v0 takes the answer text, a
+Every text env is treated as "string action in, string observation out": MathQA-v1 takes the answer text, a
 tool env wrapped in :class:`worldgym.wrappers.ParseToolCall` takes the raw reply. The chat is rendered with
 the tokenizer's chat template (with ``tools`` from reset info when present); after each reply only the *new*
 template text (the observation turn and the next assistant header) is tokenized and appended, so the model's
@@ -319,7 +319,7 @@ class RolloutCollector:
     """Runs groups of episodes with an engine until every episode ends.
 
     Episodes run either in a pool of single envs (``make_env``) or in the sub-envs of a gymnasium vector env
-    (``vector_env``, e.g. ``gym.make_vec("CSRPhone-v0", num_envs=16, wrappers=[ParseToolCall])`` or
+    (``vector_env``, e.g. ``gym.make_vec("CSRPhone-v1", num_envs=16, wrappers=[ParseToolCall])`` or
     :func:`make_vector_env`); both give the same episodes for the same seeds. A vector env needs exactly one
     sub-env per episode of a :meth:`collect` call (``len(env_seeds) * group_size``); see
     :class:`_VectorEnvRows` for how sub-envs that finished early are handled.

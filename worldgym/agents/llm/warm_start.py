@@ -44,6 +44,10 @@ __all__ = [
 ]
 
 _FORMAT_VERSION = 1  # of warm_start.json
+# Warm starts of these env ids keep the cache keys (and shipped folders) they were saved under before the id's
+# version was bumped: they were made from the chats of the new version (the reply-text fix of CSRPhone-v1 came first).
+_KEY_ENV_IDS = {"CSRPhone-v1": "CSRPhone-v0"}
+_CURRENT_ENV_IDS = {old: new for new, old in _KEY_ENV_IDS.items()}
 WARM_START_KIND = "llm_warm_start"  # the manifest kind of a warm start folder (worldgym.checkpointing)
 _RECORD = "warm_start.json"
 
@@ -57,7 +61,7 @@ class WarmStartConfig:
             on the expert chats) or a pretrained model for :func:`load_chat_model` (``"smollm2-135m"``, a local
             path, a hub name), adapted with LoRA.
         env_id, env_kwargs: the env whose expert is imitated (``split`` is always ``"train"``).
-        difficulties, episodes_per_difficulty: expert episodes per difficulty level (CSRPhone-v0); an env
+        difficulties, episodes_per_difficulty: expert episodes per difficulty level (CSRPhone-v1); an env
             without difficulty levels (LongHealthQA-v0) takes ``difficulties=()`` and episodes_per_difficulty
             episodes in all.
         epochs, batch_size, learning_rate, max_length: SFT settings (:class:`SFTConfig`).
@@ -68,7 +72,7 @@ class WarmStartConfig:
         shared_prefix_tokens: batch chats that open with this many identical tokens together and run their
             common opening once per batch (:class:`SFTConfig`; e.g. questions about one patient's long
             documents); 0: batches of similar length, and a pretrained model's activations recomputed.
-        mistake_rate: CSRPhone-v0 only: the share of the expert's turns replaced by a typical mistake that is
+        mistake_rate: CSRPhone-v1 only: the share of the expert's turns replaced by a typical mistake that is
             not trained on, so the chats teach recovering from it (:class:`CSRTextExpert`).
         continue_from: the key of a cached (or shipped) warm start of the same model to go on training (its
             weights, adapter and tokenizer) on these chats, e.g. the harder difficulties with mistakes; empty:
@@ -78,7 +82,7 @@ class WarmStartConfig:
     """
 
     model: str = "smollm2-135m"
-    env_id: str = "CSRPhone-v0"
+    env_id: str = "CSRPhone-v1"
     env_kwargs: dict[str, Any] = field(default_factory=dict)
     difficulties: tuple[int, ...] = (1, 2, 3)
     episodes_per_difficulty: int = 128
@@ -104,8 +108,8 @@ class WarmStartConfig:
         check_range("learning_rate", self.learning_rate, 0, None, low_open=True)
         check_range("shared_prefix_tokens", self.shared_prefix_tokens, 0, None)
         check_range("mistake_rate", self.mistake_rate, 0, 1, high_open=True)
-        check_field(not self.mistake_rate or self.env_id == "CSRPhone-v0", "mistake_rate", self.mistake_rate,
-                    "only CSRPhone-v0's expert injects mistakes: use 0")
+        check_field(not self.mistake_rate or self.env_id == "CSRPhone-v1", "mistake_rate", self.mistake_rate,
+                    "only CSRPhone-v1's expert injects mistakes: use 0")
         check_field("split" not in self.env_kwargs and "difficulty" not in self.env_kwargs, "env_kwargs",
                     self.env_kwargs, "drop 'split' and 'difficulty': expert chats always come from the train "
                     "split, at each of the config's difficulties")
@@ -117,15 +121,17 @@ class WarmStartConfig:
 
     def key(self) -> str:
         """A readable cache key: model, env and a hash of every setting (the settings added later only when set,
-        so the warm starts cached before them keep their keys)."""
+        so the warm starts cached before them keep their keys; a CSRPhone-v1 warm start keeps the key it had as
+        CSRPhone-v0's)."""
         settings = asdict(self)
+        settings["env_id"] = _KEY_ENV_IDS.get(self.env_id, self.env_id)
         for name in ("shared_prefix_tokens", "mistake_rate", "continue_from"):
             if not settings[name]:
                 del settings[name]
         if settings["dtype"] == "float32":
             del settings["dtype"]
         digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:12]
-        return f"{self.model.replace('/', '_')}-{self.env_id}-{digest}"
+        return f"{self.model.replace('/', '_')}-{settings['env_id']}-{digest}"
 
 
 @dataclass
@@ -140,7 +146,7 @@ class WarmStart:
 
 
 class CSRTextExpert:
-    """CSRPhone-v0's scripted expert writing Hermes text, name first (a model picks the tool, then writes its
+    """CSRPhone-v1's scripted expert writing Hermes text, name first (a model picks the tool, then writes its
     arguments); a new episode starts at every reset (``tools`` in info).
 
     ``mistake_rate``: the share of turns where a typical agent mistake (:meth:`ExpertPolicy.mistake`) is executed
@@ -183,9 +189,9 @@ class MultipleChoiceExpert:
         return f"<answer>{answer}</answer>"
 
 
-EXPERTS: dict[str, Callable[[], ExpertPolicy]] = {"CSRPhone-v0": CSRTextExpert, "LongHealthQA-v0": MultipleChoiceExpert}
+EXPERTS: dict[str, Callable[[], ExpertPolicy]] = {"CSRPhone-v1": CSRTextExpert, "LongHealthQA-v0": MultipleChoiceExpert}
 # envs whose actions are tool calls (wrapped in ParseToolCall; multi-turn episodes)
-TOOL_ENVS = ("CSRPhone-v0",)
+TOOL_ENVS = ("CSRPhone-v1",)
 
 
 def expert_chats(config: WarmStartConfig, expert: ExpertPolicy | None = None) -> list[Chat]:
@@ -316,7 +322,10 @@ def _cached_folder(key: str, cache_dir: Path) -> Path | None:
 
 
 def _saved_config(record: dict[str, Any]) -> WarmStartConfig:
-    return WarmStartConfig(**{**record["config"], "difficulties": tuple(record["config"]["difficulties"])})
+    """The settings a ``warm_start.json`` records (an env id saved before its version bump as the current id)."""
+    saved = record["config"]
+    env_id = _CURRENT_ENV_IDS.get(saved["env_id"], saved["env_id"])
+    return WarmStartConfig(**{**saved, "env_id": env_id, "difficulties": tuple(saved["difficulties"])})
 
 
 def _load(path: Path, config: WarmStartConfig) -> WarmStart:

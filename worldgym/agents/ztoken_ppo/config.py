@@ -184,7 +184,7 @@ class ZTokenPPOConfig:
 
     model: ZTokenModelConfig = field(default_factory=ZTokenModelConfig)
     init_checkpoint: str | None = None
-    env_id: str = "ZTokenDigits-v0"
+    env_id: str = "ZTokenDigits-v1"
     env_kwargs: dict[str, Any] = field(default_factory=dict)
     num_envs: int = 8
     episodes_per_rollout: int = 512

@@ -35,7 +35,7 @@ def episode_metrics(episodes: list[ZTokenEpisode], prefix: str) -> dict[str, flo
 def evaluate_policy(
     policy: ZTokenPolicy,
     encoder: ObservationEncoder,
-    env_id: str = "ZTokenDigits-v0",
+    env_id: str = "ZTokenDigits-v1",
     env_kwargs: dict[str, Any] | None = None,
     num_episodes: int = 256,
     num_envs: int = 8,

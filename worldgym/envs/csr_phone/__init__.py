@@ -1,9 +1,9 @@
-"""CSRPhone-v0: a customer-service phone-call simulator with three tools and a seeded world of companies.
+"""CSRPhone-v1: a customer-service phone-call simulator with three tools and a seeded world of companies.
 
 >>> import gymnasium as gym
 >>> import worldgym
 >>> from worldgym.envs.csr_phone import ExpertPolicy, run_episode
->>> env = gym.make("CSRPhone-v0", difficulty=5, split="test")
+>>> env = gym.make("CSRPhone-v1", difficulty=5, split="test")
 >>> run_episode(env, ExpertPolicy(), seed=0).success
 True
 """

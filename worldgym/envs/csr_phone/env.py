@@ -1,4 +1,4 @@
-"""``CSRPhoneEnv`` (CSRPhone-v0): complete a customer's task by searching companies and phoning their CSRs."""
+"""``CSRPhoneEnv`` (CSRPhone-v1): complete a customer's task by searching companies and phoning their CSRs."""
 
 from __future__ import annotations
 
@@ -112,12 +112,13 @@ class CSRPhoneEnv(ToolEnv):
     latter (gymnasium 1.4's shared memory garbles ``Text`` observations).
 
     ## Version History
-    * v0: initial version. Later fixes, same id: one ``service_provided`` paraphrase no longer repeats
-      "on your account" after a reason that ends with it (reply text only: response types, rewards and RNG
-      draws are unchanged); tool-call text that is nested too deeply or holds an overlong number, NaN or
-      Infinity is an invalid call instead of an exception; observations keep every Unicode character
-      (characters outside printable ASCII used to become ``?``) and company names are compared with letters of
-      any script.
+    * v1: one ``service_provided`` paraphrase no longer repeats "on your account" after a reason that ends
+      with it (the observations change; response types, rewards and RNG draws do not); tool-call text that is
+      nested too deeply or holds an overlong number, NaN or Infinity is an invalid call instead of an
+      exception; observations keep every Unicode character (characters outside printable ASCII used to become
+      ``?``) and company names are compared with letters of any script.
+    * v0: initial version, retired: ``gym.make("CSRPhone-v0")`` raises Gymnasium's ``DeprecatedEnv`` naming
+      CSRPhone-v1.
     """
 
     def __init__(self, difficulty: int | None = None, split: Split = "train", world_seed: int = 0,

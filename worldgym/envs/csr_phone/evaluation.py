@@ -1,4 +1,4 @@
-"""Run policies on CSRPhone-v0 and summarise success: the loop behind the demo, benchmark and tests."""
+"""Run policies on CSRPhone-v1 and summarise success: the loop behind the demo, benchmark and tests."""
 
 from __future__ import annotations
 

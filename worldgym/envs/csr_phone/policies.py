@@ -1,4 +1,4 @@
-"""Reference policies for CSRPhone-v0: a scripted expert and a random baseline, acting on env output only.
+"""Reference policies for CSRPhone-v1: a scripted expert and a random baseline, acting on env output only.
 
 Both read nothing but what an LLM agent would see: the observation text, ``info["response_type"]`` and the
 tool schemas in the reset ``info["tools"]``. Neither touches env internals, so they also run behind
@@ -17,7 +17,7 @@ from worldgym.wrappers import format_tool_call
 
 __all__ = ["ROUTER_DEPARTMENT", "CSRPolicy", "ExpertPolicy", "RandomPolicy", "TextPolicy"]
 
-# The documented convention of CSRPhone-v0: every company's general line, which routes callers.
+# The documented convention of CSRPhone-v1: every company's general line, which routes callers.
 ROUTER_DEPARTMENT = "Customer Service"
 
 _PROMPT_FIELD = re.compile(r"^(Company|Department): (.+)$", re.MULTILINE)

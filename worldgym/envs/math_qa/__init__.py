@@ -1,4 +1,4 @@
-"""MathQA-v0: GSM8K-style word problems (template generator or a user's GSM8K file) and the answer grader."""
+"""MathQA-v1: GSM8K-style word problems (template generator or a user's GSM8K file) and the answer grader."""
 
 from worldgym.envs.math_qa.env import SYSTEM_PROMPT, MathQAEnv
 from worldgym.envs.math_qa.loader import load_gsm8k

@@ -1,4 +1,4 @@
-"""MathQA-v0: single-turn math word problems; the answer text is the action, reward 1 if it is right."""
+"""MathQA-v1: single-turn math word problems; the answer text is the action, reward 1 if it is right."""
 
 from __future__ import annotations
 
@@ -54,9 +54,11 @@ class MathQAEnv(gym.Env[str, str]):
     otherwise the problem is drawn with the env's seeded RNG.
 
     ## Version History
-    * v0: initial version. Later fixes, same id: a non-string action is an invalid answer (it used to be
-      graded as ``str(action)``), and ungradable answers report ``info["errors"]``; questions keep every
-      Unicode character (characters outside printable ASCII used to become ``?``).
+    * v1: a non-string action is an invalid answer, reward 0 (v0 graded ``str(action)``), and ungradable
+      answers report ``info["errors"]``; questions keep every Unicode character (characters outside printable
+      ASCII used to become ``?``).
+    * v0: initial version, retired: ``gym.make("MathQA-v0")`` raises Gymnasium's ``DeprecatedEnv`` naming
+      MathQA-v1.
     """
 
     metadata = {"render_modes": ["ansi"], "render_fps": 4}

@@ -1,4 +1,4 @@
-"""ZTokenDigits-v0: latent Z-token reasoning over arithmetic with a 5-digit answer."""
+"""ZTokenDigits-v1: latent Z-token reasoning over arithmetic with a 5-digit answer."""
 
 from worldgym.envs.ztoken.env import ZTokenDigitsEnv
 from worldgym.envs.ztoken.problems import ArithmeticProblem, ProblemSampler

@@ -1,4 +1,4 @@
-"""ZTokenDigits-v0: answer arithmetic by emitting latent Z tokens, then <ANSWER> with 5 digits."""
+"""ZTokenDigits-v1: answer arithmetic by emitting latent Z tokens, then <ANSWER> with 5 digits."""
 
 from __future__ import annotations
 
@@ -61,12 +61,14 @@ class ZTokenDigitsEnv(gym.Env[np.ndarray, dict[str, Any]]):
     ``keep_prob``, ``length_penalty``, ``render_mode`` ("ansi").
 
     ## Version History
-    * v0: initial version. Later fix, same id: truncation is charged ``length_penalty`` per token like an
-      answer is (it used to give exactly 0); rewards with the default ``length_penalty=0`` are unchanged.
-      Later fix, same id: float digits (``[1.5] * 5`` was scored) and other wrong types raise ``TypeError``.
+    * v1: truncation is charged ``length_penalty`` per token like an answer is (v0 gave exactly 0; rewards
+      with the default ``length_penalty=0`` are unchanged); float digits (``[1.5] * 5`` was scored) and
+      other wrong types raise ``TypeError``.
+    * v0: initial version, retired: ``gym.make("ZTokenDigits-v0")`` raises Gymnasium's ``DeprecatedEnv``
+      naming ZTokenDigits-v1.
 
     >>> import gymnasium as gym, worldgym
-    >>> env = gym.make("ZTokenDigits-v0", num_z_tokens=4, max_new_tokens=3)
+    >>> env = gym.make("ZTokenDigits-v1", num_z_tokens=4, max_new_tokens=3)
     >>> obs, info = env.reset(seed=0)
     >>> obs, reward, terminated, truncated, info = env.step({"token": 4, "digits": [0, 0, 0, 0, 0]})
     >>> terminated, info["terminated_by"]

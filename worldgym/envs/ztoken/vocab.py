@@ -1,4 +1,4 @@
-"""The fixed token vocabulary of ZTokenDigits-v0: pad, question characters, <ANSWER> and the Z tokens."""
+"""The fixed token vocabulary of ZTokenDigits-v1: pad, question characters, <ANSWER> and the Z tokens."""
 
 from __future__ import annotations
 

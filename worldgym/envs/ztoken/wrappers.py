@@ -21,7 +21,7 @@ class FlattenTokenDigitsAction(gym.ActionWrapper, gym.utils.RecordConstructorArg
     range ``ValueError``, before the wrapped env is stepped.
 
     >>> import gymnasium as gym, worldgym
-    >>> env = FlattenTokenDigitsAction(gym.make("ZTokenDigits-v0", num_z_tokens=4))
+    >>> env = FlattenTokenDigitsAction(gym.make("ZTokenDigits-v1", num_z_tokens=4))
     >>> env.action_space
     MultiDiscrete([ 5 10 10 10 10 10])
     >>> env.action(np.array([4, 0, 0, 1, 2, 3]))["digits"].tolist()
