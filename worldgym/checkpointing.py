@@ -39,13 +39,11 @@ __all__ = [
     "optimizer_from_tensors",
     "optimizer_to_tensors",
     "read_json",
-    "read_manifest",
     "read_tensors",
     "recover_directory",
     "resolve_checkpoint",
     "save_checkpoint",
     "step_checkpoint",
-    "verify_manifest",
     "write_manifest",
 ]
 
@@ -212,7 +210,7 @@ def write_manifest(directory: Path, kind: str, format_version: int, step: int | 
     (directory / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
 
 
-def verify_manifest(root: Path) -> dict[str, Any]:
+def _verify_manifest(root: Path) -> dict[str, Any]:
     """The manifest of the checkpoint folder ``root`` once every file it lists is there with its SHA-256.
 
     Raises:
@@ -221,7 +219,7 @@ def verify_manifest(root: Path) -> dict[str, Any]:
     """
     if not (root / MANIFEST).is_file():
         raise CheckpointError(f"{root} is not a complete checkpoint: {MANIFEST} is missing")
-    manifest = read_manifest(root / MANIFEST)
+    manifest = _read_manifest(root / MANIFEST)
     if not isinstance(manifest.get("files"), dict):
         raise CheckpointError(f"{root / MANIFEST} is corrupt: it has no 'files' table")
     _check_files(root, manifest["files"], required=())
@@ -238,7 +236,7 @@ def open_checkpoint(path: str | Path, kind: str, format_version: int, required: 
     """
     root = resolve_checkpoint(path)
     _check_present(root, kind, format_version, required)
-    manifest = read_manifest(root / MANIFEST)
+    manifest = _read_manifest(root / MANIFEST)
     _check_kind_and_version(root / MANIFEST, manifest, kind, format_version)
     _check_files(root, manifest["files"], required)
     return root
@@ -263,7 +261,7 @@ def _check_present(root: Path, kind: str, format_version: int, required: Sequenc
         )
 
 
-def read_manifest(file: Path) -> dict[str, Any]:
+def _read_manifest(file: Path) -> dict[str, Any]:
     """Parse a manifest (unchecked); one that is not a JSON object raises :class:`CheckpointError`."""
     manifest = read_json(file)
     if not isinstance(manifest, dict):
@@ -362,7 +360,7 @@ def latest_checkpoint(run_dir: str | Path) -> Path | None:
             warnings.warn(f"{error}; trying an older checkpoint", stacklevel=2)
     for _, folder in sorted(ranked, reverse=True):
         try:
-            verify_manifest(folder)
+            _verify_manifest(folder)
         except CheckpointError as error:
             warnings.warn(f"{error}; trying an older checkpoint", stacklevel=2)
             continue
@@ -384,7 +382,7 @@ def _rank(folder: Path) -> tuple[int, bool]:
     ``checkpoint-last``)."""
     name = folder.name.removesuffix(_OLD)
     numbered = name != LAST_CHECKPOINT
-    manifest = read_manifest(folder / MANIFEST) if (folder / MANIFEST).is_file() else {}
+    manifest = _read_manifest(folder / MANIFEST) if (folder / MANIFEST).is_file() else {}
     step = manifest.get("step")
     if step is None:
         return (int(name.rsplit("-", 1)[1]) if numbered else -1), numbered
