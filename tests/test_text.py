@@ -36,7 +36,7 @@ def test_fit_observation_text_keeps_every_character_and_reports_its_changes():
     assert fit_observation_text("abcdef", 4)[0] == TRUNCATION_MARKER[:4]  # never longer than the space
 
 
-@pytest.mark.parametrize("env_id", ["CSRPhone-v0", "MathQA-v0", "LongHealthQA-v0"])
+@pytest.mark.parametrize("env_id", ["CSRPhone-v1", "MathQA-v1", "LongHealthQA-v0"])
 def test_text_envs_declare_unicode_spaces_and_pass_check_env(env_id):
     from gymnasium.utils.env_checker import check_env
 

@@ -15,8 +15,8 @@ from worldgym.spaces import ToolCall
 
 
 def test_the_expert_completes_a_task_through_the_tool_methods():
-    env = environment_factory("CSRPhone-v0", difficulty=2)()
-    local = gym.make("CSRPhone-v0", difficulty=2)
+    env = environment_factory("CSRPhone-v1", difficulty=2)()
+    local = gym.make("CSRPhone-v1", difficulty=2)
     prompt, info = local.reset(seed=11)
     assert env.reset(seed=11) == prompt
     expert = ExpertPolicy()
@@ -39,7 +39,7 @@ def test_tool_methods_carry_the_schema_trl_reads():
     pytest.importorskip("transformers")
     from transformers.utils import get_json_schema
 
-    env = environment_factory("CSRPhone-v0")()
+    env = environment_factory("CSRPhone-v1")()
     for tool in CSR_TOOLS:
         schema = get_json_schema(getattr(env, tool.name))["function"]
         assert schema["name"] == tool.name and schema["description"] == tool.description
@@ -47,25 +47,25 @@ def test_tool_methods_carry_the_schema_trl_reads():
         assert set(schema["parameters"]["properties"]) == set(tool.parameters["properties"])
     assert get_json_schema(env.auth_info_form)["function"]["parameters"]["properties"]["fields"]["items"] == {
         "type": "string"}
-    math = environment_factory("MathQA-v0", num_problems=5)()  # a text env answers through one tool
+    math = environment_factory("MathQA-v1", num_problems=5)()  # a text env answers through one tool
     assert get_json_schema(math.answer)["function"]["parameters"]["required"] == ["text"]
     with pytest.raises(TypeError, match="text or tool-call env"):
-        environment_factory("ZTokenDigits-v0")
+        environment_factory("ZTokenDigits-v1")
 
 
 def test_task_dataset_rows_replay_their_tasks():
     pytest.importorskip("datasets")
-    rows = task_dataset("CSRPhone-v0", 3, seed=5, split="validation", difficulty=1)
-    env = environment_factory("CSRPhone-v0", split="validation", difficulty=1)()
+    rows = task_dataset("CSRPhone-v1", 3, seed=5, split="validation", difficulty=1)
+    env = environment_factory("CSRPhone-v1", split="validation", difficulty=1)()
     for index, row in enumerate(rows):
         assert row["seed"] == 5 + index
         assert env.reset(**row) is None  # the row's prompt already holds the task
         assert env._env.unwrapped.task is not None
-        assert row["prompt"][-1]["content"] == gym.make("CSRPhone-v0", split="validation", difficulty=1).reset(
+        assert row["prompt"][-1]["content"] == gym.make("CSRPhone-v1", split="validation", difficulty=1).reset(
             seed=5 + index)[0]
     placeholder = {"prompt": [{"role": "user", "content": ""}]}  # TRL's rows when there is no dataset
     assert env.reset(**placeholder).startswith("You are a phone assistant")
-    math_rows = task_dataset("MathQA-v0", 2, num_problems=5)
+    math_rows = task_dataset("MathQA-v1", 2, num_problems=5)
     assert [m["role"] for m in math_rows[0]["prompt"]] == ["system", "user"]
 
 
@@ -79,7 +79,7 @@ def test_trl_grpo_trainer_trains_two_steps_through_environment_factory(tmp_path)
     from worldgym.agents.llm import build_tiny_model, train_chat_tokenizer
     from worldgym.agents.llm.tokenizer import env_text_corpus
 
-    tokenizer = train_chat_tokenizer(env_text_corpus(lambda: gym.make("CSRPhone-v0"), num_resets=20),
+    tokenizer = train_chat_tokenizer(env_text_corpus(lambda: gym.make("CSRPhone-v1"), num_resets=20),
                                      vocab_size=1200)
     tokenizer.chat_template = qwen3_chat_template  # a template TRL parses tool calls of
     model = build_tiny_model(tokenizer, seed=0)
@@ -93,13 +93,13 @@ def test_trl_grpo_trainer_trains_two_steps_through_environment_factory(tmp_path)
         return [float(len(str(completion))) % 3 for completion in completions]
 
     trainer = GRPOTrainer(model=model, args=config, processing_class=tokenizer, reward_funcs=[length_reward],
-                          train_dataset=task_dataset("CSRPhone-v0", 4, difficulty=1),
-                          environment_factory=environment_factory("CSRPhone-v0", difficulty=1))
+                          train_dataset=task_dataset("CSRPhone-v1", 4, difficulty=1),
+                          environment_factory=environment_factory("CSRPhone-v1", difficulty=1))
     trainer.remove_callback(PrinterCallback)
     with torch.random.fork_rng():
         trainer.train()
     assert trainer.state.global_step == 2
     assert sorted(f.__name__ for f in trainer._env_tools[None]) == sorted(t.name for t in CSR_TOOLS)
     logged = [entry for entry in trainer.state.log_history if "reward" in entry]
-    assert len(logged) == 2 and all("rewards/CSRPhone_v0/mean" in entry for entry in logged)
+    assert len(logged) == 2 and all("rewards/CSRPhone_v1/mean" in entry for entry in logged)
     assert any(not torch.equal(before[name], p) for name, p in trainer.model.named_parameters())

@@ -41,19 +41,19 @@ from worldgym.wrappers.openenv import OpenEnvGym
 
 @pytest.fixture(scope="module")
 def csr_url(serve_app) -> str:
-    return serve_app(create_app("CSRPhone-v0"))
+    return serve_app(create_app("CSRPhone-v1"))
 
 
 def test_a_worldgym_tool_server_passes_check_env(csr_url):
     env = gym.make("worldgym/OpenEnv-v0", base_url=csr_url)
     assert isinstance(env.action_space, ToolCallSpace) and env.unwrapped.is_worldgym_server
-    assert env.action_space == gym.make("CSRPhone-v0").action_space
+    assert env.action_space == gym.make("CSRPhone-v1").action_space
     check_env(env.unwrapped, skip_render_check=True)
     env.close()
 
 
 def test_a_worldgym_text_server_passes_check_env(serve_app):
-    env = OpenEnvGym(serve_app(create_app("MathQA-v0", num_problems=20)))
+    env = OpenEnvGym(serve_app(create_app("MathQA-v1", num_problems=20)))
     assert isinstance(env.action_space, gym.spaces.Text)
     check_env(env, skip_render_check=True)
     env.close()
@@ -82,7 +82,7 @@ MALFORMED = ["Hello!", '<tool_call>{"name": "search_company", "arguments": {"com
 def test_parse_tool_call_over_the_wire_gives_the_in_process_trajectory(csr_url, seed):
     remote = ParseToolCall(gym.make("worldgym/OpenEnv-v0", base_url=csr_url))
     expected = [(*step[:-1], jsonable(step[-1]))
-                for step in _trajectory(ParseToolCall(gym.make("CSRPhone-v0")), seed, MALFORMED)]
+                for step in _trajectory(ParseToolCall(gym.make("CSRPhone-v1")), seed, MALFORMED)]
     got = _trajectory(remote, seed, MALFORMED)
     assert got == expected
     assert [step[-1]["response_type"] for step in got[1:4]] == ["invalid_call"] * 3
@@ -189,11 +189,11 @@ def _free_port() -> int:
 def _serve_from_the_command_line(port: int) -> None:
     from worldgym.__main__ import main
 
-    main(["serve", "CSRPhone-v0", "--port", str(port), "--env-kwargs", '{"difficulty": 2}'])
+    main(["serve", "CSRPhone-v1", "--port", str(port), "--env-kwargs", '{"difficulty": 2}'])
 
 
 def _start_server_process(port: int) -> multiprocessing.Process:
-    """``worldgym serve CSRPhone-v0`` (its command line's ``main``) in a forked process, which starts without
+    """``worldgym serve CSRPhone-v1`` (its command line's ``main``) in a forked process, which starts without
     importing openenv again (seconds on a busy machine)."""
     process = multiprocessing.get_context("fork").Process(target=_serve_from_the_command_line, args=(port,),
                                                           daemon=True)

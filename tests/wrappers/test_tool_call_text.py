@@ -70,7 +70,7 @@ def test_a_reply_longer_than_the_action_space_is_an_error_observation_at_once():
 
     from worldgym.wrappers import ParseToolCall
 
-    env = ParseToolCall(gym.make("CSRPhone-v0"), max_action_chars=4096)
+    env = ParseToolCall(gym.make("CSRPhone-v1"), max_action_chars=4096)
     env.reset(seed=0)
     call = format_tool_call(ToolCall("search_company", {"company": "x" * 5_000_000}))
     start = time.perf_counter()
@@ -87,7 +87,7 @@ def test_the_text_action_space_admits_any_unicode_reply_up_to_its_length():
 
     from worldgym.wrappers import ParseToolCall
 
-    env = ParseToolCall(gym.make("CSRPhone-v0"), max_action_chars=64)
+    env = ParseToolCall(gym.make("CSRPhone-v1"), max_action_chars=64)
     assert "Café’s ¾ 中文 🙂" in env.action_space and "é" * 64 in env.action_space
     assert "é" * 65 not in env.action_space and b"x" not in env.action_space
     env.action_space.seed(0)

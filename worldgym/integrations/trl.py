@@ -2,7 +2,7 @@
 the reward.
 
 >>> import gymnasium as gym
->>> CSR = environment_factory("CSRPhone-v0", difficulty=1)
+>>> CSR = environment_factory("CSRPhone-v1", difficulty=1)
 >>> env = CSR()
 >>> env.reset().startswith("You are a phone assistant")
 True
@@ -204,7 +204,7 @@ def task_dataset(env_id: str, num_tasks: int, seed: int = 0, **env_kwargs: Any) 
 
     Row ``i`` is the task ``reset(seed=seed + i)`` draws: ``prompt`` (a system message when the env gives
     ``info["system_prompt"]``, then the task as the user message) and ``seed``. Pick the split through
-    ``env_kwargs`` (``split="validation"`` for CSRPhone-v0) and pass the same ``env_kwargs`` to
+    ``env_kwargs`` (``split="validation"`` for CSRPhone-v1) and pass the same ``env_kwargs`` to
     :func:`environment_factory`, whose ``reset`` then replays each row's task.
     """
     from datasets import Dataset

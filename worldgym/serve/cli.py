@@ -17,7 +17,7 @@ def add_serve_parser(commands: Any) -> argparse.ArgumentParser:
         "serve", help="serve a text or tool-call env over the OpenEnv protocol",
         description="Serve a registered worldgym text or tool-call env over OpenEnv's protocol (WebSocket /ws, "
                     "MCP /mcp, HTTP), one env instance per session.")
-    parser.add_argument("env_id", help="a registered env id, e.g. CSRPhone-v0")
+    parser.add_argument("env_id", help="a registered env id, e.g. CSRPhone-v1")
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (0.0.0.0: every interface)")
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--max-sessions", type=int, default=DEFAULT_MAX_SESSIONS,

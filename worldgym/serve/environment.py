@@ -25,7 +25,7 @@ def action_kind(env: gym.Env) -> str:
     """``"tool"`` for a tool-call env, ``"text"`` for a text env; other action spaces cannot be served.
 
     Raises:
-        TypeError: the env acts with neither tool calls nor text (e.g. ZTokenDigits-v0, GameBoy-v0).
+        TypeError: the env acts with neither tool calls nor text (e.g. ZTokenDigits-v1, GameBoy-v0).
     """
     if isinstance(env.action_space, ToolCallSpace):
         return "tool"

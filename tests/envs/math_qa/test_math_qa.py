@@ -147,7 +147,7 @@ def test_gsm8k_questions_reach_the_agent_byte_for_byte(tmp_path, ensure_ascii):
     lines = [json.dumps({"question": q, "answer": f"work\n#### {i}"}, ensure_ascii=ensure_ascii)
              for i, q in enumerate(GSM8K_UNICODE)]
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    env = gym.make("MathQA-v0", dataset_path=str(path))
+    env = gym.make("MathQA-v1", dataset_path=str(path))
     for index, question in enumerate(GSM8K_UNICODE):
         observation, info = env.reset(options={"index": index})
         assert observation.encode("utf-8") == question.encode("utf-8") and observation in env.observation_space
@@ -158,7 +158,7 @@ def test_gsm8k_questions_reach_the_agent_byte_for_byte(tmp_path, ensure_ascii):
 def test_math_qa_reports_the_one_change_it_makes_to_a_question(tmp_path):
     path = tmp_path / "long.jsonl"
     path.write_text(json.dumps({"question": "é" * 100 + "?", "answer": "#### 1"}) + "\n", encoding="utf-8")
-    env = gym.make("MathQA-v0", dataset_path=str(path), max_question_chars=40)
+    env = gym.make("MathQA-v1", dataset_path=str(path), max_question_chars=40)
     observation, info = env.reset(options={"index": 0})
     assert len(observation) == 40 and observation.startswith("é" * 20) and observation.endswith("...[truncated]")
     assert info["observation_changes"] == {"truncated_from": 101}
@@ -171,6 +171,6 @@ def test_gsm8k_loader_refuses_lone_surrogates_and_bool_indices(tmp_path):
     path.write_text('{"question": "ok", "answer": "#### 1"}\n{"question": "a\\ud800", "answer": "#### 1"}\n')
     with pytest.raises(DatasetError, match=r"bad.jsonl: row 2, field 'question': lone surrogate '\\ud800'"):
         load_gsm8k(path)
-    env = gym.make("MathQA-v0", num_problems=5)
+    env = gym.make("MathQA-v1", num_problems=5)
     with pytest.raises(TypeError, match=r"options\['index'\] must be an integer, got bool True"):
         env.reset(options={"index": True})
