@@ -81,9 +81,7 @@ def config_from_dict(base: T, data: Any, source: str = "config", path: str = "")
                               f"{error.expected}") from None
     try:
         return dataclasses.replace(base, **updates)
-    except ConfigError:
-        raise
-    except (ValueError, TypeError) as error:  # the config's own validation (__post_init__)
+    except (ValueError, TypeError) as error:  # the config's own validation (__post_init__), ConfigError included
         where = f"{path} ({type(base).__name__})" if path else type(base).__name__
         raise ConfigError(f"{source}: in {where}: {error}") from None
 
