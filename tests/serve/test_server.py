@@ -23,6 +23,7 @@ from websockets.sync.client import connect as ws_connect
 import worldgym  # noqa: F401  (registers the env ids)
 from worldgym.envs.csr_phone.env import CSR_TOOLS
 from worldgym.envs.csr_phone.policies import ExpertPolicy
+from worldgym.errors import ConfigError
 from worldgym.serve import create_app
 from worldgym.serve.environment import jsonable
 from worldgym.spaces import ToolCall, ToolCallError
@@ -30,7 +31,7 @@ from worldgym.spaces import ToolCall, ToolCallError
 
 @pytest.fixture(scope="module")
 def csr_url(serve_app) -> str:
-    return serve_app(create_app("CSRPhone-v0", max_sessions=64))
+    return serve_app(create_app("CSRPhone-v1", max_sessions=64))
 
 
 def _call(call: ToolCall) -> dict[str, Any]:
@@ -54,7 +55,7 @@ def _sessions(url: str) -> int:
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_expert_episode_over_the_wire_matches_in_process(csr_url, seed):
-    local = gym.make("CSRPhone-v0")
+    local = gym.make("CSRPhone-v1")
     expected_text, expected_info = local.reset(seed=seed)
     expert = ExpertPolicy()
     expert.reset(expected_text, expected_info)
@@ -81,7 +82,7 @@ def test_mcp_tool_client_lists_the_tools_and_calls_them(csr_url):
         assert [(t.name, t.description, t.input_schema) for t in tools] == [
             (t.name, t.description, dict(t.parameters)) for t in CSR_TOOLS]
         client.reset(seed=3)
-        local = gym.make("CSRPhone-v0")
+        local = gym.make("CSRPhone-v1")
         _, info = local.reset(seed=3)
         call = ToolCall("search_company", {"company": info["company"]})
         assert client.call_tool(call.name, **call.arguments) == local.step(call)[0]
@@ -104,7 +105,7 @@ def _payload(action: ToolCall | ToolCallError) -> dict[str, Any]:
 
 
 def test_bad_actions_get_the_in_process_error_observation_and_the_episode_goes_on(csr_url):
-    local = gym.make("CSRPhone-v0")
+    local = gym.make("CSRPhone-v1")
     text, info = local.reset(seed=4)
     with GenericEnvClient(base_url=csr_url).sync() as remote:
         remote.reset(seed=4)
@@ -121,22 +122,22 @@ def test_bad_actions_get_the_in_process_error_observation_and_the_episode_goes_o
 
 
 def test_http_routes_never_answer_500():
-    client = TestClient(create_app("CSRPhone-v0"))
+    client = TestClient(create_app("CSRPhone-v1"))
     payloads = [{"action": {"type": "call_tool", "tool_name": "x"}}, {"action": {"type": "bogus"}},
                 {"action": {"bogus": 1}}, {"action": {"type": "list_tools"}}, {"nothing": 1}]
     statuses = [client.post("/step", json=payload).status_code for payload in payloads]
     assert statuses == [200, 200, 422, 200, 422]
     stateless = client.post("/step", json=payloads[0]).json()  # HTTP /step has no episode: OpenEnv's design
     assert stateless["done"] is True and stateless["observation"]["info"]["response_type"] == "reset_needed"
-    math = TestClient(create_app("MathQA-v0", num_problems=5))
+    math = TestClient(create_app("MathQA-v1", num_problems=5))
     failed = math.post("/reset", json={"options": {"index": 99}})
     assert failed.status_code == 200 and failed.json()["observation"]["info"]["response_type"] == "reset_failed"
     assert client.get("/sessions").json() == {"active": 0, "max": 256}
 
 
 def test_a_text_env_takes_text_actions(serve_app):
-    url = serve_app(create_app("MathQA-v0", num_problems=20))
-    local = gym.make("MathQA-v0", num_problems=20)
+    url = serve_app(create_app("MathQA-v1", num_problems=20))
+    local = gym.make("MathQA-v1", num_problems=20)
     _, info = local.reset(seed=5)
     answer = f"#### {local.unwrapped._problem.answer_text}"
     with GenericEnvClient(base_url=url).sync() as remote:
@@ -152,7 +153,7 @@ def test_a_text_env_takes_text_actions(serve_app):
 def test_sessions_are_isolated_and_freed_when_clients_leave(csr_url):
     clients = [GenericEnvClient(base_url=csr_url).sync() for _ in range(6)]
     prompts = [client.connect().reset(seed=seed).observation["text"] for seed, client in enumerate(clients)]
-    assert prompts == [gym.make("CSRPhone-v0").reset(seed=seed)[0] for seed in range(6)]
+    assert prompts == [gym.make("CSRPhone-v1").reset(seed=seed)[0] for seed in range(6)]
     assert _sessions(csr_url) == 6
     for client in clients[:3]:
         client.close()  # a clean goodbye
@@ -173,7 +174,7 @@ def test_sessions_are_isolated_and_freed_when_clients_leave(csr_url):
 
 
 def test_idle_sessions_expire_and_capacity_is_enforced(serve_app):
-    url = serve_app(create_app("CSRPhone-v0", max_sessions=1, session_timeout=0.5))
+    url = serve_app(create_app("CSRPhone-v1", max_sessions=1, session_timeout=0.5))
     with GenericEnvClient(base_url=url).sync() as first:
         first.reset(seed=0)
         with ws_connect(url.replace("http://", "ws://") + "/ws") as second:  # the server speaks first, then closes
@@ -186,8 +187,8 @@ def test_idle_sessions_expire_and_capacity_is_enforced(serve_app):
 
 def test_create_app_rejects_what_it_cannot_serve():
     with pytest.raises(TypeError, match="text or tool-call env"):
-        create_app("ZTokenDigits-v0")
+        create_app("ZTokenDigits-v1")
     with pytest.raises(ValueError, match="max_sessions must be an int >= 1, got 0"):
-        create_app("CSRPhone-v0", max_sessions=0)
-    with pytest.raises(ValueError, match="difficulty must be one of"):
-        create_app("CSRPhone-v0", difficulty=9)
+        create_app("CSRPhone-v1", max_sessions=0)
+    with pytest.raises(ConfigError, match="difficulty=9 is invalid: use one of"):
+        create_app("CSRPhone-v1", difficulty=9)

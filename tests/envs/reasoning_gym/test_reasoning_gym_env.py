@@ -3,6 +3,8 @@ disjoint train/test splits, and model text that never raises; a short GRPO run t
 
 from __future__ import annotations
 
+import re
+
 import gymnasium as gym
 import pytest
 from gymnasium.utils.env_checker import check_env
@@ -13,6 +15,7 @@ import reasoning_gym
 
 import worldgym  # noqa: F401  (registers the env ids)
 from worldgym.envs.reasoning_gym import ReasoningGymEnv, build_split
+from worldgym.errors import ConfigError
 
 
 @pytest.fixture(scope="module")
@@ -73,11 +76,11 @@ def test_splits_are_disjoint_and_seeded():
 
 
 def test_arguments_are_checked():
-    with pytest.raises(ValueError, match="dataset must be a reasoning-gym dataset name, got 'leg_countin'"):
+    with pytest.raises(ConfigError, match="dataset='leg_countin' is invalid: use a reasoning-gym dataset name"):
         ReasoningGymEnv("leg_countin")
-    with pytest.raises(ValueError, match="size must be an int >= 1, got 0"):
+    with pytest.raises(ConfigError, match="size=0 is invalid: use an integer >= 1"):
         ReasoningGymEnv(size=0)
-    with pytest.raises(ValueError, match="split must be 'train' or 'test', got 'validation'"):
+    with pytest.raises(ConfigError, match=re.escape("split='validation' is invalid: use one of ['train', 'test']")):
         ReasoningGymEnv(split="validation")
     with pytest.raises(ValueError, match=r"options\['index'\] must be an int in \[0, 5\), got 5"):
         ReasoningGymEnv(size=5).reset(options={"index": 5})

@@ -10,6 +10,7 @@ from typing import Any, Literal
 
 import gymnasium as gym
 
+from worldgym.config import check_choice, check_field, check_positive_int
 from worldgym.text import UnicodeText
 
 try:
@@ -92,17 +93,14 @@ class ReasoningGymEnv(gym.Env[str, str]):
     def __init__(self, dataset: str = "leg_counting", size: int = 1000, seed: int = 0, split: Split = "train",
                  config: Mapping[str, Any] | None = None, system_prompt: str = "default",
                  max_answer_chars: int = 4096, render_mode: str | None = None):
-        if dataset not in DATASETS:
-            raise ValueError(f"dataset must be a reasoning-gym dataset name, got {dataset!r} "
-                             f"(e.g. {sorted(DATASETS)[:5]}; all: reasoning_gym.factory.DATASETS)")
-        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
-            raise ValueError(f"size must be an int >= 1, got {size!r}")
-        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-            raise ValueError(f"seed must be an int >= 0, got {seed!r}")
-        if split not in ("train", "test"):
-            raise ValueError(f"split must be 'train' or 'test', got {split!r}")
-        if render_mode not in (None, "ansi"):
-            raise ValueError(f"render_mode must be None or 'ansi', got {render_mode!r}")
+        check_field(isinstance(dataset, str) and dataset in DATASETS, "dataset", dataset,
+                    f"use a reasoning-gym dataset name (e.g. {sorted(DATASETS)[:5]}; all: "
+                    "reasoning_gym.factory.DATASETS)")
+        check_positive_int("size", size)
+        check_field(isinstance(seed, int) and not isinstance(seed, bool) and seed >= 0, "seed", seed,
+                    "use an integer >= 0")
+        check_choice("split", split, ["train", "test"])
+        check_choice("render_mode", render_mode, [None, "ansi"])
         self.dataset = dataset
         self.split: Split = split
         self.render_mode = render_mode
