@@ -290,13 +290,13 @@ def _fresh_trainer(args: argparse.Namespace, config: DualLoRAConfig) -> DualLoRA
 
 def _success_at(trainer: DualLoRATrainer, difficulty: int, episodes: int) -> float:
     """Greedy validation success of the trainer's policy at ``difficulty`` (episode ``i`` seeded ``10**6 + i``)."""
-    from worldgym.agents.grpo import make_text_env
+    from worldgym.agents.llm.envs import make_text_env
     from worldgym.agents.llm.evaluation import evaluate_chat_policy
 
     kwargs = {"split": "validation", "difficulty": difficulty}
     config = trainer.config
     metrics, _ = evaluate_chat_policy(trainer.engine, trainer.tokenizer,
-                                      lambda: make_text_env("CSRPhone-v0", kwargs, True),
+                                      lambda: make_text_env("CSRPhone-v0", kwargs),
                                       episodes, config.max_turns, config.max_new_tokens, config.decoding,
                                       max_episode_tokens=config.max_episode_tokens)
     return metrics["eval/success_rate"]

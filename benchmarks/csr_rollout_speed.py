@@ -50,8 +50,8 @@ import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from worldgym.agents.grpo.presets import CSR_PRESETS
-from worldgym.agents.grpo.trainer import make_text_env
 from worldgym.agents.llm.engines import HFEngine, SamplingParams
+from worldgym.agents.llm.envs import make_text_env
 from worldgym.agents.llm.rollout import Episode, RolloutCollector
 from worldgym.precision import cast_for_training
 
@@ -80,7 +80,7 @@ class Run:
 
 def make_env_factory(difficulty: int) -> Callable[[], gym.Env]:
     """CSRPhone-v0 at one difficulty, its tool calls parsed from the reply text."""
-    return lambda: make_text_env("CSRPhone-v0", {"difficulty": difficulty}, True)
+    return lambda: make_text_env("CSRPhone-v0", {"difficulty": difficulty})
 
 
 def load_model(name: str, adapter: Path | None, seed: int,

@@ -41,7 +41,7 @@ import numpy as np
 import torch
 
 import worldgym  # noqa: F401  (registers the env ids)
-from worldgym.agents.grpo import CSR_PRESETS, GRPOConfig, GRPOTrainer, make_text_env
+from worldgym.agents.grpo import CSR_PRESETS, GRPOConfig, GRPOTrainer
 from worldgym.agents.grpo.presets import at_difficulty, csr_engine
 from worldgym.agents.llm import (
     Episode,
@@ -50,6 +50,7 @@ from worldgym.agents.llm import (
     collect_expert_chats,
     load_model,
     load_tokenizer,
+    make_text_env,
     sft_train,
     train_chat_tokenizer,
 )
@@ -254,7 +255,7 @@ def train_single_turn(run: MathQARun | ReasoningGymRun, resume: bool) -> GRPOTra
     expert_policy = (noisy_reasoning_expert if reasoning else noisy_expert)(config.seed, expert.noise)
 
     def make_env() -> gym.Env:
-        return make_text_env(config.env_id, config.env_kwargs, config.wrap_tool_calls)
+        return make_text_env(config.env_id, config.env_kwargs)
 
     # 1. expert demonstrations, as text actions
     chats = collect_expert_chats(make_env, expert_policy, range(expert.episodes),

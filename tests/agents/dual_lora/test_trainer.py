@@ -14,7 +14,7 @@ from .conftest import PhoningEngine, make_csr_env
 
 
 def _config(tmp_path, **overrides):
-    settings = {"env_id": "CSRPhone-v0", "wrap_tool_calls": True, "env_kwargs": {"difficulty": 1},
+    settings = {"env_id": "CSRPhone-v0", "env_kwargs": {"difficulty": 1},
                 "eval_env_kwargs": {"split": "validation", "difficulty": 1}, "max_turns": 3, "num_steps": 2,
                 "prompts_per_step": 2, "group_size": 2, "max_new_tokens": 40, "eval_every": 0, "eval_episodes": 2,
                 "minibatch_size": 4, "progress": False, "learning_rate": 1e-2, "output_dir": str(tmp_path / "run")}

@@ -61,7 +61,7 @@ class DualLoRATrainer(GRPOTrainer):
         make_env, make_eval_env, make_engine, reward_fn: as for :class:`GRPOTrainer`. The engine gets the
             policy model with only the policy's adapters active.
 
-    >>> trainer = DualLoRATrainer(DualLoRAConfig(env_id="CSRPhone-v0", wrap_tool_calls=True, max_turns=2,
+    >>> trainer = DualLoRATrainer(DualLoRAConfig(env_id="CSRPhone-v0", max_turns=2,
     ...     env_kwargs={"difficulty": 1}, num_steps=1, prompts_per_step=1, group_size=2, max_new_tokens=8,
     ...     eval_every=0, progress=False, output_dir="/tmp/wg_dual_lora_doctest"))
     >>> sorted(trainer.world_model.config.adapter_names)

@@ -32,6 +32,7 @@ from worldgym.agents.grpo.rewards import EpisodeRewardFn, episode_rewards
 from worldgym.agents.llm.allocator import map_large_allocations_on_cpu
 from worldgym.agents.llm.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from worldgym.agents.llm.engines import GenerationEngine, HFEngine, SamplingParams
+from worldgym.agents.llm.envs import make_text_env
 from worldgym.agents.llm.evaluation import VALIDATION_SEEDS_START, episode_metrics
 from worldgym.agents.llm.losses import (
     PolicyLossOutput,
@@ -52,7 +53,7 @@ from worldgym.precision import autocast, cast_for_training, dtype_name, recomput
 if TYPE_CHECKING:
     from worldgym.distributed.data_parallel import DataParallelLearner
 
-__all__ = ["GRPOTrainer", "MinibatchLoss", "TrainBatch", "loss_shares", "make_text_env"]
+__all__ = ["GRPOTrainer", "MinibatchLoss", "TrainBatch", "loss_shares"]
 
 _AUXILIARY = "auxiliary/"  # checkpoint key prefix of the auxiliary loss's tensors
 _PRINTED_EVAL_KEYS = ("eval/success_rate", "eval/reward_mean", "eval/copy_probe", "eval/wm_token_accuracy")
@@ -160,15 +161,6 @@ def default_engine(pad_token_id: int, eos_token_id: int, min_shared_prefix: int,
     return HFEngine(policy, pad_token_id, [eos_token_id], min_shared_prefix=min_shared_prefix, dtype=dtype)
 
 
-def make_text_env(env_id: str, env_kwargs: dict[str, Any], wrap_tool_calls: bool) -> gym.Env:
-    """``gym.make(env_id, **env_kwargs)``, wrapped in ``ParseToolCall`` for tool-call envs."""
-    import worldgym  # noqa: F401  (registers the ids)
-    from worldgym.wrappers import ParseToolCall
-
-    env = gym.make(env_id, **env_kwargs)
-    return ParseToolCall(env) if wrap_tool_calls else env
-
-
 class GRPOTrainer:
     """GRPO / DAPO / Dr.GRPO on any worldgym text env.
 
@@ -213,13 +205,9 @@ class GRPOTrainer:
         self.auxiliary_loss = auxiliary_loss
         self.echo_targets: EchoTargets | None = None  # the step's echo targets (echo_coef > 0)
         self.rng = np.random.default_rng(config.seed)
-        self.make_env = make_env or (
-            lambda: make_text_env(config.env_id, config.env_kwargs, config.wrap_tool_calls)
-        )
+        self.make_env = make_env or partial(make_text_env, config.env_id, config.env_kwargs)
         eval_kwargs = {**config.env_kwargs, **config.eval_env_kwargs}
-        self.make_eval_env = make_eval_env or (
-            lambda: make_text_env(config.env_id, eval_kwargs, config.wrap_tool_calls)
-        )
+        self.make_eval_env = make_eval_env or partial(make_text_env, config.env_id, eval_kwargs)
         self.tokenizer, model = self._model_and_tokenizer(model, tokenizer)
         self.policy = self._prepare_policy(model).to(config.device)
         if config.activation_checkpointing:  # only in training mode: generation (eval mode) keeps its KV cache

@@ -13,6 +13,7 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, Literal
 
@@ -22,12 +23,14 @@ import torch
 from peft import LoraConfig, PeftModel, get_peft_model
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
+from worldgym.agents.llm.envs import make_text_env
 from worldgym.agents.llm.models import TINY_SIZES, build_tiny_model
 from worldgym.agents.llm.pretrained import load_chat_model
 from worldgym.agents.llm.sft import Chat, ExpertPolicy, SFTConfig, Untrained, collect_expert_chats, sft_train
 from worldgym.agents.llm.tokenizer import train_chat_tokenizer
 from worldgym.config import check_field, check_positive_int, check_range
 from worldgym.precision import Precision, check_precision, resolve_dtype
+from worldgym.wrappers import format_tool_call
 
 __all__ = [
     "CSRTextExpert", "MultipleChoiceExpert", "WarmStart", "WarmStartConfig", "expert_chats", "is_cached",
@@ -154,12 +157,8 @@ class CSRTextExpert:
             mistake = self._policy.mistake(call, self._rng)
             if mistake is not None:
                 self._policy.executed(mistake)
-                return Untrained(_hermes(mistake))
-        return _hermes(call)
-
-
-def _hermes(call: Any) -> str:
-    return f"<tool_call>\n{json.dumps({'name': call.name, 'arguments': call.arguments})}\n</tool_call>"
+                return Untrained(format_tool_call(mistake))
+        return format_tool_call(call)
 
 
 class MultipleChoiceExpert:
@@ -173,14 +172,11 @@ class MultipleChoiceExpert:
 
 
 EXPERTS: dict[str, Callable[[], ExpertPolicy]] = {"CSRPhone-v0": CSRTextExpert, "LongHealthQA-v0": MultipleChoiceExpert}
-# envs whose actions are tool calls (wrapped in ParseToolCall; multi-turn episodes)
-TOOL_ENVS = ("CSRPhone-v0",)
 
 
 def expert_chats(config: WarmStartConfig, expert: ExpertPolicy | None = None) -> list[Chat]:
-    """The expert's train-split episodes at each difficulty, as chats."""
-    from worldgym.agents.grpo.trainer import make_text_env
-
+    """The expert's train-split episodes at each difficulty, as chats (each episode to its end: a tool env's
+    within :func:`collect_expert_chats`'s turn limit, an answer env's after its one step)."""
     if expert is None and config.env_id not in EXPERTS:
         raise ValueError(f"no scripted expert for {config.env_id!r}; pass expert= (known: {sorted(EXPERTS)})")
     if expert is None:
@@ -193,9 +189,7 @@ def expert_chats(config: WarmStartConfig, expert: ExpertPolicy | None = None) ->
             kwargs["difficulty"] = difficulty
         first = config.seed * 10**6 + (difficulty or 0) * 10**4
         seeds = range(first, first + config.episodes_per_difficulty)
-        tools = config.env_id in TOOL_ENVS
-        chats += collect_expert_chats(lambda k=kwargs, t=tools: make_text_env(config.env_id, k, t), expert, seeds,
-                                      max_turns=16 if tools else 1)
+        chats += collect_expert_chats(partial(make_text_env, config.env_id, kwargs), expert, seeds)
     return chats
 
 
