@@ -92,16 +92,10 @@ def load_model(name: str, adapter: Path | None, seed: int,
 
         loaded = load_or_train_warm_start(CSR_PRESETS[name].warm_start)
         return loaded.model.eval(), loaded.tokenizer
-    if name == "tiny":
-        from worldgym.agents.llm import build_tiny_model, env_text_corpus, train_chat_tokenizer
+    from worldgym.agents.llm import build_or_load_chat_model, env_text_corpus
 
-        tokenizer = train_chat_tokenizer(env_text_corpus(make_env_factory(1)), vocab_size=2000)
-        model = build_tiny_model(tokenizer, "tiny", seed=seed)
-    else:
-        from worldgym.agents.llm.pretrained import load_chat_model
-
-        chat = load_chat_model(name)
-        model, tokenizer = chat.model, chat.tokenizer
+    chat = build_or_load_chat_model(name, lambda: env_text_corpus(make_env_factory(1)), seed=seed)
+    model, tokenizer = chat.model, chat.tokenizer
     if adapter is not None:
         from peft import PeftModel
 

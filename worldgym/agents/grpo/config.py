@@ -9,12 +9,11 @@ from typing import Any, Literal
 import torch
 
 from worldgym.agents.llm.losses import AdvantageNorm, Aggregation
+from worldgym.agents.llm.pretrained import DEFAULT_LORA_TARGETS
 from worldgym.config import check_choice, check_device, check_field, check_positive_int, check_range
 from worldgym.precision import Precision, check_precision, resolve_dtype
 
 __all__ = ["GRPOConfig"]
-
-_TARGET_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 
 @dataclass
@@ -128,7 +127,7 @@ class GRPOConfig:
     finetune: Literal["lora", "full"] = "lora"
     lora_rank: int = 16
     lora_alpha: int = 32
-    lora_target_modules: tuple[str, ...] = _TARGET_MODULES
+    lora_target_modules: tuple[str, ...] = DEFAULT_LORA_TARGETS
     device: str = "cpu"
     cpu_mmap_threshold: int | None = None
     dtype: Precision = "float32"

@@ -19,15 +19,15 @@ from typing import Any, Literal
 
 import gymnasium as gym
 import numpy as np
-import torch
-from peft import LoraConfig, PeftModel, get_peft_model
+from peft import PeftModel
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
+from worldgym.agents.llm.adapters import seeded_lora
 from worldgym.agents.llm.envs import make_text_env
-from worldgym.agents.llm.models import TINY_SIZES, build_tiny_model
+from worldgym.agents.llm.loading import tiny_chat_model
+from worldgym.agents.llm.models import TINY_SIZES
 from worldgym.agents.llm.pretrained import load_chat_model
 from worldgym.agents.llm.sft import Chat, ExpertPolicy, SFTConfig, Untrained, collect_expert_chats, sft_train
-from worldgym.agents.llm.tokenizer import train_chat_tokenizer
 from worldgym.config import check_field, check_positive_int, check_range
 from worldgym.precision import Precision, check_precision, resolve_dtype
 from worldgym.wrappers import format_tool_call
@@ -222,13 +222,17 @@ def load_or_train_warm_start(
     elif config.finetune == "full":
         corpus = [m["content"] for chat in chats for m in chat.messages]
         corpus += [json.dumps(t) for t in (chats[0].tools or [])]
-        tokenizer = train_chat_tokenizer(corpus, vocab_size=2000, extra_special_tokens=config.extra_special_tokens,
-                                         tool_format="signatures", split_digits=True)
-        model = build_tiny_model(tokenizer, config.model, seed=config.seed, dtype=config.dtype)
+        tiny = tiny_chat_model(corpus, config.model, seed=config.seed, dtype=config.dtype,
+                               extra_special_tokens=config.extra_special_tokens, tool_format="signatures",
+                               split_digits=True)
+        tokenizer, model = tiny.tokenizer, tiny.model
     else:
         loaded = load_chat_model(config.model, extra_special_tokens=config.extra_special_tokens,
                                  dtype=config.dtype)
-        tokenizer, model = loaded.tokenizer, _with_lora(loaded.model, config, loaded)
+        tokenizer = loaded.tokenizer
+        model = seeded_lora(loaded.model, config.seed, rank=config.lora_rank, alpha=config.lora_alpha,
+                            target_modules=loaded.lora_target_modules,
+                            trainable_token_indices=loaded.added_token_ids or None)
     if device is not None:
         model = model.to(device)
     tokens = sum(len(tokenizer.apply_chat_template(c.messages, tools=c.tools, tokenize=True, return_dict=True)
@@ -252,15 +256,6 @@ def is_cached(config: WarmStartConfig, cache_dir: str | Path = "runs/warm_starts
     """Whether :func:`load_or_train_warm_start` would load ``config``'s warm start (cached or shipped) rather than
     train it."""
     return _cached_folder(config.key(), Path(cache_dir)) is not None
-
-
-def _with_lora(model: PreTrainedModel, config: WarmStartConfig, loaded: Any) -> PeftModel:
-    lora = LoraConfig(r=config.lora_rank, lora_alpha=config.lora_alpha, lora_dropout=0.0,
-                      target_modules=list(loaded.lora_target_modules), task_type="CAUSAL_LM",
-                      trainable_token_indices=loaded.added_token_ids or None)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(config.seed)
-        return get_peft_model(model, lora)
 
 
 def _save(path: Path, config: WarmStartConfig, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase,
