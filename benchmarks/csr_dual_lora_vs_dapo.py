@@ -303,8 +303,10 @@ def _success_at(trainer: DualLoRATrainer, difficulty: int, episodes: int) -> flo
 
 
 def _config_fields(data: dict[str, Any]) -> dict[str, Any]:
-    """A stored ``DualLoRAConfig.to_dict()`` back as constructor arguments (JSON turned tuples into lists)."""
+    """A stored ``DualLoRAConfig.to_dict()`` back as constructor arguments (JSON turned tuples into lists; the
+    retired ``wrap_tool_calls`` of older results dropped)."""
     data = dict(data)
+    data.pop("wrap_tool_calls", None)
     data["lambda_steps"] = tuple(tuple(pair) for pair in data["lambda_steps"])
     data["loss_ratio_band"] = tuple(data["loss_ratio_band"])
     return data
