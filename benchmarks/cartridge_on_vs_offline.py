@@ -63,7 +63,7 @@ import worldgym  # noqa: F401  (registers the ids)
 from worldgym.agents.cartridge import CartridgeDistillConfig, CartridgeDistillTrainer
 from worldgym.agents.cartridge.trainer import teacher_warm_start_config
 from worldgym.agents.cartridge.views import QuestionBySeed, split_patients
-from worldgym.agents.grpo.trainer import make_text_env
+from worldgym.agents.llm.envs import make_text_env
 from worldgym.agents.llm.evaluation import evaluate_chat_policy
 from worldgym.agents.llm.models import TINY_SIZES
 from worldgym.envs.longhealth import ANSWER_FORMATS
@@ -191,11 +191,11 @@ def teacher(args: argparse.Namespace) -> None:
     start = time.perf_counter()
     for name, (panel, split, documents) in views.items():
         kwargs = {**panel, "split": split, "split_by": "patient", "documents": documents}
-        env = make_text_env(config.env_id, kwargs, False)
+        env = make_text_env(config.env_id, kwargs)
         questions[name] = min(args.questions, len(env.unwrapped.items))
         env.close()
         metrics, _ = evaluate_chat_policy(trainer.plain_engine, trainer.tokenizer,
-                                          lambda kwargs=kwargs: QuestionBySeed(make_text_env(config.env_id, kwargs, False)),
+                                          lambda kwargs=kwargs: QuestionBySeed(make_text_env(config.env_id, kwargs)),
                                           questions[name], 1, config.max_new_tokens, first_seed=0,
                                           max_episode_tokens=config.max_prompt_tokens)
         accuracy[name] = metrics["eval/success_rate"]

@@ -54,15 +54,14 @@ def child(mode: str, model_name: str, calls: int, tokens: int) -> dict[str, Any]
         raise SystemExit("map_large_allocations is not available here (needs glibc on Linux)")
     torch.set_num_threads(int(os.environ.get("WORLDGYM_THREADS", "1")))
     if model_name == "tiny":
-        from worldgym.agents.llm import build_tiny_model, train_chat_tokenizer
+        from worldgym.agents.llm import tiny_chat_model
 
-        tokenizer = train_chat_tokenizer([f"call {i} then {i * 7}" for i in range(50)], vocab_size=400)
-        model = build_tiny_model(tokenizer, seed=0)
+        chat = tiny_chat_model([f"call {i} then {i * 7}" for i in range(50)], vocab_size=400)
     else:
         from worldgym.agents.llm.pretrained import load_chat_model
 
         chat = load_chat_model(model_name)
-        model, tokenizer = chat.model, chat.tokenizer
+    model, tokenizer = chat.model, chat.tokenizer
     model = get_peft_model(model, LoraConfig(r=16, lora_alpha=32, target_modules="all-linear", lora_dropout=0.05))
     model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     model.train()

@@ -290,21 +290,23 @@ def _fresh_trainer(args: argparse.Namespace, config: DualLoRAConfig) -> DualLoRA
 
 def _success_at(trainer: DualLoRATrainer, difficulty: int, episodes: int) -> float:
     """Greedy validation success of the trainer's policy at ``difficulty`` (episode ``i`` seeded ``10**6 + i``)."""
-    from worldgym.agents.grpo import make_text_env
+    from worldgym.agents.llm.envs import make_text_env
     from worldgym.agents.llm.evaluation import evaluate_chat_policy
 
     kwargs = {"split": "validation", "difficulty": difficulty}
     config = trainer.config
     metrics, _ = evaluate_chat_policy(trainer.engine, trainer.tokenizer,
-                                      lambda: make_text_env("CSRPhone-v1", kwargs, True),
+                                      lambda: make_text_env("CSRPhone-v1", kwargs),
                                       episodes, config.max_turns, config.max_new_tokens, config.decoding,
                                       max_episode_tokens=config.max_episode_tokens)
     return metrics["eval/success_rate"]
 
 
 def _config_fields(data: dict[str, Any]) -> dict[str, Any]:
-    """A stored ``DualLoRAConfig.to_dict()`` back as constructor arguments (JSON turned tuples into lists)."""
+    """A stored ``DualLoRAConfig.to_dict()`` back as constructor arguments (JSON turned tuples into lists; the
+    retired ``wrap_tool_calls`` of older results dropped)."""
     data = dict(data)
+    data.pop("wrap_tool_calls", None)
     data["lambda_steps"] = tuple(tuple(pair) for pair in data["lambda_steps"])
     data["loss_ratio_band"] = tuple(data["loss_ratio_band"])
     return data

@@ -37,7 +37,8 @@ from typing import Any
 import numpy as np
 
 import worldgym  # noqa: F401  (registers the ids)
-from worldgym.agents.grpo import CSR_PRESETS, GRPOTrainer, make_text_env
+from worldgym.agents.grpo import CSR_PRESETS, GRPOTrainer
+from worldgym.agents.llm.envs import make_text_env
 from worldgym.agents.llm.evaluation import evaluate_chat_policy
 from worldgym.agents.llm.warm_start import WarmStart
 
@@ -87,7 +88,7 @@ def evaluate(ws: WarmStart, model: str, difficulty: int, episodes: int, decoding
     engine = CSR_PRESETS[model].engine(ws.model, ws.tokenizer)
     kwargs = {"split": split, "difficulty": difficulty}
     start = time.perf_counter()
-    metrics, _ = evaluate_chat_policy(engine, ws.tokenizer, lambda: make_text_env("CSRPhone-v1", kwargs, True),
+    metrics, _ = evaluate_chat_policy(engine, ws.tokenizer, lambda: make_text_env("CSRPhone-v1", kwargs),
                                       episodes, max_turns, CSR_PRESETS[model].max_new_tokens, decoding,
                                       max_episode_tokens=CSR_PRESETS[model].max_episode_tokens,
                                       temperature=temperature)

@@ -50,8 +50,8 @@ import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from worldgym.agents.grpo.presets import CSR_PRESETS
-from worldgym.agents.grpo.trainer import make_text_env
 from worldgym.agents.llm.engines import HFEngine, SamplingParams
+from worldgym.agents.llm.envs import make_text_env
 from worldgym.agents.llm.rollout import Episode, RolloutCollector
 from worldgym.precision import cast_for_training
 
@@ -80,7 +80,7 @@ class Run:
 
 def make_env_factory(difficulty: int) -> Callable[[], gym.Env]:
     """CSRPhone-v1 at one difficulty, its tool calls parsed from the reply text."""
-    return lambda: make_text_env("CSRPhone-v1", {"difficulty": difficulty}, True)
+    return lambda: make_text_env("CSRPhone-v1", {"difficulty": difficulty})
 
 
 def load_model(name: str, adapter: Path | None, seed: int,
@@ -92,16 +92,10 @@ def load_model(name: str, adapter: Path | None, seed: int,
 
         loaded = load_or_train_warm_start(CSR_PRESETS[name].warm_start)
         return loaded.model.eval(), loaded.tokenizer
-    if name == "tiny":
-        from worldgym.agents.llm import build_tiny_model, env_text_corpus, train_chat_tokenizer
+    from worldgym.agents.llm import build_or_load_chat_model, env_text_corpus
 
-        tokenizer = train_chat_tokenizer(env_text_corpus(make_env_factory(1)), vocab_size=2000)
-        model = build_tiny_model(tokenizer, "tiny", seed=seed)
-    else:
-        from worldgym.agents.llm.pretrained import load_chat_model
-
-        chat = load_chat_model(name)
-        model, tokenizer = chat.model, chat.tokenizer
+    chat = build_or_load_chat_model(name, lambda: env_text_corpus(make_env_factory(1)), seed=seed)
+    model, tokenizer = chat.model, chat.tokenizer
     if adapter is not None:
         from peft import PeftModel
 

@@ -242,10 +242,9 @@ def _differences(table: dict[str, Callable[..., Any]], shape: Shape, kv: tuple[t
 
 def load_model(name: str) -> PreTrainedModel:
     if name == "tiny":
-        from worldgym.agents.llm import build_tiny_model, train_chat_tokenizer
+        from worldgym.agents.llm import tiny_chat_model
 
-        tokenizer = train_chat_tokenizer([f"the number {i} and {i * 7}" for i in range(50)], vocab_size=400)
-        return build_tiny_model(tokenizer, seed=0)
+        return tiny_chat_model([f"the number {i} and {i * 7}" for i in range(50)], vocab_size=400).model
     from worldgym.agents.llm.pretrained import load_chat_model
 
     return load_chat_model(name, dtype=torch.float32).model

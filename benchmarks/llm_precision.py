@@ -40,9 +40,9 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from peft import LoraConfig, get_peft_model
 from transformers import PreTrainedModel
 
+from worldgym.agents.llm.adapters import seeded_lora
 from worldgym.agents.llm.scoring import score_tokens
 from worldgym.precision import autocast, cast_for_training, cpu_supports_bf16
 
@@ -54,18 +54,16 @@ def load(name: str) -> tuple[PreTrainedModel, list[str]]:
     """The float32 model with an all-linear LoRA adapter (rank 16) and its vocabulary size."""
     if name == "tiny":
         from worldgym.agents.llm.models import model_from_config, tiny_model_config
+        from worldgym.agents.llm.pretrained import DEFAULT_LORA_TARGETS
 
         model = model_from_config(tiny_model_config(2000, "small", pad_token_id=0))
-        targets = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+        targets = list(DEFAULT_LORA_TARGETS)
     else:
         from worldgym.agents.llm.pretrained import load_chat_model
 
         chat = load_chat_model(name)
         model, targets = chat.model, list(chat.lora_target_modules)
-    lora = LoraConfig(r=16, lora_alpha=32, lora_dropout=0.0, target_modules=targets, task_type="CAUSAL_LM")
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)
-        return get_peft_model(model, lora), targets
+    return seeded_lora(model, 0, rank=16, alpha=32, target_modules=targets), targets
 
 
 def batch(vocab: int, rows: int, length: int, trained: float) -> tuple[torch.Tensor, ...]:

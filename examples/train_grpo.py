@@ -41,17 +41,16 @@ import numpy as np
 import torch
 
 import worldgym  # noqa: F401  (registers the env ids)
-from worldgym.agents.grpo import CSR_PRESETS, GRPOConfig, GRPOTrainer, make_text_env
+from worldgym.agents.grpo import CSR_PRESETS, GRPOConfig, GRPOTrainer
 from worldgym.agents.grpo.presets import at_difficulty, csr_engine
 from worldgym.agents.llm import (
     Episode,
     SFTConfig,
-    build_tiny_model,
     collect_expert_chats,
-    load_model,
-    load_tokenizer,
+    load_chat_model,
+    make_text_env,
     sft_train,
-    train_chat_tokenizer,
+    tiny_chat_model,
 )
 from worldgym.agents.llm.warm_start import WarmStartConfig, load_or_train_warm_start
 from worldgym.cli import parse_run, save_run_config
@@ -254,7 +253,7 @@ def train_single_turn(run: MathQARun | ReasoningGymRun, resume: bool) -> GRPOTra
     expert_policy = (noisy_reasoning_expert if reasoning else noisy_expert)(config.seed, expert.noise)
 
     def make_env() -> gym.Env:
-        return make_text_env(config.env_id, config.env_kwargs, config.wrap_tool_calls)
+        return make_text_env(config.env_id, config.env_kwargs)
 
     # 1. expert demonstrations, as text actions
     chats = collect_expert_chats(make_env, expert_policy, range(expert.episodes),
@@ -266,10 +265,10 @@ def train_single_turn(run: MathQARun | ReasoningGymRun, resume: bool) -> GRPOTra
     if config.model in ("tiny", "small"):
         corpus = [m["content"] for chat in chats for m in chat.messages]
         corpus += [json.dumps(t) for t in (chats[0].tools or [])] if chats else []
-        tokenizer = train_chat_tokenizer(corpus, vocab_size=expert.vocab_size)
-        model = build_tiny_model(tokenizer, config.model, seed=config.seed)
+        loaded = tiny_chat_model(corpus, config.model, seed=config.seed, vocab_size=expert.vocab_size)
     else:
-        tokenizer, model = load_tokenizer(config.model), load_model(config.model)
+        loaded = load_chat_model(config.model)
+    tokenizer, model = loaded.tokenizer, loaded.model
     model.to(config.device)
     print(f"model: {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters, vocab {len(tokenizer)}")
 

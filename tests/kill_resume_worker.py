@@ -111,7 +111,6 @@ def _dual_lora(
     # must survive the resume too
     config = DualLoRAConfig(
         env_id="CSRPhone-v1",
-        wrap_tool_calls=True,
         env_kwargs={"difficulty": 1},
         eval_env_kwargs={"split": "validation", "difficulty": 1},
         max_turns=2,

@@ -116,7 +116,8 @@ def test_constructor_rejects_bad_tools():
 def test_tool_calls_are_hashable_and_serialisable():
     call = ToolCall("lookup", {"company": "Acme"})
     assert hash(call) == hash(ToolCall("lookup", {"company": "Acme"}))
-    assert call.to_json() == '{"arguments": {"company": "Acme"}, "name": "lookup"}'
+    assert call.to_json() == '{"name": "lookup", "arguments": {"company": "Acme"}}'
+    assert ToolCall("f", {"b": 1, "a": 2}).to_json() == '{"name": "f", "arguments": {"b": 1, "a": 2}}'  # in order
     assert "object" in ToolCall("lookup", {"company": object()}).to_json()  # never raises
 
 

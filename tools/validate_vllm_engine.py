@@ -47,20 +47,10 @@ def _corpus() -> list[str]:
 
 def _random_lora(model, seed: int):
     """A PEFT LoRA with random (non-zero) A and B, so the adapter visibly changes the model."""
-    import torch
-    from peft import LoraConfig, get_peft_model
+    from worldgym.agents.llm.adapters import seeded_lora
+    from worldgym.agents.llm.pretrained import DEFAULT_LORA_TARGETS
 
-    config = LoraConfig(
-        r=8,
-        lora_alpha=16,
-        lora_dropout=0.0,
-        target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
-        init_lora_weights=False,
-        task_type="CAUSAL_LM",
-    )
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        return get_peft_model(model, config)
+    return seeded_lora(model, seed, rank=8, alpha=16, target_modules=DEFAULT_LORA_TARGETS, init_lora_weights=False)
 
 
 def _max_logprob_gap(model, prompts, results, temperature: float) -> float:

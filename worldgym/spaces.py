@@ -70,14 +70,17 @@ class ToolCall:
     arguments: Mapping[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> str:
-        """The call as compact JSON ``{"name": ..., "arguments": {...}}`` (Hermes tool-call body).
+        """The call as JSON ``{"name": ..., "arguments": {...}}`` (the Hermes tool-call body): the name first, so
+        a model picks the tool before it writes the arguments, and the arguments in their own order.
 
         Never raises: unknown objects are written with ``repr``, and what no valid call holds (integers of
         more than :data:`MAX_INT_DIGITS` digits, nesting past :data:`MAX_ARGUMENT_DEPTH`, a list holding
         itself) as marker strings.
+
+        >>> ToolCall("lookup", {"company": "Acme", "city": "Oslo"}).to_json()
+        '{"name": "lookup", "arguments": {"company": "Acme", "city": "Oslo"}}'
         """
-        return json.dumps({"name": _plain(self.name), "arguments": _plain(self.arguments)}, sort_keys=True,
-                          default=repr)
+        return json.dumps({"name": _plain(self.name), "arguments": _plain(self.arguments)}, default=repr)
 
     def _key(self) -> str:
         return json.dumps({"name": _plain(self.name, canonical=True),

@@ -275,7 +275,7 @@ def dual_lora_run(tokenizer: PreTrainedTokenizerBase, case: str, output_dir: str
     from worldgym.agents.llm.rollout import RolloutCollector
 
     conftest = _dual_lora_conftest()
-    config = DualLoRAConfig(env_id="CSRPhone-v1", wrap_tool_calls=True, env_kwargs={"difficulty": 1},
+    config = DualLoRAConfig(env_id="CSRPhone-v1", env_kwargs={"difficulty": 1},
                             prompts_per_step=4, group_size=2, minibatch_size=MINIBATCH, ppo_epochs=1,
                             lora_dropout=0.0, learning_rate=1e-2, eval_every=0, progress=False,
                             output_dir=output_dir, learner=learner, **DUAL_CASES[case], **overrides)

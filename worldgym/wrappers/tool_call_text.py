@@ -24,7 +24,14 @@ TOOL_CALL_CLOSE = "</tool_call>"
 
 
 def format_tool_call(call: ToolCall) -> str:
-    """The Hermes text form of ``call``, as a model should write it."""
+    """The Hermes text form of ``call``, as a model should write it (and as expert chats teach it): the tags on
+    lines of their own around :meth:`ToolCall.to_json`, name first. :func:`parse_tool_call` reads it back.
+
+    >>> print(format_tool_call(ToolCall("search_company", {"company": "Acme"})))
+    <tool_call>
+    {"name": "search_company", "arguments": {"company": "Acme"}}
+    </tool_call>
+    """
     return f"{TOOL_CALL_OPEN}\n{call.to_json()}\n{TOOL_CALL_CLOSE}"
 
 

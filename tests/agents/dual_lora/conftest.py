@@ -4,20 +4,20 @@ import pytest
 import torch
 
 from worldgym.agents.dual_lora import WM_SPECIAL_TOKENS
-from worldgym.agents.grpo import make_text_env
 from worldgym.agents.llm.engines import Generation
+from worldgym.agents.llm.envs import make_text_env
 from worldgym.agents.llm.tokenizer import env_text_corpus, train_chat_tokenizer
+from worldgym.spaces import ToolCall
+from worldgym.wrappers import format_tool_call
 
 torch.set_num_threads(1)
 
-PHONE_CALL = (
-    '<tool_call>\n{"name": "make_phone_call", "arguments": {"phone_number": "1-800-555-0100"}}\n</tool_call>'
-)
-SEARCH = '<tool_call>\n{"name": "search_company", "arguments": {"company": "Acme"}}\n</tool_call>'
+PHONE_CALL = format_tool_call(ToolCall("make_phone_call", {"phone_number": "1-800-555-0100"}))
+SEARCH = format_tool_call(ToolCall("search_company", {"company": "Acme"}))
 
 
 def make_csr_env():
-    return make_text_env("CSRPhone-v1", {"difficulty": 1}, True)
+    return make_text_env("CSRPhone-v1", {"difficulty": 1})
 
 
 @pytest.fixture(scope="session")

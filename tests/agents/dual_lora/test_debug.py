@@ -15,6 +15,8 @@ from worldgym.agents.dual_lora.world_model import PhoneCallExample
 from worldgym.agents.llm.engines import Generation
 from worldgym.agents.llm.models import build_tiny_model
 from worldgym.envs.csr_phone.phrases import RESPONSE_TYPES
+from worldgym.spaces import ToolCall
+from worldgym.wrappers import format_tool_call
 
 from .test_trainer import _trainer
 
@@ -42,7 +44,7 @@ class DialingEngine:
         else:
             numbers = NUMBER.findall(text)
             name, arguments = "make_phone_call", {"phone_number": numbers[(calls - 1) % len(numbers)]}
-        reply = f"<tool_call>\n{json.dumps({'name': name, 'arguments': arguments})}\n</tool_call>"
+        reply = format_tool_call(ToolCall(name, arguments))
         ids = self.tokenizer(reply, add_special_tokens=False)["input_ids"] + [self.tokenizer.eos_token_id]
         return Generation(ids, [-1.0] * len(ids), "stop")
 

@@ -14,7 +14,7 @@ from .conftest import PhoningEngine, make_csr_env
 
 
 def _config(tmp_path, **overrides):
-    settings = dict(env_id="CSRPhone-v1", wrap_tool_calls=True, env_kwargs={"difficulty": 1}, max_turns=3,
+    settings = dict(env_id="CSRPhone-v1", env_kwargs={"difficulty": 1}, max_turns=3,
                     num_steps=1, prompts_per_step=2, group_size=2, max_new_tokens=24, eval_every=0,
                     progress=False, output_dir=str(tmp_path / "run"), seed=3)
     return GRPOConfig(**{**settings, **overrides})
@@ -82,7 +82,7 @@ def test_echo_config_is_checked(tmp_path):
 def test_dual_lora_echo_mode_trains_one_adapter_and_reports_the_world_model(tmp_path, csr_tokenizer):
     from worldgym.agents.dual_lora import DualLoRAConfig, DualLoRATrainer
 
-    config = DualLoRAConfig(env_id="CSRPhone-v1", wrap_tool_calls=True, env_kwargs={"difficulty": 1},
+    config = DualLoRAConfig(env_id="CSRPhone-v1", env_kwargs={"difficulty": 1},
                             eval_env_kwargs={"split": "validation"}, max_turns=3, num_steps=1, prompts_per_step=2,
                             group_size=2, max_new_tokens=40, eval_every=1, eval_episodes=2, progress=False,
                             transfer="echo", output_dir=str(tmp_path / "run"))

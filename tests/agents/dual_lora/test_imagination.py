@@ -18,7 +18,7 @@ from .conftest import PhoningEngine, make_csr_env
 
 
 def _trainer(tmp_path, tokenizer, **overrides):
-    settings = dict(env_id="CSRPhone-v1", wrap_tool_calls=True, env_kwargs={"difficulty": 1}, max_turns=3,
+    settings = dict(env_id="CSRPhone-v1", env_kwargs={"difficulty": 1}, max_turns=3,
                     num_steps=1, prompts_per_step=2, group_size=2, max_new_tokens=40, eval_every=0,
                     progress=False, imagined_fraction=0.5, imagined_reply_tokens=12,
                     output_dir=str(tmp_path / "run"))

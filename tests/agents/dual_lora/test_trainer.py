@@ -14,7 +14,7 @@ from .conftest import PhoningEngine, make_csr_env
 
 
 def _config(tmp_path, **overrides):
-    settings = {"env_id": "CSRPhone-v1", "wrap_tool_calls": True, "env_kwargs": {"difficulty": 1},
+    settings = {"env_id": "CSRPhone-v1", "env_kwargs": {"difficulty": 1},
                 "eval_env_kwargs": {"split": "validation", "difficulty": 1}, "max_turns": 3, "num_steps": 2,
                 "prompts_per_step": 2, "group_size": 2, "max_new_tokens": 40, "eval_every": 0, "eval_episodes": 2,
                 "minibatch_size": 4, "progress": False, "learning_rate": 1e-2, "output_dir": str(tmp_path / "run")}
@@ -192,3 +192,15 @@ def test_clip_per_adapter_clips_each_adapter_on_its_own(tmp_path, csr_tokenizer)
     assert after == pytest.approx([0.5, 0.5], rel=1e-4)  # a shared clip would leave the policy's ~0.5/100 of it
     with pytest.raises(ValueError, match="clip_per_adapter"):
         _config(tmp_path, transfer="shared", clip_per_adapter=True)
+
+
+@pytest.mark.parametrize("own_clip", [False, True])
+def test_loss_ratio_warning_only_under_a_shared_clip(tmp_path, csr_tokenizer, caplog, monkeypatch, own_clip):
+    from worldgym.agents.grpo import GRPOTrainer
+
+    trainer = _trainer(tmp_path, csr_tokenizer, transfer="separate", clip_per_adapter=own_clip)
+    monkeypatch.setattr(GRPOTrainer, "train_step", lambda self: {"wm/loss": 8.83, "loss/policy": 0.1})
+    with caplog.at_level("WARNING", logger="worldgym.agents.dual_lora.trainer"):
+        metrics = trainer.train_step()
+    assert metrics["wm/loss_ratio"] == pytest.approx(88.3)
+    assert any("left [" in record.message for record in caplog.records) != own_clip

@@ -139,11 +139,11 @@ def csr_sft_model(csr_tokenizer):
 
 
 def _csr_collector(model, tokenizer, decoding):
-    from worldgym.agents.grpo import make_text_env
+    from worldgym.agents.llm.envs import make_text_env
     from worldgym.agents.llm.rollout import RolloutCollector
 
     engine = HFEngine(model, tokenizer.pad_token_id, [tokenizer.eos_token_id], batch_size=16)
-    return RolloutCollector(engine, tokenizer, lambda: make_text_env("CSRPhone-v1", {"difficulty": 1}, True),
+    return RolloutCollector(engine, tokenizer, lambda: make_text_env("CSRPhone-v1", {"difficulty": 1}),
                             max_turns=6, decoding=decoding)
 
 
@@ -168,7 +168,7 @@ def test_grpo_with_constrained_decoding_starts_at_ratio_one(csr_sft_model, csr_t
 
     from worldgym.agents.grpo import GRPOConfig, GRPOTrainer
 
-    config = GRPOConfig(env_id="CSRPhone-v1", env_kwargs={"difficulty": 1}, wrap_tool_calls=True, max_turns=6,
+    config = GRPOConfig(env_id="CSRPhone-v1", env_kwargs={"difficulty": 1}, max_turns=6,
                         max_new_tokens=64, decoding="constrained", finetune="full", prompts_per_step=2,
                         group_size=4, minibatch_size=8, num_steps=1, eval_every=0, progress=False,
                         output_dir=str(tmp_path), learning_rate=1e-9, temperature=0.5)

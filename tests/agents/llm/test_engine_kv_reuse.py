@@ -8,10 +8,10 @@ import pytest
 import torch
 from peft import LoraConfig, get_peft_model
 
-from worldgym.agents.grpo.trainer import make_text_env
 from worldgym.agents.llm.adapters import merged_trainable_tokens
 from worldgym.agents.llm.engines import HFEngine, SamplingParams
 from worldgym.agents.llm.engines.prefix_cache import PrefixKVCache
+from worldgym.agents.llm.envs import make_text_env
 from worldgym.agents.llm.losses import token_logprobs
 from worldgym.agents.llm.models import build_tiny_model, sharpen
 from worldgym.agents.llm.rollout import Episode, RolloutCollector
@@ -22,7 +22,7 @@ GREEDY = SamplingParams(temperature=0.0, max_new_tokens=24)
 
 
 def _make_env():
-    return make_text_env("CSRPhone-v1", {"difficulty": 1}, True)
+    return make_text_env("CSRPhone-v1", {"difficulty": 1})
 
 
 @pytest.fixture(scope="module")

@@ -102,16 +102,14 @@ def test_generation_checks_lengths():
     importlib.util.find_spec("vllm") is None, reason="vllm is not installed (optional gpu extra)"
 )
 def test_vllm_engine_serves_the_current_lora_with_the_trainers_logprobs(tmp_path, model, tokenizer):
-    from peft import LoraConfig, get_peft_model
-
+    from worldgym.agents.llm.adapters import seeded_lora
     from worldgym.agents.llm.engines import VLLMEngine
     from worldgym.agents.llm.models import save_model_and_tokenizer
 
     save_model_and_tokenizer(model, tokenizer, tmp_path / "m")
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)  # a random (non-zero) adapter, so serving the base instead would show
-        lora = LoraConfig(r=4, target_modules=["q_proj", "v_proj", "down_proj"], init_lora_weights=False)
-        policy = get_peft_model(model, lora).eval()
+    # a random (non-zero) adapter, so serving the base instead would show
+    policy = seeded_lora(model, 0, rank=4, alpha=8, target_modules=["q_proj", "v_proj", "down_proj"],
+                         init_lora_weights=False).eval()
     engine = VLLMEngine(
         str(tmp_path / "m"),
         peft_model=policy,

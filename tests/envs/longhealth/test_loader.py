@@ -196,15 +196,11 @@ def test_repeated_empty_or_surrogate_ids_are_refused(tmp_path):
         load_longhealth(_write(tmp_path, name_twice))
 
 
-def test_hostile_files_fail_fast(tmp_path):
-    import time
-
+def test_hostile_files_are_dataset_errors_naming_the_file(tmp_path):
     for text in ("[" * 100_000, _panel_text(No="1" * 100_000)):
         path = _write(tmp_path, text)
-        start = time.perf_counter()
-        with pytest.raises(DatasetError):
+        with pytest.raises(DatasetError, match=str(path)):
             load_longhealth(path)
-        assert time.perf_counter() - start < 1.0
 
 
 def test_unicode_text_reaches_the_agent_unchanged(tmp_path):

@@ -7,7 +7,7 @@ from typing import Any
 
 import gymnasium as gym
 
-from worldgym.agents.grpo.trainer import make_text_env
+from worldgym.agents.llm.envs import make_text_env
 
 __all__ = ["QuestionBySeed", "make_view", "num_questions", "patient_documents", "split_documents", "split_patients"]
 
@@ -28,7 +28,7 @@ def make_view(env_id: str, env_kwargs: dict[str, Any], patient_id: str, split: s
     the teacher (``"full"``) sees them."""
     kwargs = {**env_kwargs, "split": split, "split_by": "question", "patient_ids": [patient_id],
               "documents": documents}
-    return QuestionBySeed(make_text_env(env_id, kwargs, False))
+    return QuestionBySeed(make_text_env(env_id, kwargs))
 
 
 def num_questions(env_id: str, env_kwargs: dict[str, Any], patient_id: str, split: str) -> int:
@@ -62,7 +62,7 @@ def split_documents(env_id: str, env_kwargs: dict[str, Any], split: str) -> set[
 
 def _patient_split(env_id: str, env_kwargs: dict[str, Any], split: str) -> list[tuple[Any, Any]]:
     """The (patient, question) items of a patient-level ``split``."""
-    env = make_text_env(env_id, {**env_kwargs, "split": split, "split_by": "patient"}, False)
+    env = make_text_env(env_id, {**env_kwargs, "split": split, "split_by": "patient"})
     try:
         return list(env.unwrapped.items)
     finally:

@@ -37,10 +37,10 @@ from worldgym.agents.dual_lora.world_model import (
     wm_token_ids,
 )
 from worldgym.agents.grpo.presets import CSR_PRESETS
-from worldgym.agents.grpo.trainer import make_text_env
 from worldgym.agents.llm.adapters import using_adapters
 from worldgym.agents.llm.checkpoint import CheckpointError, load_checkpoint
 from worldgym.agents.llm.engines import GenerationEngine, HFEngine, SamplingParams
+from worldgym.agents.llm.envs import make_text_env
 from worldgym.agents.llm.evaluation import evaluate_chat_policy
 from worldgym.agents.llm.rollout import Episode, RolloutCollector, collate_episodes
 from worldgym.agents.llm.warm_start import WarmStartConfig, load_or_train_warm_start
@@ -48,6 +48,8 @@ from worldgym.checkpointing import MANIFEST, latest_checkpoint, resolve_checkpoi
 from worldgym.envs.csr_phone.phrases import RESPONSE_TYPES
 from worldgym.errors import WorldgymError
 from worldgym.jsonl import read_jsonl
+from worldgym.spaces import ToolCallError
+from worldgym.wrappers import parse_tool_call
 
 __all__ = [
     "Base", "Result", "UserError", "analyze_responses", "check_gradients", "compare_losses", "find_checkpoint",
@@ -185,7 +187,7 @@ def validation_episodes(trainer: DualLoRATrainer, count: int, difficulty: int | 
     if difficulty is not None:
         kwargs["difficulty"] = difficulty
     _, episodes = evaluate_chat_policy(
-        trainer.engine, trainer.tokenizer, lambda: make_text_env(config.env_id, kwargs, config.wrap_tool_calls),
+        trainer.engine, trainer.tokenizer, lambda: make_text_env(config.env_id, kwargs),
         count, config.max_turns, config.max_new_tokens, config.decoding)
     return episodes
 
@@ -220,12 +222,10 @@ def _count_arrow(first: float | None, last: float | None) -> str:
 
 def _call_text(action: str) -> str:
     """A tool call as ``name(arguments)`` (the raw reply when it does not parse)."""
-    match = re.search(r"<tool_call>(.*?)</tool_call>", action, re.DOTALL)
-    try:
-        call = json.loads(match.group(1)) if match else None
-        return f"{call['name']}({', '.join(str(v) for v in call['arguments'].values())})"
-    except (json.JSONDecodeError, KeyError, TypeError, AttributeError):
+    call = parse_tool_call(action)
+    if isinstance(call, ToolCallError):
         return _one_line(action, 80)
+    return f"{call.name}({', '.join(str(v) for v in call.arguments.values())})"
 
 
 def _one_line(text: str, limit: int = 160) -> str:

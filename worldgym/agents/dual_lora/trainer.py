@@ -15,7 +15,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import torch
-from peft import LoraConfig, PeftModel, get_peft_model
+from peft import PeftModel
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from worldgym.agents.dual_lora.config import WM_SPECIAL_TOKENS, DualLoRAConfig
@@ -23,11 +23,9 @@ from worldgym.agents.dual_lora.imagination import PhoneCallImagination
 from worldgym.agents.dual_lora.objective import WorldModelObjective
 from worldgym.agents.grpo.rewards import EpisodeRewardFn
 from worldgym.agents.grpo.trainer import GRPOTrainer
-from worldgym.agents.llm.adapters import activate_adapters, save_adapter_flat
+from worldgym.agents.llm.adapters import activate_adapters, save_adapter_flat, seeded_lora
 from worldgym.agents.llm.engines import GenerationEngine
-from worldgym.agents.llm.models import TINY_SIZES, build_tiny_model
 from worldgym.agents.llm.rollout import Episode
-from worldgym.agents.llm.tokenizer import env_text_corpus, train_chat_tokenizer
 
 __all__ = ["DualLoRATrainer", "attach_adapters", "wm_success_correlation"]
 
@@ -39,13 +37,9 @@ def attach_adapters(model: PreTrainedModel, config: DualLoRAConfig) -> PeftModel
     the base first), the policy's adapters active, every adapter trainable. Seeded by ``config.seed``."""
     if isinstance(model, PeftModel):
         model = model.merge_and_unload()
-    lora = LoraConfig(r=config.lora_rank, lora_alpha=config.lora_alpha, lora_dropout=config.lora_dropout,
-                      target_modules=list(config.lora_target_modules), task_type="CAUSAL_LM")
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(config.seed)
-        peft_model = get_peft_model(model, lora, adapter_name="policy")
-        for name in config.adapter_names[1:]:
-            peft_model.add_adapter(name, lora)  # PEFT adds it frozen: activate_adapters re-enables it
+    peft_model = seeded_lora(model, config.seed, rank=config.lora_rank, alpha=config.lora_alpha,
+                             target_modules=config.lora_target_modules, dropout=config.lora_dropout,
+                             adapter_names=config.adapter_names)
     activate_adapters(peft_model, config.policy_adapters, trainable=config.adapter_names)
     return peft_model
 
@@ -61,7 +55,7 @@ class DualLoRATrainer(GRPOTrainer):
         make_env, make_eval_env, make_engine, reward_fn: as for :class:`GRPOTrainer`. The engine gets the
             policy model with only the policy's adapters active.
 
-    >>> trainer = DualLoRATrainer(DualLoRAConfig(env_id="CSRPhone-v1", wrap_tool_calls=True, max_turns=2,
+    >>> trainer = DualLoRATrainer(DualLoRAConfig(env_id="CSRPhone-v1", max_turns=2,
     ...     env_kwargs={"difficulty": 1}, num_steps=1, prompts_per_step=1, group_size=2, max_new_tokens=8,
     ...     eval_every=0, progress=False, output_dir="/tmp/wg_dual_lora_doctest"))
     >>> sorted(trainer.world_model.config.adapter_names)
@@ -69,6 +63,7 @@ class DualLoRATrainer(GRPOTrainer):
     """
 
     config: DualLoRAConfig
+    special_tokens = WM_SPECIAL_TOKENS
 
     def __init__(
         self,
@@ -91,19 +86,6 @@ class DualLoRATrainer(GRPOTrainer):
             self.collector.step_override = PhoneCallImagination(
                 self.policy, self.tokenizer, config, self.make_env().unwrapped.action_space, self.dtype)
         self._ratio_outside = False
-
-    def _model_and_tokenizer(self, model, tokenizer):
-        """The given model, or one built/loaded with a tokenizer that holds the world model's markers."""
-        if model is not None:
-            return super()._model_and_tokenizer(model, tokenizer)
-        if self.config.model in TINY_SIZES:
-            tokenizer = tokenizer or train_chat_tokenizer(env_text_corpus(self.make_env), vocab_size=2000,
-                                                          extra_special_tokens=WM_SPECIAL_TOKENS)
-            return tokenizer, build_tiny_model(tokenizer, self.config.model, seed=self.config.seed, dtype=self.dtype)
-        from worldgym.agents.llm.pretrained import load_chat_model
-
-        loaded = load_chat_model(self.config.model, extra_special_tokens=WM_SPECIAL_TOKENS, dtype=self.dtype)
-        return loaded.tokenizer, loaded.model
 
     def _make_optimizer(self) -> torch.optim.Optimizer:
         """One AdamW over both adapters; with ``wm_learning_rate`` the world model's tensors are a second
@@ -143,13 +125,14 @@ class DualLoRATrainer(GRPOTrainer):
 
     def train_step(self) -> dict[str, Any]:
         """One DAPO step with the world-model loss; logs ``wm/loss_ratio`` = L_wm / |L_policy| and warns when it
-        leaves ``config.loss_ratio_band``."""
+        leaves ``config.loss_ratio_band`` while one clip is shared by both losses' gradients (not with
+        ``clip_per_adapter``: there each adapter's step is bounded on its own)."""
         metrics = super().train_step()
         if "wm/loss" in metrics and metrics.get("loss/policy") and self.world_model.policy_weight > 0:
             ratio = metrics["wm/loss"] / max(abs(metrics["loss/policy"]), 1e-8)
             metrics["wm/loss_ratio"] = ratio
             low, high = self.config.loss_ratio_band
-            outside = not low <= ratio <= high
+            outside = not low <= ratio <= high and not self.config.clip_per_adapter
             if outside and not self._ratio_outside:
                 logger.warning("step %d: L_wm / |L_policy| = %.3g left [%g, %g]: one loss dominates the shared "
                                "gradient clip (tune wm_coef or the schedule)", self.step, ratio, low, high)

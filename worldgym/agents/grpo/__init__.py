@@ -3,7 +3,7 @@
 from worldgym.agents.grpo.config import GRPOConfig
 from worldgym.agents.grpo.presets import CSR_PRESETS, CSRPreset
 from worldgym.agents.grpo.rewards import EpisodeRewardFn, MathRewardModel, episode_rewards
-from worldgym.agents.grpo.trainer import GRPOTrainer, make_text_env
+from worldgym.agents.grpo.trainer import GRPOTrainer
 
 __all__ = [
     "CSR_PRESETS",
@@ -13,5 +13,4 @@ __all__ = [
     "GRPOTrainer",
     "MathRewardModel",
     "episode_rewards",
-    "make_text_env",
 ]

@@ -9,12 +9,11 @@ from typing import Any, Literal
 import torch
 
 from worldgym.agents.llm.losses import AdvantageNorm, Aggregation
+from worldgym.agents.llm.pretrained import DEFAULT_LORA_TARGETS
 from worldgym.config import check_choice, check_device, check_field, check_positive_int, check_range
 from worldgym.precision import Precision, check_precision, resolve_dtype
 
 __all__ = ["GRPOConfig"]
-
-_TARGET_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 
 @dataclass
@@ -44,10 +43,11 @@ class GRPOConfig:
             learner's full forward differ by rounding under bf16; in float32 they are equal). None: on under
             bf16, off in float32. The engine-vs-learner gap is logged as ``precision/logprob_gap_mean|max``.
         bf16_autocast: deprecated spelling of ``dtype="bfloat16"``.
-        env_id: the training env, gym.make(env_id, **env_kwargs); text in, text out.
+        env_id: the training env, gym.make(env_id, **env_kwargs); text in, text out: a tool-call env (its action
+            space a ToolCallSpace) is wrapped in ParseToolCall (:func:`worldgym.agents.llm.envs.make_text_env`).
         env_kwargs: keyword arguments of the training env.
         eval_env_kwargs: overrides of env_kwargs for the validation env (e.g. {"split": "test"}).
-        wrap_tool_calls: wrap the env in ParseToolCall (tool-call envs such as CSRPhone-v1).
+        wrap_tool_calls: deprecated and ignored: the env's action space decides whether it is wrapped.
         vectorization_mode: "none": training episodes in a pool of single envs; "sync" / "async": in a gymnasium
             vector env of prompts_per_step * group_size sub-envs (async: one subprocess each). Validation
             always uses single envs.
@@ -127,7 +127,7 @@ class GRPOConfig:
     finetune: Literal["lora", "full"] = "lora"
     lora_rank: int = 16
     lora_alpha: int = 32
-    lora_target_modules: tuple[str, ...] = _TARGET_MODULES
+    lora_target_modules: tuple[str, ...] = DEFAULT_LORA_TARGETS
     device: str = "cpu"
     cpu_mmap_threshold: int | None = None
     dtype: Precision = "float32"
@@ -137,7 +137,7 @@ class GRPOConfig:
     env_id: str = "MathQA-v1"
     env_kwargs: dict[str, Any] = field(default_factory=dict)
     eval_env_kwargs: dict[str, Any] = field(default_factory=lambda: {"split": "test"})
-    wrap_tool_calls: bool = False
+    wrap_tool_calls: bool | None = None
     vectorization_mode: Literal["none", "sync", "async"] = "none"
     prompts_per_step: int = 8
     group_size: int = 8
@@ -226,6 +226,11 @@ class GRPOConfig:
                           stacklevel=3)
             self.dtype, self.bf16_autocast = "bfloat16", False
         check_precision("dtype", self.dtype)
+        if self.wrap_tool_calls is not None:
+            warnings.warn("GRPOConfig.wrap_tool_calls is deprecated and ignored: an env whose action space is a "
+                          "ToolCallSpace is always wrapped in ParseToolCall; drop the argument", DeprecationWarning,
+                          stacklevel=3)
+            self.wrap_tool_calls = None
         check_field(self.learner != "fsdp" or resolve_dtype(self.dtype, self.device) == torch.float32, "dtype",
                     self.dtype, "use 'float32' with learner='fsdp' (FSDP shards frozen bf16 and trainable float32 "
                     "tensors of one module together, which it cannot), or learner='ddp'")

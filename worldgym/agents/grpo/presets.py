@@ -91,7 +91,6 @@ class CSRPreset:
             "env_id": "CSRPhone-v1",
             "env_kwargs": {"split": "train", "difficulty": difficulty},
             "eval_env_kwargs": {"split": "validation", "difficulty": difficulty},
-            "wrap_tool_calls": True,
             "max_turns": 16,
             "max_new_tokens": self.max_new_tokens,
             "max_episode_tokens": self.max_episode_tokens,

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import gymnasium as gym
 import numpy as np
 import torch
-from peft import LoraConfig, PeftModel, get_peft_model
+from peft import PeftModel
 from tqdm.auto import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
@@ -29,10 +29,13 @@ from worldgym.agents.grpo.auxiliary import (
 from worldgym.agents.grpo.config import GRPOConfig
 from worldgym.agents.grpo.echo import EchoTargets, echo_loss
 from worldgym.agents.grpo.rewards import EpisodeRewardFn, episode_rewards
+from worldgym.agents.llm.adapters import seeded_lora
 from worldgym.agents.llm.allocator import map_large_allocations_on_cpu
 from worldgym.agents.llm.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from worldgym.agents.llm.engines import GenerationEngine, HFEngine, SamplingParams
+from worldgym.agents.llm.envs import make_text_env
 from worldgym.agents.llm.evaluation import VALIDATION_SEEDS_START, episode_metrics
+from worldgym.agents.llm.loading import build_or_load_chat_model
 from worldgym.agents.llm.losses import (
     PolicyLossOutput,
     dynamic_sampling_mask,
@@ -40,11 +43,11 @@ from worldgym.agents.llm.losses import (
     group_advantages,
     policy_loss,
 )
-from worldgym.agents.llm.models import TINY_SIZES, build_tiny_model, load_model, load_tokenizer
+from worldgym.agents.llm.models import TINY_SIZES, build_tiny_model
 from worldgym.agents.llm.rollout import Episode, RolloutCollector, collate_episodes, make_vector_env
 from worldgym.agents.llm.runtime import LocalRollouts, RolloutBatch, RolloutRuntime
 from worldgym.agents.llm.scoring import score_tokens
-from worldgym.agents.llm.tokenizer import env_text_corpus, train_chat_tokenizer
+from worldgym.agents.llm.tokenizer import env_text_corpus
 from worldgym.checkpointing import LAST_CHECKPOINT, latest_checkpoint, step_checkpoint
 from worldgym.jsonl import append_jsonl, truncate_jsonl
 from worldgym.precision import autocast, cast_for_training, dtype_name, recomputes_old_logprobs, resolve_dtype
@@ -52,7 +55,7 @@ from worldgym.precision import autocast, cast_for_training, dtype_name, recomput
 if TYPE_CHECKING:
     from worldgym.distributed.data_parallel import DataParallelLearner
 
-__all__ = ["GRPOTrainer", "MinibatchLoss", "TrainBatch", "loss_shares", "make_text_env"]
+__all__ = ["GRPOTrainer", "MinibatchLoss", "TrainBatch", "loss_shares"]
 
 _AUXILIARY = "auxiliary/"  # checkpoint key prefix of the auxiliary loss's tensors
 _PRINTED_EVAL_KEYS = ("eval/success_rate", "eval/reward_mean", "eval/copy_probe", "eval/wm_token_accuracy")
@@ -160,22 +163,16 @@ def default_engine(pad_token_id: int, eos_token_id: int, min_shared_prefix: int,
     return HFEngine(policy, pad_token_id, [eos_token_id], min_shared_prefix=min_shared_prefix, dtype=dtype)
 
 
-def make_text_env(env_id: str, env_kwargs: dict[str, Any], wrap_tool_calls: bool) -> gym.Env:
-    """``gym.make(env_id, **env_kwargs)``, wrapped in ``ParseToolCall`` for tool-call envs."""
-    import worldgym  # noqa: F401  (registers the ids)
-    from worldgym.wrappers import ParseToolCall
-
-    env = gym.make(env_id, **env_kwargs)
-    return ParseToolCall(env) if wrap_tool_calls else env
-
-
 class GRPOTrainer:
     """GRPO / DAPO / Dr.GRPO on any worldgym text env.
 
     Args:
         config: the settings.
-        model: a causal LM to train (default: built or loaded from ``config.model``).
-        tokenizer: its chat tokenizer (left padding, an eos that ends assistant turns).
+        model: a causal LM to train (default: built or loaded from ``config.model`` by
+            :func:`~worldgym.agents.llm.loading.build_or_load_chat_model`, the tokenizer of a tiny model trained
+            on the training env's text).
+        tokenizer: its chat tokenizer (left padding, an eos that ends assistant turns); given without a model,
+            a tiny ``config.model`` is built for it.
         make_env / make_eval_env: env factories (default: ``config.env_id`` with ``env_kwargs`` /
             ``env_kwargs | eval_env_kwargs``).
         make_engine: builds the generation engine from the policy once it exists (default:
@@ -193,6 +190,9 @@ class GRPOTrainer:
     >>> [row["step"] for row in history], "rollout/reward_mean" in history[-1]
     ([1, 2], True)
     """
+
+    # atomic tokens a tokenizer built or loaded here gets (a subclass's markers)
+    special_tokens: tuple[str, ...] = ()
 
     def __init__(
         self,
@@ -213,13 +213,9 @@ class GRPOTrainer:
         self.auxiliary_loss = auxiliary_loss
         self.echo_targets: EchoTargets | None = None  # the step's echo targets (echo_coef > 0)
         self.rng = np.random.default_rng(config.seed)
-        self.make_env = make_env or (
-            lambda: make_text_env(config.env_id, config.env_kwargs, config.wrap_tool_calls)
-        )
+        self.make_env = make_env or partial(make_text_env, config.env_id, config.env_kwargs)
         eval_kwargs = {**config.env_kwargs, **config.eval_env_kwargs}
-        self.make_eval_env = make_eval_env or (
-            lambda: make_text_env(config.env_id, eval_kwargs, config.wrap_tool_calls)
-        )
+        self.make_eval_env = make_eval_env or partial(make_text_env, config.env_id, eval_kwargs)
         self.tokenizer, model = self._model_and_tokenizer(model, tokenizer)
         self.policy = self._prepare_policy(model).to(config.device)
         if config.activation_checkpointing:  # only in training mode: generation (eval mode) keeps its KV cache
@@ -256,17 +252,21 @@ class GRPOTrainer:
 
     # ---------------------------------------------------------------- setup
     def _model_and_tokenizer(self, model, tokenizer):
-        name = self.config.model
+        config = self.config
         if model is not None:
             if tokenizer is None:
                 raise ValueError(
                     "GRPOTrainer got a model but no tokenizer; pass the tokenizer the model was built for"
                 )
             return tokenizer, model
-        if name in TINY_SIZES:
-            tokenizer = tokenizer or train_chat_tokenizer(env_text_corpus(self.make_env), vocab_size=2000)
-            return tokenizer, build_tiny_model(tokenizer, name, seed=self.config.seed, dtype=self.dtype)
-        return tokenizer or load_tokenizer(name), load_model(name, dtype=self.dtype)
+        if tokenizer is not None:
+            if config.model not in TINY_SIZES:
+                raise ValueError(f"GRPOTrainer got a tokenizer but no model for model={config.model!r}, which "
+                                 "loads its own tokenizer: pass both, or neither")
+            return tokenizer, build_tiny_model(tokenizer, config.model, seed=config.seed, dtype=self.dtype)
+        loaded = build_or_load_chat_model(config.model, partial(env_text_corpus, self.make_env), seed=config.seed,
+                                          dtype=self.dtype, extra_special_tokens=self.special_tokens)
+        return loaded.tokenizer, loaded.model
 
     def _make_rollouts(self, make_engine: Callable[[PreTrainedModel], GenerationEngine]) -> RolloutRuntime:
         """Where training rollouts run (``config.runtime``): this process, or Ray workers built from copies of
@@ -288,18 +288,11 @@ class GRPOTrainer:
         return cast_for_training(self._with_adapter(model), self.dtype)
 
     def _with_adapter(self, model: PreTrainedModel) -> PreTrainedModel:
-        if self.config.finetune == "full" or isinstance(model, PeftModel):
+        config = self.config
+        if config.finetune == "full" or isinstance(model, PeftModel):
             return model
-        lora = LoraConfig(
-            r=self.config.lora_rank,
-            lora_alpha=self.config.lora_alpha,
-            lora_dropout=0.0,
-            target_modules=list(self.config.lora_target_modules),
-            task_type="CAUSAL_LM",
-        )
-        with torch.random.fork_rng(devices=[]):  # seeded adapter init, caller's RNG untouched
-            torch.manual_seed(self.config.seed)
-            return get_peft_model(model, lora)
+        return seeded_lora(model, config.seed, rank=config.lora_rank, alpha=config.lora_alpha,
+                           target_modules=config.lora_target_modules)
 
     def _make_optimizer(self) -> torch.optim.Optimizer:
         """AdamW over the trainable tensors (a subclass may split them into parameter groups)."""

@@ -1,4 +1,4 @@
-"""PEFT multi-adapter helpers: switch the active LoRA adapters without freezing the others, save one flat.
+"""PEFT LoRA helpers: seeded set-up, switching the active adapters without freezing the others, saving one flat.
 
 Two PEFT behaviours trip trainers that hold several adapters (peft 0.21): ``set_adapter`` marks every adapter
 it does not activate as not trainable, and ``add_adapter`` adds a frozen adapter. A trainer that collects its
@@ -16,16 +16,57 @@ import shutil
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import torch
-from peft import PeftModel
+from peft import LoraConfig, PeftModel, get_peft_model
 from peft.tuners.trainable_tokens.layer import TrainableTokensLayer
 from peft.utils import get_peft_model_state_dict
 from safetensors.torch import save_file
 
-__all__ = ["activate_adapters", "active_adapters", "merged_trainable_tokens", "save_adapter_flat", "using_adapters"]
+from worldgym.config import check_field
+
+__all__ = [
+    "activate_adapters", "active_adapters", "merged_trainable_tokens", "save_adapter_flat", "seeded_lora",
+    "using_adapters",
+]
 
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
+
+
+def seeded_lora(
+    model: torch.nn.Module,
+    seed: int,
+    *,
+    rank: int,
+    alpha: int,
+    target_modules: Sequence[str] | str,
+    dropout: float = 0.0,
+    adapter_names: Sequence[str] = ("default",),
+    **options: Any,
+) -> PeftModel:
+    """``model`` with the causal-LM LoRA adapters ``adapter_names``, all of one shape; their initial weights are
+    drawn from ``seed``, in order, and the caller's global torch RNG is untouched (the draw runs inside
+    ``torch.random.fork_rng``). ``options`` are further :class:`peft.LoraConfig` fields (e.g.
+    ``trainable_token_indices``, ``init_lora_weights``). The first adapter is active; PEFT adds the others
+    frozen (:func:`activate_adapters` switches and re-enables them).
+
+    >>> from worldgym.agents.llm.models import model_from_config, tiny_model_config
+    >>> base = lambda: model_from_config(tiny_model_config(64, pad_token_id=0))
+    >>> first, second = (seeded_lora(base(), 3, rank=2, alpha=4, target_modules=["q_proj"]) for _ in range(2))
+    >>> all(torch.equal(a, b) for a, b in zip(first.parameters(), second.parameters()))
+    True
+    """
+    check_field(bool(adapter_names), "adapter_names", adapter_names, "name at least one adapter")
+    lora = LoraConfig(r=rank, lora_alpha=alpha, lora_dropout=dropout, task_type="CAUSAL_LM",
+                      target_modules=target_modules if isinstance(target_modules, str) else list(target_modules),
+                      **options)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        peft_model = get_peft_model(model, lora, adapter_name=adapter_names[0])
+        for name in adapter_names[1:]:
+            peft_model.add_adapter(name, lora)
+    return peft_model
 
 
 def active_adapters(model: PeftModel) -> tuple[str, ...]:

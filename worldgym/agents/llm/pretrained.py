@@ -26,6 +26,7 @@ from worldgym.errors import WorldgymError
 from worldgym.precision import resolve_dtype
 
 __all__ = [
+    "DEFAULT_LORA_TARGETS",
     "NAMED_MODELS",
     "ChatModel",
     "ModelNotInstalledError",
@@ -33,6 +34,10 @@ __all__ = [
     "load_chat_model",
     "named_model_available",
 ]
+
+
+# The linear layers LoRA adapts in Llama- and Qwen-style decoders (the tiny models are Qwen3).
+DEFAULT_LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 
 class ModelNotInstalledError(WorldgymError, ImportError):
@@ -54,8 +59,7 @@ class NamedModel:
     gguf_file: str
     install: str
     tool_format: Literal["json", "signatures"] = "signatures"
-    lora_target_modules: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
-                                            "down_proj")
+    lora_target_modules: tuple[str, ...] = DEFAULT_LORA_TARGETS
 
     def path(self) -> Path:
         """The folder holding the GGUF file (the package is located, not imported)."""
@@ -130,7 +134,7 @@ def load_chat_model(
         tokenizer = AutoTokenizer.from_pretrained(str(name_or_path))
         model = AutoModelForCausalLM.from_pretrained(str(name_or_path), dtype=dtype)
         tool_format = tool_format or "json"
-        targets = NamedModel("", "", "").lora_target_modules
+        targets = DEFAULT_LORA_TARGETS
     if tokenizer.eos_token is None:
         raise ValueError(f"{name_or_path}: the tokenizer has no eos token to end assistant turns")
     tokenizer.padding_side = "left"

@@ -13,19 +13,21 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, Literal
 
 import gymnasium as gym
 import numpy as np
-import torch
-from peft import LoraConfig, PeftModel, get_peft_model
+from peft import PeftModel
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
-from worldgym.agents.llm.models import TINY_SIZES, build_tiny_model
+from worldgym.agents.llm.adapters import seeded_lora
+from worldgym.agents.llm.envs import make_text_env
+from worldgym.agents.llm.loading import tiny_chat_model
+from worldgym.agents.llm.models import TINY_SIZES
 from worldgym.agents.llm.pretrained import load_chat_model
 from worldgym.agents.llm.sft import Chat, ExpertPolicy, SFTConfig, Untrained, collect_expert_chats, sft_train
-from worldgym.agents.llm.tokenizer import train_chat_tokenizer
 from worldgym.checkpointing import (
     FORMAT_VERSION,
     MANIFEST,
@@ -37,6 +39,7 @@ from worldgym.checkpointing import (
 from worldgym.config import check_field, check_positive_int, check_range
 from worldgym.errors import CheckpointError, CheckpointNotFoundError, ConfigError
 from worldgym.precision import Precision, check_precision, resolve_dtype
+from worldgym.wrappers import format_tool_call
 
 __all__ = [
     "CSRTextExpert", "MultipleChoiceExpert", "WarmStart", "WarmStartConfig", "expert_chats", "is_cached",
@@ -171,12 +174,8 @@ class CSRTextExpert:
             mistake = self._policy.mistake(call, self._rng)
             if mistake is not None:
                 self._policy.executed(mistake)
-                return Untrained(_hermes(mistake))
-        return _hermes(call)
-
-
-def _hermes(call: Any) -> str:
-    return f"<tool_call>\n{json.dumps({'name': call.name, 'arguments': call.arguments})}\n</tool_call>"
+                return Untrained(format_tool_call(mistake))
+        return format_tool_call(call)
 
 
 class MultipleChoiceExpert:
@@ -190,14 +189,11 @@ class MultipleChoiceExpert:
 
 
 EXPERTS: dict[str, Callable[[], ExpertPolicy]] = {"CSRPhone-v1": CSRTextExpert, "LongHealthQA-v0": MultipleChoiceExpert}
-# envs whose actions are tool calls (wrapped in ParseToolCall; multi-turn episodes)
-TOOL_ENVS = ("CSRPhone-v1",)
 
 
 def expert_chats(config: WarmStartConfig, expert: ExpertPolicy | None = None) -> list[Chat]:
-    """The expert's train-split episodes at each difficulty, as chats."""
-    from worldgym.agents.grpo.trainer import make_text_env
-
+    """The expert's train-split episodes at each difficulty, as chats (each episode to its end: a tool env's
+    within :func:`collect_expert_chats`'s turn limit, an answer env's after its one step)."""
     if expert is None and config.env_id not in EXPERTS:
         raise ConfigError(f"env_id={config.env_id!r} is invalid: it has no scripted expert; pass expert= or use "
                           f"one of {sorted(EXPERTS)}")
@@ -211,9 +207,7 @@ def expert_chats(config: WarmStartConfig, expert: ExpertPolicy | None = None) ->
             kwargs["difficulty"] = difficulty
         first = config.seed * 10**6 + (difficulty or 0) * 10**4
         seeds = range(first, first + config.episodes_per_difficulty)
-        tools = config.env_id in TOOL_ENVS
-        chats += collect_expert_chats(lambda k=kwargs, t=tools: make_text_env(config.env_id, k, t), expert, seeds,
-                                      max_turns=16 if tools else 1)
+        chats += collect_expert_chats(partial(make_text_env, config.env_id, kwargs), expert, seeds)
     return chats
 
 
@@ -246,13 +240,17 @@ def load_or_train_warm_start(
     elif config.finetune == "full":
         corpus = [m["content"] for chat in chats for m in chat.messages]
         corpus += [json.dumps(t) for t in (chats[0].tools or [])]
-        tokenizer = train_chat_tokenizer(corpus, vocab_size=2000, extra_special_tokens=config.extra_special_tokens,
-                                         tool_format="signatures", split_digits=True)
-        model = build_tiny_model(tokenizer, config.model, seed=config.seed, dtype=config.dtype)
+        tiny = tiny_chat_model(corpus, config.model, seed=config.seed, dtype=config.dtype,
+                               extra_special_tokens=config.extra_special_tokens, tool_format="signatures",
+                               split_digits=True)
+        tokenizer, model = tiny.tokenizer, tiny.model
     else:
         loaded = load_chat_model(config.model, extra_special_tokens=config.extra_special_tokens,
                                  dtype=config.dtype)
-        tokenizer, model = loaded.tokenizer, _with_lora(loaded.model, config, loaded)
+        tokenizer = loaded.tokenizer
+        model = seeded_lora(loaded.model, config.seed, rank=config.lora_rank, alpha=config.lora_alpha,
+                            target_modules=loaded.lora_target_modules,
+                            trainable_token_indices=loaded.added_token_ids or None)
     if device is not None:
         model = model.to(device)
     tokens = sum(len(tokenizer.apply_chat_template(c.messages, tools=c.tools, tokenize=True, return_dict=True)
@@ -276,15 +274,6 @@ def is_cached(config: WarmStartConfig, cache_dir: str | Path = "runs/warm_starts
     """Whether :func:`load_or_train_warm_start` would load ``config``'s warm start (cached or shipped) rather than
     train it."""
     return _cached_folder(config.key(), Path(cache_dir)) is not None
-
-
-def _with_lora(model: PreTrainedModel, config: WarmStartConfig, loaded: Any) -> PeftModel:
-    lora = LoraConfig(r=config.lora_rank, lora_alpha=config.lora_alpha, lora_dropout=0.0,
-                      target_modules=list(loaded.lora_target_modules), task_type="CAUSAL_LM",
-                      trainable_token_indices=loaded.added_token_ids or None)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(config.seed)
-        return get_peft_model(model, lora)
 
 
 def _save(path: Path, config: WarmStartConfig, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase,
