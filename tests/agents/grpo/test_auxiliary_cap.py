@@ -100,10 +100,10 @@ def _initial_weights(tmp_path) -> dict[str, torch.Tensor]:
     return {name: p.detach().clone() for name, p in GRPOTrainer(config).trainable.items()}
 
 
-def test_the_cap_is_refused_with_a_data_parallel_learner():
-    with pytest.raises(ValueError, match="auxiliary_grad_ratio"):
-        GRPOConfig(auxiliary_grad_ratio=0.5, learner="ddp")
+def test_the_cap_must_be_positive_and_works_with_every_learner():
     with pytest.raises(ValueError, match="auxiliary_grad_ratio=0 is invalid"):
         GRPOConfig(auxiliary_grad_ratio=0)
-    with pytest.raises(ValueError, match="auxiliary_projection"):
-        GRPOConfig(auxiliary_projection=True, learner="ddp")
+    for learner in ("ddp", "fsdp"):  # their norms and dot products are summed over the ranks
+        config = GRPOConfig(auxiliary_grad_ratio=0.5, auxiliary_projection=True, learner=learner,
+                            share_prompt_prefix=False)
+        assert (config.auxiliary_grad_ratio, config.auxiliary_projection) == (0.5, True)
