@@ -78,6 +78,6 @@ class DDPLearner(DataParallelLearner):
             )
         return self._model
 
-    def _without_gradient_sync(self) -> AbstractContextManager[None]:
+    def without_gradient_sync(self) -> AbstractContextManager[None]:
         """DDP's ``no_sync``: the block's backward passes accumulate gradients locally."""
         return self.model.no_sync()
