@@ -16,6 +16,7 @@ from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
 from worldgym.agents.grpo import GRPOConfig, GRPOTrainer
 from worldgym.agents.grpo.auxiliary import SINGLE_PROCESS, LossShard
+from worldgym.agents.grpo.echo import EchoTargets
 from worldgym.agents.grpo.trainer import TrainBatch
 from worldgym.agents.llm.models import build_tiny_model
 from worldgym.agents.llm.rollout import Episode
@@ -380,3 +381,25 @@ def run_shaped_auxiliary_rank(rank: int, port: int, tokenizer_dir: str, out_dir:
                    for case in SHAPED_CASES}
         if rank == 0:
             torch.save(results, Path(out_dir) / "shaped.pt")
+
+
+# ---------------------------------------------------------------- the echo loss
+def echo_update(tokenizer: PreTrainedTokenizerBase, output_dir: str, learner: str, microbatch_size: int) -> dict:
+    """One update with the echo loss on prompt tokens (row ``i`` learns ``i % 3`` observations, so the ranks'
+    shares hold different counts) with ``learner``: the whole weights and gradients, and the metrics."""
+    trainer = make_trainer(tokenizer, "lora", "token_mean", 0.0, output_dir, learner=learner, echo_coef=0.5,
+                           microbatch_size=microbatch_size, **LEARNER_SETTINGS.get(learner, {}))
+    spans = [(1, 3), (3, PROMPT)]  # token positions inside the prompt, which the policy loss does not train
+    trainer.echo_targets = EchoTargets([spans[: row % 3] for row in range(ROWS)])
+    metrics = (trainer.parallel or trainer).update(make_batch(trainer))
+    return {"weights": whole_weights(trainer), "grads": whole_grads(trainer), "metrics": metrics}
+
+
+def run_echo_rank(rank: int, port: int, tokenizer_dir: str, out_dir: str, learner: str) -> None:
+    """One rank of :func:`echo_update` with ``learner`` in microbatches of one row; rank 0 saves the result."""
+    torchrun_environment(rank, port)
+    with group_member(rank, out_dir):
+        tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+        result = echo_update(tokenizer, f"{out_dir}/echo{rank}", learner, microbatch_size=1)
+        if rank == 0:
+            torch.save(result, Path(out_dir) / "echo.pt")

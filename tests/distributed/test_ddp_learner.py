@@ -231,3 +231,22 @@ def assert_shaped_auxiliary_like_one_process(tokenizer_dir: Path, tmp_path: Path
         settings, metrics = worker.SHAPED_CASES[case], expected["metrics"]
         assert ("auxiliary_grad_ratio" in settings) == (metrics["aux/grad_scale"] < 1), case  # the cap binds
         assert metrics["aux/grad_cosine"] < 0, case  # a conflict: the projection has a part to remove
+
+
+def test_the_echo_loss_on_two_ranks_in_microbatches_updates_like_one_process(tokenizer_dir, tmp_path):
+    """echo_coef with learner="ddp" in microbatches of one row: every part's echo term is its share of the whole
+    minibatch's observations, so the update is one process's on whole minibatches, and the metrics one
+    process's in the same microbatches (the echo metrics are combined by the parts' token shares)."""
+    _run_ranks(worker.run_echo_rank, (_free_port(), str(tokenizer_dir), str(tmp_path), "ddp"))
+    got = torch.load(tmp_path / "echo.pt")
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    whole = worker.echo_update(tokenizer, str(tmp_path / "whole"), "single", microbatch_size=0)
+    for kind in ("weights", "grads"):
+        for name, tensor in whole[kind].items():
+            torch.testing.assert_close(got[kind][name], tensor, rtol=1e-5, atol=1e-7,
+                                       msg=lambda m, where=f"{kind} {name}": f"{where}: {m}")
+    expected = worker.echo_update(tokenizer, str(tmp_path / "micro"), "single", microbatch_size=1)["metrics"]
+    assert got["metrics"].keys() == expected.keys()
+    for key, value in expected.items():
+        assert got["metrics"][key] == pytest.approx(value, rel=1e-5, abs=1e-7), key
+    assert expected["echo/loss"] > 0
