@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import torch
+from torch.distributed.tensor import DTensor
 
 from worldgym.agents.grpo.auxiliary import (
     AuxiliaryLoss,
@@ -195,8 +196,8 @@ def step_on_minibatch(trainer: StepTrainer, learner: Learner, batch: dict[str, A
     grad_norm = trainer.clip_and_step()
     combined = learner.sum_counts(torch.tensor([loss_sum / learner.world_size, *metric_sums.values()],
                                                dtype=torch.float64)).tolist()
-    return {"loss/total": combined[0], **dict(zip(metric_sums, combined[1:])), "loss/grad_norm": grad_norm.item(),
-            **auxiliary_metrics}
+    return {"loss/total": combined[0], **dict(zip(metric_sums, combined[1:])),
+            "loss/grad_norm": _whole(grad_norm).item(), **auxiliary_metrics}
 
 
 def _part_backward(
@@ -263,6 +264,11 @@ def _shapes_auxiliary_gradient(trainer: StepTrainer) -> bool:
     config = trainer.config
     shaped = config.auxiliary_grad_ratio is not None or config.auxiliary_projection
     return shaped and trainer.auxiliary_loss is not None and trainer.policy_weight > 0
+
+
+def _whole(tensor: torch.Tensor) -> torch.Tensor:
+    """A DTensor's whole value (the norm of sharded gradients), else the tensor."""
+    return tensor.full_tensor() if isinstance(tensor, DTensor) else tensor
 
 
 def _trained_tokens(batch: dict[str, Any], rows: torch.Tensor) -> float:

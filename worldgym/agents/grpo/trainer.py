@@ -16,7 +16,6 @@ import gymnasium as gym
 import numpy as np
 import torch
 from peft import PeftModel
-from torch.distributed.tensor import DTensor
 from tqdm.auto import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
@@ -591,11 +590,10 @@ class GRPOTrainer:
         return self.auxiliary_loss.loss(rows.tolist(), shard)
 
     def clip_and_step(self) -> torch.Tensor:
-        """Clip the accumulated gradients' norm to ``grad_clip`` and step the optimizer; the norm before (whole,
-        where the gradients are sharded DTensors)."""
+        """Clip the accumulated gradients' norm to ``grad_clip`` and step the optimizer; the norm before."""
         grad_norm = torch.nn.utils.clip_grad_norm_(list(self.trainable.values()), self.config.grad_clip)
         self.optimizer.step()
-        return grad_norm.full_tensor() if isinstance(grad_norm, DTensor) else grad_norm
+        return grad_norm
 
     @torch.no_grad()
     def _reference_logprobs(
