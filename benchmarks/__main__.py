@@ -96,6 +96,7 @@ SUITE: tuple[Benchmark, ...] = (
                ("report",)),
               (("run", "--mode", "on_policy"), ("run", "--mode", "offline"), ("report",))),
     Benchmark("ray_scaleout.py", ((),), ((),)),
+    Benchmark("serve_load.py", ((),), ((),)),
 )
 
 

@@ -1,10 +1,10 @@
 """The benchmark tables, written from the results JSON only so that their figures and text cannot drift.
 
 :func:`render` reads ``<results>/*.json`` and returns the full markdown table (the docs' benchmarks page);
-:func:`render_summary` returns the README's short one, a headline per benchmark and a link to the docs page that
-tells the rest. :func:`replace_table` puts a table between a file's ``<!-- benchmark-table:start -->`` and
-``<!-- benchmark-table:end -->`` markers. Each row is one function of the JSON it reads; a row whose file is
-missing says so instead of showing a figure.
+:func:`render_summary` returns the README's short one, a headline per benchmark (each row marked ``in_summary``)
+and a link to the docs page that tells the rest. :func:`replace_table` puts a table between a file's
+``<!-- benchmark-table:start -->`` and ``<!-- benchmark-table:end -->`` markers. Each row is one function of the
+JSON it reads; a row whose file is missing says so instead of showing a figure.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ class Row:
     optional: tuple[str, ...] = ()  # files the row reads when present
     headline: Callable[..., str] | None = None  # the README's short cell, from the required files
     page: str = "results/benchmarks.md"  # the docs page (under docs/) that tells the rest
+    in_summary: bool = True  # False: on the docs page's full table only, not in the README's short one
 
 
 def _pct(value: float) -> str:
@@ -377,6 +378,25 @@ def _precision_agents(data: Results) -> str:
                           for name, row in data["cartridge"].items())
     return f"float32 / bf16 step time: Z-token PPO {ppo}; cartridge distiller {cartridge}"
 
+def _serve_load(data: Results) -> str:
+    levels = ", ".join(f"{row['sessions']}: {row['steps_per_s']:,.0f} steps/s, p50 / p99 {row['p50_ms']:.1f} / "
+                       f"{row['p99_ms']:.1f} ms" for row in data["closed_loop"])
+    paced, leak, kill = data["paced"], data["leak_check"], data["server_kill"]
+    return (f"sessions without pause {levels} (in-process {data['in_process']['steps_per_s']:,.0f} steps/s); "
+            f"{paced['sessions']} sessions pausing {paced['think_ms']:g} ms: p99 {paced['p99_ms']:.1f} ms; "
+            f"{leak['mib_per_session']:.2f} MiB per session; {leak['leaked_sessions']} of "
+            f"{leak['sessions_opened']:,} dropped sessions leaked; kill: {kill['typed_errors']} / {kill['clients']} "
+            f"clients got RemoteEnvError; goal {data['goals']['sessions_per_core']} sessions per core at p99 < "
+            f"{data['goals']['p99_ms']:g} ms: {_serve_goal(data)} (load {data['load_average_before']:.1f}, "
+            f"{data['cpu_count']} shared cores)")
+
+
+def _serve_goal(data: Results) -> str:
+    met = {True: "met", False: "NOT met"}
+    return (f"no pause {met[data['goal_sessions_per_core_met_closed_loop']]}, "
+            f"{data['paced']['think_ms']:g} ms pause {met[data['goal_sessions_per_core_met_paced']]}")
+
+
 # The README's short cells: one headline figure each, from the same JSON as the full rows.
 
 def _short_csr_env_throughput(data: Results) -> str:
@@ -505,6 +525,12 @@ def _short_ray_scaleout(data: Results) -> str:
             f"in process, {data['machine']['cpus']} CPU cores")
 
 
+def _short_serve_load(data: Results) -> str:
+    top = data["closed_loop"][-1]
+    return (f"{top['sessions']} sessions: {top['steps_per_s']:,.0f} steps/s, p99 {top['p99_ms']:.1f} ms; "
+            f"{data['leak_check']['leaked_sessions']} leaked sessions; goal: {_serve_goal(data)}")
+
+
 ROWS: tuple[Row, ...] = (
     Row("`benchmarks/csr_env_throughput.py`", "CSRPhone-v1 env steps/s, scripted expert (goal >= 20,000)",
         ("csr_env_throughput.json",), _csr_env_throughput,
@@ -563,6 +589,9 @@ ROWS: tuple[Row, ...] = (
     Row("`benchmarks/ray_scaleout.py`", "GRPO in process vs Ray rollout workers (1-2, sync / async lag 1): "
         "steps/s and time per phase", ("ray_scaleout.json",), _ray_scaleout,
         headline=_short_ray_scaleout, page="results/scale-out.md"),
+    Row("`benchmarks/serve_load.py`", "`worldgym serve CSRPhone-v0` under 1-256 concurrent sessions vs in-process: "
+        "steps/s, p50 / p99 step latency, memory per session, leaked sessions, a killed server",
+        ("serve_load.json",), _serve_load, headline=_short_serve_load, page="interop.md", in_summary=False),
 )
 
 
@@ -591,7 +620,7 @@ def render(results: Path) -> str:
 def render_summary(results: Path, docs: str = "docs") -> str:
     """The README's short table: per row the script, its headline and a link to its docs page under ``docs``."""
     lines = [SUMMARY_HEADER]
-    for row in ROWS:
+    for row in (row for row in ROWS if row.in_summary):
         name = row.script.strip("`").removeprefix("benchmarks/")
         lines.append(f"| `{name}` | {_cell(row, results, True)} | [{row.page.removesuffix('.md')}]({docs}/{row.page}) |")
     return "\n".join(lines)

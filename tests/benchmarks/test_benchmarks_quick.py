@@ -147,6 +147,22 @@ def test_ray_scaleout(tmp_path: Path) -> None:
     assert (tmp_path / "ray_scaleout.png").stat().st_size > 0
 
 
+def test_serve_load(tmp_path: Path) -> None:
+    pytest.importorskip("openenv", reason="needs the interop extra (openenv-core)")
+    run("serve_load.py", results=tmp_path)
+    data = load(tmp_path / "serve_load.json")
+    assert data["quick"] is True and [row["sessions"] for row in data["closed_loop"]] == [1, 8]
+    for row in [*data["closed_loop"], data["paced"], data["in_process"]]:
+        assert row["steps_per_s"] > 0 and 0 < row["p50_ms"] <= row["p99_ms"] and row["success_rate"] == 1.0
+    assert data["paced"]["think_ms"] == 50 and data["paced"]["sessions"] == 8
+    leak = data["leak_check"]
+    assert leak["sessions_opened"] == leak["active_at_peak"] == 50 and leak["leaked_sessions"] == 0
+    kill = data["server_kill"]
+    assert kill["errors_raised"] == ["RemoteEnvError"] and kill["typed_errors"] == kill["clients"] == 4
+    assert data["goal_no_leaks_met"] is True and data["goal_kill_met"] is True
+    assert (tmp_path / "serve_load.png").stat().st_size > 0
+
+
 def test_csr_policy_every_stage(tmp_path: Path) -> None:
     tiny_d1 = ("--model", "tiny", "--decoding", "constrained", "--difficulty", "1")
     out = run_stages("csr_policy.py", ("random",), ("warm-start", "--model", "tiny", "--decodings", "constrained"),

@@ -15,6 +15,8 @@ from torch.distributed.tensor import DTensor
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
 from worldgym.agents.grpo import GRPOConfig, GRPOTrainer
+from worldgym.agents.grpo.auxiliary import SINGLE_PROCESS, LossShard
+from worldgym.agents.grpo.echo import EchoTargets
 from worldgym.agents.grpo.trainer import TrainBatch
 from worldgym.agents.llm.models import build_tiny_model
 from worldgym.agents.llm.rollout import Episode
@@ -320,3 +322,84 @@ def run_dual_lora_rank(rank: int, port: int, tokenizer_dir: str, out_dir: str, l
                    for case in DUAL_CASES}
         if rank == 0:
             torch.save(results, Path(out_dir) / "dual_lora.pt")
+
+
+# ---------------------------------------------------------------- the auxiliary-gradient cap and projection
+TEXTS = ("What is 3 + 4? The answer is 7.", "What is 12 + 5?", "The answer is 29, not 28.")
+
+
+class ShardedTextLoss:
+    """An auxiliary objective on the policy's own tensors: ``weight`` x the mean cross-entropy of ``TEXTS``,
+    each rank scoring the texts its :class:`LossShard` takes (padded with repeats weighted 0 where it asks)."""
+
+    def __init__(self, model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, weight: float):
+        self.model, self.weight, self.policy_weight = model, weight, 1.0
+        self.texts = [torch.tensor([tokenizer(text)["input_ids"]]) for text in TEXTS]
+
+    def begin_step(self, episodes, step: int) -> None:
+        pass
+
+    def loss(self, rows, shard: LossShard = SINGLE_PROCESS) -> tuple[torch.Tensor, dict[str, float]]:
+        mine = shard.take([ids.shape[1] for ids in self.texts])
+        scored = mine + mine[:1] * shard.padding(len(mine), len(self.texts))
+        losses = [torch.nn.functional.cross_entropy(self.model(input_ids=self.texts[i]).logits[0, :-1],
+                                                    self.texts[i][0, 1:]) for i in scored]
+        own = sum(losses[: len(mine)], torch.zeros(()))
+        padding = sum(losses[len(mine):], torch.zeros(()))
+        whole = shard.sum(torch.tensor([own.item()], dtype=torch.float64)).item()
+        return self.weight * (own + 0.0 * padding) / len(self.texts), {"text/loss": whole / len(self.texts)}
+
+    def end_step(self) -> dict[str, float]:
+        return {}
+
+
+# case -> config overrides, with an auxiliary loss weighted 100: the cap binds (the auxiliary gradient is far
+# larger than the policy's), the projection removes a conflicting part, and both at once over microbatches of
+# one row
+SHAPED_CASES = {
+    "cap": {"auxiliary_grad_ratio": 0.5},
+    "projection": {"auxiliary_projection": True},
+    "both-microbatches": {"auxiliary_grad_ratio": 0.5, "auxiliary_projection": True, "microbatch_size": 1},
+}
+
+
+def shaped_auxiliary_update(tokenizer: PreTrainedTokenizerBase, case: str, output_dir: str, learner: str) -> dict:
+    """One update of ``SHAPED_CASES[case]`` with ``learner``: the whole weights and gradients, and the metrics."""
+    trainer = make_trainer(tokenizer, "lora", "token_mean", 0.0, output_dir, learner=learner, **SHAPED_CASES[case],
+                           **LEARNER_SETTINGS.get(learner, {}))
+    trainer.auxiliary_loss = ShardedTextLoss(trainer.policy, tokenizer, weight=100.0)
+    metrics = (trainer.parallel or trainer).update(make_batch(trainer))
+    return {"weights": whole_weights(trainer), "grads": whole_grads(trainer), "metrics": metrics}
+
+
+def run_shaped_auxiliary_rank(rank: int, port: int, tokenizer_dir: str, out_dir: str, learner: str) -> None:
+    """One rank of every ``SHAPED_CASES`` update with ``learner``; rank 0 saves the results."""
+    torchrun_environment(rank, port)
+    with group_member(rank, out_dir):
+        tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+        results = {case: shaped_auxiliary_update(tokenizer, case, f"{out_dir}/{case}{rank}", learner)
+                   for case in SHAPED_CASES}
+        if rank == 0:
+            torch.save(results, Path(out_dir) / "shaped.pt")
+
+
+# ---------------------------------------------------------------- the echo loss
+def echo_update(tokenizer: PreTrainedTokenizerBase, output_dir: str, learner: str, microbatch_size: int) -> dict:
+    """One update with the echo loss on prompt tokens (row ``i`` learns ``i % 3`` observations, so the ranks'
+    shares hold different counts) with ``learner``: the whole weights and gradients, and the metrics."""
+    trainer = make_trainer(tokenizer, "lora", "token_mean", 0.0, output_dir, learner=learner, echo_coef=0.5,
+                           microbatch_size=microbatch_size, **LEARNER_SETTINGS.get(learner, {}))
+    spans = [(1, 3), (3, PROMPT)]  # token positions inside the prompt, which the policy loss does not train
+    trainer.echo_targets = EchoTargets([spans[: row % 3] for row in range(ROWS)])
+    metrics = (trainer.parallel or trainer).update(make_batch(trainer))
+    return {"weights": whole_weights(trainer), "grads": whole_grads(trainer), "metrics": metrics}
+
+
+def run_echo_rank(rank: int, port: int, tokenizer_dir: str, out_dir: str, learner: str) -> None:
+    """One rank of :func:`echo_update` with ``learner`` in microbatches of one row; rank 0 saves the result."""
+    torchrun_environment(rank, port)
+    with group_member(rank, out_dir):
+        tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+        result = echo_update(tokenizer, f"{out_dir}/echo{rank}", learner, microbatch_size=1)
+        if rank == 0:
+            torch.save(result, Path(out_dir) / "echo.pt")

@@ -203,3 +203,50 @@ def test_learner_refuses_to_run_without_a_process_group(tokenizer_dir, tmp_path)
 def test_a_minibatch_smaller_than_the_world_cannot_be_split():
     with pytest.raises(ValueError, match="every rank needs one row"):
         shard_rows(torch.arange(1), 0, 2)
+
+
+def test_the_auxiliary_gradient_cap_and_projection_on_two_ranks_update_like_one_process(tokenizer_dir, tmp_path):
+    """auxiliary_grad_ratio and auxiliary_projection with learner="ddp": the capped or projected auxiliary
+    gradient, its norms and dot products over the ranks' reduced gradients, gives one process's update (with
+    unequal shares of the auxiliary examples, and in microbatches)."""
+    assert_shaped_auxiliary_like_one_process(tokenizer_dir, tmp_path, "ddp")
+
+
+def assert_shaped_auxiliary_like_one_process(tokenizer_dir: Path, tmp_path: Path, learner: str) -> None:
+    """The test above for ``learner``: the same weights, gradients and metrics (rtol 1e-5), the cap and the
+    projection each at work."""
+    _run_ranks(worker.run_shaped_auxiliary_rank, (_free_port(), str(tokenizer_dir), str(tmp_path), learner))
+    parallel = torch.load(tmp_path / "shaped.pt")
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    for case in worker.SHAPED_CASES:
+        expected = worker.shaped_auxiliary_update(tokenizer, case, str(tmp_path / "single"), "single")
+        got = parallel[case]
+        for kind in ("weights", "grads"):
+            for name, tensor in expected[kind].items():
+                torch.testing.assert_close(got[kind][name], tensor, rtol=1e-5, atol=1e-7,
+                                           msg=lambda m, where=f"{case} {kind} {name}": f"{where}: {m}")
+        assert got["metrics"].keys() == expected["metrics"].keys()
+        for key, value in expected["metrics"].items():
+            assert got["metrics"][key] == pytest.approx(value, rel=1e-5, abs=1e-7), (case, key)
+        settings, metrics = worker.SHAPED_CASES[case], expected["metrics"]
+        assert ("auxiliary_grad_ratio" in settings) == (metrics["aux/grad_scale"] < 1), case  # the cap binds
+        assert metrics["aux/grad_cosine"] < 0, case  # a conflict: the projection has a part to remove
+
+
+def test_the_echo_loss_on_two_ranks_in_microbatches_updates_like_one_process(tokenizer_dir, tmp_path):
+    """echo_coef with learner="ddp" in microbatches of one row: every part's echo term is its share of the whole
+    minibatch's observations, so the update is one process's on whole minibatches, and the metrics one
+    process's in the same microbatches (the echo metrics are combined by the parts' token shares)."""
+    _run_ranks(worker.run_echo_rank, (_free_port(), str(tokenizer_dir), str(tmp_path), "ddp"))
+    got = torch.load(tmp_path / "echo.pt")
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    whole = worker.echo_update(tokenizer, str(tmp_path / "whole"), "single", microbatch_size=0)
+    for kind in ("weights", "grads"):
+        for name, tensor in whole[kind].items():
+            torch.testing.assert_close(got[kind][name], tensor, rtol=1e-5, atol=1e-7,
+                                       msg=lambda m, where=f"{kind} {name}": f"{where}: {m}")
+    expected = worker.echo_update(tokenizer, str(tmp_path / "micro"), "single", microbatch_size=1)["metrics"]
+    assert got["metrics"].keys() == expected.keys()
+    for key, value in expected.items():
+        assert got["metrics"][key] == pytest.approx(value, rel=1e-5, abs=1e-7), key
+    assert expected["echo/loss"] > 0

@@ -1,7 +1,8 @@
 """FSDPLearner (``learner="fsdp"``, FSDP2's ``fully_shard``) on 2 gloo processes: a training run matches
 one process (LoRA with validation; full fine-tuning with a KL term and activation checkpointing), its
 checkpoints resume exactly and load into a single process, microbatched updates match one process's whole
-minibatches, and the dual-LoRA world model trains as in one process."""
+minibatches, the dual-LoRA world model trains as in one process, and so does an auxiliary loss's gradient capped
+and projected over sharded gradients."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from test_ddp_learner import (
     _run_ranks,
     assert_dual_lora_like_one_process,
     assert_microbatches_like_one_process,
+    assert_shaped_auxiliary_like_one_process,
 )
 
 
@@ -88,3 +90,9 @@ def test_fsdp_microbatches_on_two_ranks_update_like_one_process_without(tokenize
 def test_fsdp_refuses_the_shared_prefix_pass():
     with pytest.raises(ValueError, match=r"share_prompt_prefix=True is invalid: use False with learner"):
         GRPOConfig(learner="fsdp")
+
+
+def test_the_auxiliary_gradient_cap_and_projection_sharded_update_like_one_process(tokenizer_dir, tmp_path):
+    """The DDP test's capped and projected auxiliary gradients with learner="fsdp": each rank holds a shard of
+    both gradients, and their norms and dot products are summed over the ranks."""
+    assert_shaped_auxiliary_like_one_process(tokenizer_dir, tmp_path, "fsdp")

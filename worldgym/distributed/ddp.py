@@ -9,7 +9,10 @@ microbatches before a minibatch's last run under ``no_sync``, so the gradients a
 optimizer step.
 
 With an auxiliary loss (the dual-LoRA world model), a rank whose share of the phone calls is empty leaves
-the world-model adapter without a gradient, so DDP then runs with ``find_unused_parameters``.
+the world-model adapter without a gradient, so DDP then runs with ``find_unused_parameters``. With
+``auxiliary_grad_ratio`` or ``auxiliary_projection`` the auxiliary loss gets a backward pass of its own, so its
+gradient is all-reduced apart from the policy's; both are then whole on every rank, and every rank computes the
+same norms and dot products from them.
 
 Gloo on CPU is tested; NCCL on CUDA goes the same way (``device_ids`` set) but the test suite does not cover it.
 """
@@ -22,24 +25,22 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from worldgym.agents.grpo.trainer import GRPOTrainer
 from worldgym.distributed.data_parallel import (
     DataParallelLearner,
-    GroupShard,
-    ShardLoss,
+    LossModule,
+    Trainer,
     all_reduce_sum,
     default_backend,
     init_process_group_from_env,
     shard_rows,
 )
 
-__all__ = ["DDPLearner", "GroupShard", "all_reduce_sum", "default_backend", "init_process_group_from_env",
-           "shard_rows"]
+__all__ = ["DDPLearner", "all_reduce_sum", "default_backend", "init_process_group_from_env", "shard_rows"]
 
 
 class DDPLearner(DataParallelLearner):
-    """Data-parallel updates for a :class:`GRPOTrainer` (LoRA adapters or full fine-tuning), with or
-    without an auxiliary loss.
+    """Data-parallel updates for a :class:`~worldgym.agents.grpo.GRPOTrainer` (LoRA adapters or full
+    fine-tuning), with or without an auxiliary loss.
 
     Call it on every rank of an initialised process group with the same batch; only the trainable tensors
     (``requires_grad``) are synchronised, so LoRA all-reduces the adapters alone.
@@ -56,7 +57,7 @@ class DDPLearner(DataParallelLearner):
 
     def __init__(
         self,
-        trainer: GRPOTrainer,
+        trainer: Trainer,
         process_group: dist.ProcessGroup | None = None,
         find_unused_parameters: bool = False,
     ):
@@ -70,13 +71,13 @@ class DDPLearner(DataParallelLearner):
         if self._model is None:
             device = torch.device(self.trainer.config.device)
             self._model = DistributedDataParallel(
-                ShardLoss(self.trainer),
+                LossModule(self.trainer.policy),
                 device_ids=[device] if device.type == "cuda" else None,
                 process_group=self.group,
                 find_unused_parameters=self.find_unused_parameters or self.trainer.auxiliary_loss is not None,
             )
         return self._model
 
-    def _without_gradient_sync(self) -> AbstractContextManager[None]:
+    def without_gradient_sync(self) -> AbstractContextManager[None]:
         """DDP's ``no_sync``: the block's backward passes accumulate gradients locally."""
         return self.model.no_sync()

@@ -2,22 +2,24 @@
 rank holds ``1/world_size`` of the policy's weights and of its optimizer state.
 
 **Sharding.** Each decoder layer is a ``fully_shard`` unit, and the root unit is the learner's
-:class:`~worldgym.distributed.data_parallel.ShardLoss` module (the loss's forward: ``score_tokens`` calls the
-decoder and LM head directly, so the policy's own forward never runs in training). The root holds what is
+:class:`~worldgym.distributed.data_parallel.LossModule` (the loss's forward: ``score_tokens`` calls the decoder
+and LM head directly, so the policy's own forward never runs in training). The root holds what is
 left (embeddings, tied LM head, final norm). ``fully_shard`` shards *every* parameter of a unit, frozen ones
 included: under LoRA each rank keeps ``1/world_size`` of the frozen base too, and a unit may mix frozen base
 weights with trainable adapters. Only the trainable tensors get gradients; they are reduce-scattered
 (averaged) in the backward pass, and the optimizer steps this rank's shards of them (rebuilt on the sharded
-parameters: the trainer's ``trainable`` dict then holds DTensors). A full fine-tuning run's frozen KL
+parameters by the trainer's ``rebuild_optimizer``: its ``trainable`` dict then holds DTensors). A full fine-tuning run's frozen KL
 reference is a whole, unsharded copy on every rank.
 
 **Update.** The same as :class:`~worldgym.distributed.DDPLearner`'s: rank ``r`` scores its rows of each
 minibatch, every term weighted by its share of the whole minibatch's normaliser
-(:mod:`worldgym.distributed.data_parallel`), the auxiliary loss by its share of the phone calls. Every
+(:mod:`worldgym.agents.grpo.step`), the auxiliary loss by its share of the phone calls. Every
 forward all-gathers the layers it runs, so the ranks must run as many: an auxiliary loss's shares are padded
 to equal sizes with repeated examples weighted 0 (``LossShard.equal_shares``), and with ``microbatch_size`` every
 rank runs as many microbatches as the largest share needs (the others padded with one-row repeats weighted
-0). Each microbatch's backward reduce-scatters its gradients, so a rank keeps sharded gradients only.
+0). Each microbatch's backward reduce-scatters its gradients, so a rank keeps sharded gradients only: the
+auxiliary-gradient cap and projection sum each rank's part of their norms and dot products over the ranks
+(:meth:`FSDPLearner.sum_gradient_parts`).
 
 **Generation.** Rank 0 generates alone (rollouts, validation). Around it, every rank enters
 :meth:`FSDPLearner.full_weights`: each unit is unsharded (an all-gather every rank joins) and kept whole
@@ -55,8 +57,7 @@ from torch.distributed.checkpoint.state_dict import (
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import FSDPModule, fully_shard
 
-from worldgym.agents.grpo.trainer import GRPOTrainer
-from worldgym.distributed.data_parallel import DataParallelLearner, ShardLoss
+from worldgym.distributed.data_parallel import DataParallelLearner, LossModule, Trainer, all_reduce_sum
 
 __all__ = ["FSDPLearner"]
 
@@ -64,8 +65,8 @@ _FULL = StateDictOptions(full_state_dict=True, cpu_offload=True, ignore_frozen_p
 
 
 class FSDPLearner(DataParallelLearner):
-    """Sharded data-parallel updates for a :class:`GRPOTrainer` (LoRA adapters or full fine-tuning), with or
-    without an auxiliary loss. Shards the trainer's policy in place and rebuilds its optimizer on the shards.
+    """Sharded data-parallel updates for a :class:`~worldgym.agents.grpo.GRPOTrainer` (LoRA adapters or full
+    fine-tuning), with or without an auxiliary loss. Shards the trainer's policy in place and rebuilds its optimizer on the shards.
 
     Args:
         trainer: this rank's trainer, built identically on every rank.
@@ -77,19 +78,22 @@ class FSDPLearner(DataParallelLearner):
 
     collective_forwards = True  # a forward all-gathers each layer it runs
 
-    def __init__(self, trainer: GRPOTrainer, process_group: dist.ProcessGroup | None = None):
+    def __init__(self, trainer: Trainer, process_group: dist.ProcessGroup | None = None):
         super().__init__(trainer, process_group)
         self.layers = _decoder_layers(trainer.policy)
-        root = ShardLoss(trainer)
+        root = LossModule(trainer.policy)
         self._broadcast_from_rank0(root)
         self._model = _shard(root, self.layers, self._mesh())
-        trainer.trainable = {name: p for name, p in trainer.policy.named_parameters() if p.requires_grad}
-        trainer.optimizer = trainer._make_optimizer()
+        trainer.rebuild_optimizer()  # over the sharded parameters
 
     @property
-    def model(self) -> ShardLoss:
+    def model(self) -> LossModule:
         """The sharded loss module (FSDP2's root unit)."""
         return self._model
+
+    def sum_gradient_parts(self, values: torch.Tensor) -> torch.Tensor:
+        """``values`` summed over the ranks: each rank's are over its shards of the gradients."""
+        return all_reduce_sum(values, self.group)
 
     def _broadcast_from_rank0(self, module: torch.nn.Module) -> None:
         """Rank 0's weights on every rank (each shards its own copy: a warm start trained on each rank may
@@ -159,7 +163,7 @@ def _decoder_layers(policy: torch.nn.Module) -> list[torch.nn.Module]:
     return list(base.get_decoder().layers)
 
 
-def _shard(root: ShardLoss, layers: list[torch.nn.Module], mesh: DeviceMesh) -> ShardLoss:
+def _shard(root: LossModule, layers: list[torch.nn.Module], mesh: DeviceMesh) -> LossModule:
     """``fully_shard`` each layer, then the root; backward prefetches the previous layer (an explicit order:
     the recorded one differs between ranks once rank 0 has generated alone); the root is initialised as
     FSDP2's root now, before rank 0's first generation runs the layers outside it."""

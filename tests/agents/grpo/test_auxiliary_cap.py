@@ -1,9 +1,11 @@
 """``auxiliary_grad_ratio``: an auxiliary loss's gradient capped at a multiple of the policy's, on the tensors
 both reach; a cap it never reaches changes nothing. ``auxiliary_projection``: the part of it that points against
-the policy's gradient removed first (PCGrad)."""
+the policy's gradient removed first (PCGrad). Ranks that disagree on whether the auxiliary loss has a gradient
+are refused."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 import pytest
@@ -11,7 +13,10 @@ import torch
 
 from worldgym.agents.grpo import GRPOConfig, GRPOTrainer
 from worldgym.agents.grpo.auxiliary import SINGLE_PROCESS, LossShard
+from worldgym.agents.grpo.learner import SingleProcess
+from worldgym.agents.grpo.step import AuxiliaryGraphError
 from worldgym.agents.llm.rollout import Episode
+from worldgym.errors import WorldgymError
 
 
 @pytest.fixture(autouse=True)
@@ -100,10 +105,30 @@ def _initial_weights(tmp_path) -> dict[str, torch.Tensor]:
     return {name: p.detach().clone() for name, p in GRPOTrainer(config).trainable.items()}
 
 
-def test_the_cap_is_refused_with_a_data_parallel_learner():
-    with pytest.raises(ValueError, match="auxiliary_grad_ratio"):
-        GRPOConfig(auxiliary_grad_ratio=0.5, learner="ddp")
+def test_the_cap_must_be_positive_and_works_with_every_learner():
     with pytest.raises(ValueError, match="auxiliary_grad_ratio=0 is invalid"):
         GRPOConfig(auxiliary_grad_ratio=0)
-    with pytest.raises(ValueError, match="auxiliary_projection"):
-        GRPOConfig(auxiliary_projection=True, learner="ddp")
+    for learner in ("ddp", "fsdp"):  # their norms and dot products are summed over the ranks
+        config = GRPOConfig(auxiliary_grad_ratio=0.5, auxiliary_projection=True, learner=learner,
+                            share_prompt_prefix=False)
+        assert (config.auxiliary_grad_ratio, config.auxiliary_projection) == (0.5, True)
+
+
+class _RankZeroOfTwo(SingleProcess):
+    """Rank 0 of two whose peer adds nothing to any sum: as if the peer's auxiliary loss had no graph."""
+
+    world_size = 2
+
+    def split(self, rows: torch.Tensor) -> list[torch.Tensor]:
+        return list(rows.tensor_split(self.world_size))
+
+
+def test_ranks_that_disagree_on_the_auxiliary_graph_are_refused_not_left_waiting(tmp_path, parity_reward):
+    config = GRPOConfig(prompts_per_step=2, group_size=3, max_new_tokens=12, minibatch_size=6, num_steps=1,
+                        eval_every=0, progress=False, output_dir=str(tmp_path), auxiliary_grad_ratio=0.5)
+    trainer = GRPOTrainer(config, reward_fn=parity_reward)
+    trainer.auxiliary_loss = FixedTextLoss(trainer.policy, trainer.tokenizer("Tom has 3 pens.")["input_ids"], 1.0)
+    prepared = trainer.prepare(trainer.collect_batch()[0])
+    with pytest.raises(AuxiliaryGraphError, match=re.escape("differentiable on 1 of 2 ranks")) as raised:
+        trainer.update(prepared, learner=_RankZeroOfTwo())
+    assert isinstance(raised.value, WorldgymError) and isinstance(raised.value, RuntimeError)

@@ -445,7 +445,7 @@ def check_gradients(checkpoint: str | Path, base: Base | None = None, prompts: i
     # a plumbing check: real group advantages are often all 0 in so small a batch, which would zero L_policy
     advantages = torch.tensor([1.0 if i % 2 == 0 else -1.0 for i in range(len(episodes))])
     trainer.policy.train()
-    metrics = trainer._minibatch_step(batch, advantages, torch.arange(len(episodes)))
+    metrics = trainer.minibatch_step(batch, advantages, torch.arange(len(episodes)))
     expected = _expected_to_train(config, objective.policy_weight, objective.schedule.value(trainer.step), calls)
     adapters, problems = {}, []
     for adapter in config.adapter_names:

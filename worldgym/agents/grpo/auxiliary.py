@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import torch
+from torch.distributed.tensor import DTensor
 
 from worldgym.agents.llm.rollout import Episode
 
@@ -20,15 +21,17 @@ class LossShard:
     ``world_size``).
 
     The objective draws its examples on the whole minibatch (the same draws on every rank), scores the ones
-    :meth:`take` gives this rank, and combines counts and sums over the ranks with :meth:`sum`. One process is
-    ``LossShard()``: every example is its own and :meth:`sum` returns its argument. With ``equal_shares``
-    (sharded weights, where every forward is a collective) each rank scores as many examples as the others:
-    it pads its share with :meth:`padding` repeats, weighted 0.
+    :meth:`take` gives this rank, and combines counts and sums over the ranks with :meth:`sum` (``reduce``, the
+    learner's all-reduce). One process is ``LossShard()``: every example is its own and :meth:`sum` returns its
+    argument. With ``equal_shares`` (where every rank must run the objective's forward and backward: sharded
+    weights, or a gradient of its own under DDP) each rank scores as many examples as the others: it pads its
+    share with :meth:`padding` repeats, weighted 0.
     """
 
     rank: int = 0
     world_size: int = 1
     equal_shares: bool = False
+    reduce: Callable[[torch.Tensor], torch.Tensor] | None = field(default=None, compare=False, repr=False)
 
     def take(self, sizes: Sequence[int]) -> list[int]:
         """This rank's examples, by index: the examples sorted by size, dealt out in turn, so the ranks'
@@ -50,7 +53,7 @@ class LossShard:
 
     def sum(self, values: torch.Tensor) -> torch.Tensor:
         """``values`` summed over the ranks (every rank calls it, in the same order)."""
-        return values
+        return values if self.reduce is None else self.reduce(values)
 
 
 SINGLE_PROCESS = LossShard()
@@ -110,7 +113,8 @@ def take_gradients(params: dict[str, torch.Tensor]) -> dict[str, torch.Tensor | 
 
 
 def combine_auxiliary_gradient(params: dict[str, torch.Tensor], policy_grads: dict[str, torch.Tensor | None],
-                               ratio: float | None, project: bool = False) -> dict[str, float]:
+                               ratio: float | None, project: bool = False,
+                               sum_parts: Callable[[torch.Tensor], torch.Tensor] | None = None) -> dict[str, float]:
     """Combine the policy's gradient (``policy_grads``, from :func:`take_gradients`) with the auxiliary loss's,
     now in each ``param.grad``, as ``grad = g_policy + c * g_aux``, both measured on the tensors both gradients
     reach (an objective on tensors of its own is left as it is):
@@ -121,6 +125,10 @@ def combine_auxiliary_gradient(params: dict[str, torch.Tensor], policy_grads: di
 
     Returns ``aux/grad_scale`` (c) and, where neither norm is 0, ``aux/grad_norm_ratio`` (|g_aux| / |g_policy|)
     and ``aux/grad_cosine`` (between the two), both before projection and cap.
+
+    Where the gradients are sharded over ranks (FSDP's DTensors), each rank sums the squares and products of the
+    part it holds and ``sum_parts`` sums those over the ranks (an all-reduce every rank calls; None: the
+    gradients are whole, as in one process or under DDP).
 
     >>> a, b = torch.zeros(2, requires_grad=True), torch.zeros(1, requires_grad=True)
     >>> a.grad, b.grad = torch.tensor([3.0, 4.0]), None       # the policy reaches a only
@@ -137,17 +145,19 @@ def combine_auxiliary_gradient(params: dict[str, torch.Tensor], policy_grads: di
     [-0.84, 6.88]
     """
     shared = [name for name, param in params.items() if param.grad is not None and policy_grads[name] is not None]
-    policy_norm = math.sqrt(sum(float(policy_grads[name].pow(2).sum()) for name in shared))
-    auxiliary_norm = math.sqrt(sum(float(params[name].grad.pow(2).sum()) for name in shared))
+    policy_sq, auxiliary_sq, dot = _summed(sum_parts, [(policy_grads[name], policy_grads[name]) for name in shared],
+                                           [(params[name].grad, params[name].grad) for name in shared],
+                                           [(params[name].grad, policy_grads[name]) for name in shared])
+    policy_norm, auxiliary_norm = math.sqrt(policy_sq), math.sqrt(auxiliary_sq)
     metrics: dict[str, float] = {}
     if shared and policy_norm > 0 and auxiliary_norm > 0:
-        dot = sum(float((params[name].grad * policy_grads[name]).sum()) for name in shared)
         metrics = {"aux/grad_norm_ratio": auxiliary_norm / policy_norm,
                    "aux/grad_cosine": dot / (auxiliary_norm * policy_norm)}
         if project and dot < 0:
             for name in shared:
                 params[name].grad.sub_(policy_grads[name], alpha=dot / policy_norm**2)
-            auxiliary_norm = math.sqrt(sum(float(params[name].grad.pow(2).sum()) for name in shared))
+            (auxiliary_sq,) = _summed(sum_parts, [(params[name].grad, params[name].grad) for name in shared])
+            auxiliary_norm = math.sqrt(auxiliary_sq)
     capped = ratio is not None and shared and auxiliary_norm > 0
     scale = min(1.0, ratio * policy_norm / auxiliary_norm) if capped else 1.0
     for name, param in params.items():
@@ -159,3 +169,18 @@ def combine_auxiliary_gradient(params: dict[str, torch.Tensor], policy_grads: di
         if policy is not None:
             param.grad.add_(policy)
     return {"aux/grad_scale": scale, **metrics}
+
+
+def _summed(sum_parts: Callable[[torch.Tensor], torch.Tensor] | None,
+            *products: list[tuple[torch.Tensor, torch.Tensor]]) -> list[float]:
+    """For each list of gradient pairs, the sum of their elementwise products over this rank's parts, summed over
+    the ranks by ``sum_parts`` (one call for all the lists)."""
+    local = [sum(float((_local(a) * _local(b)).sum()) for a, b in pairs) for pairs in products]
+    if sum_parts is None:
+        return local
+    return sum_parts(torch.tensor(local, dtype=torch.float64)).tolist()
+
+
+def _local(tensor: torch.Tensor) -> torch.Tensor:
+    """The part of ``tensor`` this rank holds (a sharded DTensor's local shard), else the tensor."""
+    return tensor.to_local() if isinstance(tensor, DTensor) else tensor

@@ -85,10 +85,12 @@ class GRPOConfig:
         auxiliary_grad_ratio: with an auxiliary loss (e.g. the dual-LoRA world model), cap its gradient at this
             multiple of the policy loss's gradient norm, both measured on the tensors both gradients reach, per
             minibatch (None: no cap). A loss that shares tensors with the policy and has a ~100x larger
-            gradient otherwise takes them over. Costs a copy of the policy's gradient; single learner only.
+            gradient otherwise takes them over. Costs a copy of the policy's gradient and a backward pass of
+            the auxiliary loss's own (under a data-parallel learner every rank then scores as many of its
+            examples, and the norms are of the gradients summed over the ranks).
         auxiliary_projection: with an auxiliary loss, drop the part of its gradient that points against the
             policy's before any cap (PCGrad: where the two conflict on the tensors both reach, the auxiliary
-            gradient loses its component along the policy's). Costs as the cap; single learner only.
+            gradient loses its component along the policy's). Costs as the cap; any learner.
         echo_coef: weight of the echo loss (0 = off): the cross-entropy of the env's tool results, scored in the
             rollout's own sequence by the same forward pass as the policy loss, each observation
             length-normalised (:mod:`worldgym.agents.grpo.echo`; invalid calls' errors left out).
@@ -248,12 +250,6 @@ class GRPOConfig:
                     "use >= 1 with async_rollouts (their episodes are one update old)")
         if self.auxiliary_grad_ratio is not None:
             check_range("auxiliary_grad_ratio", self.auxiliary_grad_ratio, 0, None, low_open=True)
-            check_field(self.learner == "single", "auxiliary_grad_ratio", self.auxiliary_grad_ratio,
-                        f"use None with learner={self.learner!r} (the cap's norms are not all-reduced), or "
-                        "learner='single'")
-        check_field(self.learner == "single" or not self.auxiliary_projection, "auxiliary_projection",
-                    self.auxiliary_projection, f"use False with learner={self.learner!r} (the projection's dot "
-                    "products are not all-reduced), or learner='single'")
         check_range("echo_coef", self.echo_coef, 0, None)
         check_field(not isinstance(self.echo_tools, str), "echo_tools", self.echo_tools,
                     f"use a tuple of tool names, e.g. ({self.echo_tools!r},)")

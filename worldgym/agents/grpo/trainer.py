@@ -7,7 +7,7 @@ import json
 import time
 from collections.abc import Callable
 from contextlib import nullcontext
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -19,16 +19,12 @@ from peft import PeftModel
 from tqdm.auto import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from worldgym.agents.grpo.auxiliary import (
-    SINGLE_PROCESS,
-    AuxiliaryLoss,
-    LossShard,
-    combine_auxiliary_gradient,
-    take_gradients,
-)
+from worldgym.agents.grpo.auxiliary import SINGLE_PROCESS, AuxiliaryLoss, LossShard
 from worldgym.agents.grpo.config import GRPOConfig
 from worldgym.agents.grpo.echo import EchoTargets, echo_loss
+from worldgym.agents.grpo.learner import SINGLE_PROCESS_LEARNER, Learner
 from worldgym.agents.grpo.rewards import EpisodeRewardFn, episode_rewards
+from worldgym.agents.grpo.step import MinibatchLoss, loss_shares, step_on_minibatch
 from worldgym.agents.llm.adapters import seeded_lora
 from worldgym.agents.llm.allocator import map_large_allocations_on_cpu
 from worldgym.agents.llm.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
@@ -37,7 +33,6 @@ from worldgym.agents.llm.envs import make_text_env
 from worldgym.agents.llm.evaluation import VALIDATION_SEEDS_START, episode_metrics
 from worldgym.agents.llm.loading import build_or_load_chat_model
 from worldgym.agents.llm.losses import (
-    PolicyLossOutput,
     dynamic_sampling_mask,
     entropy_from_logits,
     group_advantages,
@@ -72,50 +67,6 @@ class TrainBatch:
 
 
 @dataclass
-class MinibatchLoss:
-    """One minibatch's loss terms: ``policy_weight * (policy.loss - entropy_coef * entropy) + auxiliary``.
-
-    The terms stay apart so a data-parallel learner can weight each by its shard's share of the term's
-    normaliser (:meth:`total`'s scales).
-    """
-
-    policy: PolicyLossOutput
-    entropy: torch.Tensor  # mean over the minibatch's trained tokens
-    entropy_coef: float
-    auxiliary: torch.Tensor | None = None
-    policy_weight: float = 1.0
-    auxiliary_metrics: dict[str, float] = field(default_factory=dict)
-    echo: torch.Tensor | None = None  # echo_coef x this part's share of the minibatch's echo loss
-    echo_metrics: dict[str, float] = field(default_factory=dict)
-
-    def total(self, policy_scale: float | None = None, token_scale: float | None = None,
-              auxiliary_scale: float = 1.0) -> torch.Tensor:
-        """The scalar to backpropagate; ``policy_scale`` multiplies the policy loss (KL included),
-        ``token_scale`` the entropy term (a token mean) and ``auxiliary_scale`` the auxiliary and echo terms
-        (each already this part's share of the minibatch's)."""
-        policy = self.policy.loss if policy_scale is None else policy_scale * self.policy.loss
-        entropy = self.entropy if token_scale is None else token_scale * self.entropy
-        loss = self.policy_weight * (policy - self.entropy_coef * entropy)
-        for term in (self.auxiliary, self.echo):
-            if term is not None:
-                loss = loss + auxiliary_scale * term
-        return loss
-
-    @property
-    def metrics(self) -> dict[str, float]:
-        """The policy loss's diagnostics (token means over the minibatch)."""
-        out = self.policy
-        return {
-            "loss/policy": out.policy_loss.item(),
-            "loss/kl": out.kl.item(),
-            "loss/entropy": self.entropy.item(),
-            "loss/clip_fraction": out.clip_fraction.item(),
-            "loss/ratio_mean": out.ratio_mean.item(),
-            **self.echo_metrics,
-        }
-
-
-@dataclass
 class _ScoreInputs:
     """Some rows of a training batch, cut to ``width`` tokens, as :func:`score_tokens` takes them."""
 
@@ -125,24 +76,6 @@ class _ScoreInputs:
     mask: torch.Tensor
     group_ids: torch.Tensor | None
     allowed: list[dict[int, list[int]]]
-
-
-MinibatchStep = Callable[[dict[str, Any], torch.Tensor, torch.Tensor], dict[str, float]]
-
-
-def loss_shares(aggregation: str, tokens: float, rows: int, total_tokens: float, total_rows: float
-                ) -> tuple[float, float]:
-    """``(policy_share, token_share)``: the weights that turn a part's mean loss terms (``tokens`` trained tokens
-    in ``rows`` rows) into its share of the whole's (``total_tokens``, ``total_rows``). The policy loss is a token
-    mean under ``token_mean`` and a per-row normaliser otherwise; the entropy is always a token mean.
-
-    >>> loss_shares("token_mean", 30, 1, 120, 4), loss_shares("seq_mean", 30, 1, 120, 4)
-    ((0.25, 0.25), (0.25, 0.25))
-    >>> loss_shares("seq_mean", 90, 1, 120, 4)
-    (0.25, 0.75)
-    """
-    token_share = tokens / max(total_tokens, 1.0)
-    return (token_share if aggregation == "token_mean" else rows / total_rows), token_share
 
 
 @dataclass
@@ -294,6 +227,12 @@ class GRPOTrainer:
         return seeded_lora(model, config.seed, rank=config.lora_rank, alpha=config.lora_alpha,
                            target_modules=config.lora_target_modules)
 
+    def rebuild_optimizer(self) -> None:
+        """Collect the policy's trainable tensors again and build a fresh optimizer over them: for a learner that
+        replaced the policy's parameters (FSDP shards them in place)."""
+        self.trainable = {name: p for name, p in self.policy.named_parameters() if p.requires_grad}
+        self.optimizer = self._make_optimizer()
+
     def _make_optimizer(self) -> torch.optim.Optimizer:
         """AdamW over the trainable tensors (a subclass may split them into parameter groups)."""
         return torch.optim.AdamW(
@@ -434,19 +373,19 @@ class GRPOTrainer:
         advantages = group_advantages(rewards, batch["group_ids"], config.advantage_norm)
         return TrainBatch(batch, advantages, rewards)
 
-    def update(self, prepared: TrainBatch, minibatch_step: MinibatchStep | None = None) -> dict[str, float]:
+    def update(self, prepared: TrainBatch, learner: Learner | None = None) -> dict[str, float]:
         """``ppo_epochs`` passes of shuffled minibatch steps over a batch from :meth:`prepare`; returns the mean
         of each minibatch metric (and the auxiliary objective's step metrics).
 
         Args:
             prepared: the step's batch.
-            minibatch_step: runs one minibatch ``(batch, advantages, rows) -> metrics`` (default: this
-                trainer's loss, backward, clip and optimizer step; a data-parallel learner passes its own).
+            learner: who runs each minibatch step (default: this trainer's data-parallel learner, else this
+                process alone); a data-parallel learner's ``update`` passes itself.
         """
         batch, metrics = prepared.batch, {}
         if self.recomputes_old_logprobs:
             batch, metrics = self._with_learner_logprobs(batch)
-        metrics |= self._update(batch, prepared.advantages, minibatch_step)
+        metrics |= self._update(batch, prepared.advantages, learner or self.parallel or SINGLE_PROCESS_LEARNER)
         if self.auxiliary_loss is not None:
             metrics.update(self.auxiliary_loss.end_step())
         return metrics
@@ -544,14 +483,9 @@ class GRPOTrainer:
         trained = kept or episodes  # no informative group: train on the last round (zero advantages)
         return trained, metrics | costs | _lag_metrics(trained, self.step)
 
-    def _update(
-        self,
-        batch: dict[str, torch.Tensor],
-        advantages: torch.Tensor,
-        minibatch_step: MinibatchStep | None = None,
-    ) -> dict[str, float]:
+    def _update(self, batch: dict[str, torch.Tensor], advantages: torch.Tensor, learner: Learner
+                ) -> dict[str, float]:
         config = self.config
-        minibatch_step = minibatch_step or self._minibatch_step
         size = batch["input_ids"].shape[0]
         seed = int(self.rng.integers(0, 2**31 - 1))
         generator = torch.Generator().manual_seed(seed)
@@ -564,62 +498,18 @@ class GRPOTrainer:
                 order = torch.randperm(size, generator=generator)
                 for start in range(0, size, config.minibatch_size):
                     rows = order[start : start + config.minibatch_size]
-                    for key, value in minibatch_step(batch, advantages, rows).items():
+                    for key, value in self.minibatch_step(batch, advantages, rows, learner).items():
                         totals.setdefault(key, []).append(value)
         metrics = {key: float(np.mean(values)) for key, values in totals.items()}
         if "loss/ratio_mean" in totals:  # before any update: 1 where old and new logprobs agree
             metrics["loss/ratio_first_minibatch"] = totals["loss/ratio_mean"][0]
         return metrics
 
-    def _minibatch_step(
-        self, batch: dict[str, torch.Tensor], advantages: torch.Tensor, rows: torch.Tensor
-    ) -> dict[str, float]:
-        """Loss, backward, clip and optimizer step on one minibatch; returns its metrics."""
-        micro = self.config.microbatch_size
-        if (micro and micro < len(rows)) or self._shapes_auxiliary_gradient:
-            return self._accumulated_step(batch, advantages, rows)
-        terms = self.minibatch_loss(batch, advantages, rows)
-        loss = terms.total()
-        grad_norm = self.apply_gradients(loss)
-        return {"loss/total": loss.item(), **terms.metrics, "loss/grad_norm": grad_norm.item(),
-                **terms.auxiliary_metrics}
-
-    def _accumulated_step(
-        self, batch: dict[str, torch.Tensor], advantages: torch.Tensor, rows: torch.Tensor
-    ) -> dict[str, float]:
-        """One optimizer step over ``rows`` in microbatches of ``microbatch_size`` (all of them at once when 0):
-        each microbatch's policy and entropy terms are weighted by its share of the minibatch's trained tokens
-        (rows for ``seq_mean`` and ``dr_grpo``), as the data-parallel learner weights its shards; the auxiliary
-        objective runs once on all the rows, its gradient projected and capped where ``auxiliary_projection`` and
-        ``auxiliary_grad_ratio`` say so.
-        Metrics are the same token-share-weighted means."""
-        self.optimizer.zero_grad(set_to_none=True)
-        tokens = float(batch["action_mask"][rows].sum())
-        total, combined = 0.0, {}
-        for chunk in rows.split(self.config.microbatch_size or len(rows)):
-            policy_share, token_share = loss_shares(self.config.loss_aggregation,
-                                                    float(batch["action_mask"][chunk].sum()), len(chunk), tokens,
-                                                    len(rows))
-            terms = self.minibatch_loss(batch, advantages, chunk, with_auxiliary=False, minibatch_rows=rows)
-            loss = terms.total(policy_share, token_share)
-            loss.backward()
-            total += loss.item()
-            for key, value in terms.metrics.items():
-                combined[key] = combined.get(key, 0.0) + token_share * value
-        auxiliary, auxiliary_metrics = self.auxiliary_term(rows)
-        if auxiliary is not None:
-            if auxiliary.requires_grad:  # a constant (no phone call in these rows, or a weight of 0) has none
-                # (alone, it has nothing to yield to)
-                separate = self._shapes_auxiliary_gradient and self.policy_weight > 0
-                policy_grads = take_gradients(self.trainable) if separate else None
-                auxiliary.backward()
-                if policy_grads is not None:
-                    auxiliary_metrics |= combine_auxiliary_gradient(
-                        self.trainable, policy_grads, self.config.auxiliary_grad_ratio,
-                        project=self.config.auxiliary_projection)
-            total += auxiliary.item()
-        grad_norm = self.clip_and_step()
-        return {"loss/total": total, **combined, "loss/grad_norm": grad_norm.item(), **auxiliary_metrics}
+    def minibatch_step(self, batch: dict[str, torch.Tensor], advantages: torch.Tensor, rows: torch.Tensor,
+                       learner: Learner = SINGLE_PROCESS_LEARNER) -> dict[str, float]:
+        """One optimizer step on the minibatch ``rows`` as ``learner`` runs it (default: this process alone;
+        :func:`~worldgym.agents.grpo.step.step_on_minibatch`); returns its metrics."""
+        return step_on_minibatch(self, learner, batch, advantages, rows)
 
     def minibatch_loss(
         self, batch: dict[str, torch.Tensor], advantages: torch.Tensor, rows: torch.Tensor,
@@ -687,13 +577,6 @@ class GRPOTrainer:
         )
 
     @property
-    def _shapes_auxiliary_gradient(self) -> bool:
-        """Whether the auxiliary loss's gradient is capped or projected (it then gets a backward pass of its
-        own)."""
-        shaped = self.config.auxiliary_grad_ratio is not None or self.config.auxiliary_projection
-        return shaped and self.auxiliary_loss is not None
-
-    @property
     def policy_weight(self) -> float:
         """The policy loss's weight this step: the auxiliary objective's (0 when it trains alone), else 1."""
         return self.auxiliary_loss.policy_weight if self.auxiliary_loss is not None else 1.0
@@ -705,13 +588,6 @@ class GRPOTrainer:
         if self.auxiliary_loss is None:
             return None, {}
         return self.auxiliary_loss.loss(rows.tolist(), shard)
-
-    def apply_gradients(self, loss: torch.Tensor) -> torch.Tensor:
-        """Zero the gradients, backpropagate ``loss``, clip the trainable tensors' gradient norm to
-        ``grad_clip`` and step the optimizer; returns the norm before clipping."""
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        return self.clip_and_step()
 
     def clip_and_step(self) -> torch.Tensor:
         """Clip the accumulated gradients' norm to ``grad_clip`` and step the optimizer; the norm before."""

@@ -13,6 +13,7 @@ tied embeddings. :func:`merged_trainable_tokens` writes those rows in once for a
 from __future__ import annotations
 
 import shutil
+import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -61,7 +62,10 @@ def seeded_lora(
     lora = LoraConfig(r=rank, lora_alpha=alpha, lora_dropout=dropout, task_type="CAUSAL_LM",
                       target_modules=target_modules if isinstance(target_modules, str) else list(target_modules),
                       **options)
-    with torch.random.fork_rng(devices=[]):
+    with torch.random.fork_rng(devices=[]), warnings.catch_warnings():
+        # PEFT reads transformers' deprecated ``is_gradient_checkpointing``: a notice meant for PEFT, not for
+        # the user of this library
+        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
         torch.manual_seed(seed)
         peft_model = get_peft_model(model, lora, adapter_name=adapter_names[0])
         for name in adapter_names[1:]:
