@@ -1,11 +1,11 @@
-"""``worldgym serve CSRPhone-v0`` under load: steps/s and step latency at 1, 64 and 256 concurrent sessions vs
+"""``worldgym serve CSRPhone-v1`` under load: steps/s and step latency at 1, 64 and 256 concurrent sessions vs
 the same env in-process, memory per session, leaked sessions, and a killed server seen by every client.
 
 Usage: ``python benchmarks/serve_load.py [--sessions 1 64 256] [--seconds 15] [--quick] [--results-dir DIR]``;
 writes ``serve_load.json`` (and ``serve_load.png``) to ``benchmarks/results/`` (see ``--help``). Needs the
 ``interop`` extra (openenv-core, fastapi, uvicorn) and Linux (the server's memory and CPU are read from ``/proc``).
 
-The server runs in its own process (``python -m worldgym serve CSRPhone-v0`` on a free localhost port); the
+The server runs in its own process (``python -m worldgym serve CSRPhone-v1`` on a free localhost port); the
 clients run in this process as openenv-core's own async client (``GenericEnvClient``, one WebSocket session each,
 all on one asyncio loop: no thread per client), each playing episodes with the scripted expert
 (``ExpertPolicy``, success in every episode) in a closed loop: no pause between steps, so the server is
@@ -51,7 +51,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a file: find the benchmarks package
 from benchmarks.common import REPO, results_dir, results_parser, write_json
 
-ENV_ID = "CSRPhone-v0"
+ENV_ID = "CSRPhone-v1"
 GOAL_SESSIONS_PER_CORE = 256
 GOAL_P99_MS = 50.0
 IDLE_TIMEOUT_S = 300.0  # the server's session timeout: far longer than the leak check may take
@@ -77,7 +77,7 @@ def free_port() -> int:
 
 
 def start_server(max_sessions: int) -> tuple[subprocess.Popen[bytes], str]:
-    """``python -m worldgym serve CSRPhone-v0`` in its own process, and its URL (see :func:`wait_ready`)."""
+    """``python -m worldgym serve CSRPhone-v1`` in its own process, and its URL (see :func:`wait_ready`)."""
     port = free_port()
     command = [sys.executable, "-m", "worldgym", "serve", ENV_ID, "--port", str(port),
                "--max-sessions", str(max_sessions), "--session-timeout", str(IDLE_TIMEOUT_S)]

@@ -589,7 +589,7 @@ ROWS: tuple[Row, ...] = (
     Row("`benchmarks/ray_scaleout.py`", "GRPO in process vs Ray rollout workers (1-2, sync / async lag 1): "
         "steps/s and time per phase", ("ray_scaleout.json",), _ray_scaleout,
         headline=_short_ray_scaleout, page="results/scale-out.md"),
-    Row("`benchmarks/serve_load.py`", "`worldgym serve CSRPhone-v0` under 1-256 concurrent sessions vs in-process: "
+    Row("`benchmarks/serve_load.py`", "`worldgym serve CSRPhone-v1` under 1-256 concurrent sessions vs in-process: "
         "steps/s, p50 / p99 step latency, memory per session, leaked sessions, a killed server",
         ("serve_load.json",), _serve_load, headline=_short_serve_load, page="interop.md", in_summary=False),
 )
