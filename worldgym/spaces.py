@@ -29,7 +29,7 @@ import numpy as np
 from gymnasium.spaces import Space
 
 __all__ = ["COPY_ANNOTATION", "MAX_ARGUMENT_DEPTH", "MAX_INT_DIGITS", "PRINTABLE_CHARSET", "Tool", "ToolCall",
-           "ToolCallError", "ToolCallSpace", "nesting_exceeds", "validate_json"]
+           "ToolCallError", "ToolCallSpace", "invalid_call_text", "nesting_exceeds", "validate_json"]
 
 # Characters text observations and actions may contain (printable ASCII, incl. whitespace).
 PRINTABLE_CHARSET = frozenset(string.printable)
@@ -453,3 +453,12 @@ def _sample_object(schema: Mapping[str, Any], rng: np.random.Generator) -> dict[
         for i in range(int(rng.integers(0, 3))):
             value[f"key_{i}"] = _sample_json(extra, rng)
     return value
+
+
+def invalid_call_text(errors: Sequence[str]) -> str:
+    """The observation a tool env answers an invalid call with (the reasons, and what to do instead).
+
+    >>> invalid_call_text(["unknown tool 'dial'"])
+    "Error: invalid tool call. unknown tool 'dial'. Call one of the available tools."
+    """
+    return "Error: invalid tool call. " + "; ".join(errors) + ". Call one of the available tools."

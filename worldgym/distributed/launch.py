@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from worldgym.distributed.ray_rollouts import require_ray
+from worldgym.distributed.ray_support import require_ray
 
 __all__ = ["train_ddp_on_ray"]
 

@@ -10,7 +10,7 @@ from typing import Any
 import gymnasium as gym
 
 from worldgym.config import check_choice, check_field, check_positive_int
-from worldgym.spaces import Tool, ToolCall, ToolCallError, ToolCallSpace
+from worldgym.spaces import Tool, ToolCall, ToolCallError, ToolCallSpace, invalid_call_text
 from worldgym.text import OBSERVATION_CHANGES, UnicodeText, fit_observation_text
 
 __all__ = ["ToolEnv", "ToolResult"]
@@ -98,7 +98,7 @@ class ToolEnv(gym.Env[str, ToolCall]):
             info = {"response_type": "invalid_call", "errors": errors}
             if invalid_text:
                 info["raw_text"] = action.raw_text
-            result = ToolResult(self._error_text(errors), info=info)
+            result = ToolResult(invalid_call_text(errors), info=info)
         else:
             result = self._call_tool(action)
             if "success" in result.info:
@@ -115,10 +115,6 @@ class ToolEnv(gym.Env[str, ToolCall]):
         if changes:
             info[OBSERVATION_CHANGES] = changes
         return text, float(result.reward), terminated, truncated, info
-
-    @staticmethod
-    def _error_text(errors: list[str]) -> str:
-        return "Error: invalid tool call. " + "; ".join(errors) + ". Call one of the available tools."
 
     def render(self) -> str | None:
         """The episode so far as text (``render_mode="ansi"``)."""

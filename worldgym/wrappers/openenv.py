@@ -22,9 +22,8 @@ except ImportError as error:  # exercised by tests/test_interop_extra.py
         "(pip install 'worldgym[interop]')"
     ) from error
 
-from worldgym.envs.tool_env import ToolEnv
 from worldgym.errors import RemoteEnvError, RemoteEnvSchemaError
-from worldgym.spaces import Tool, ToolCall, ToolCallError, ToolCallSpace
+from worldgym.spaces import Tool, ToolCall, ToolCallError, ToolCallSpace, invalid_call_text
 from worldgym.text import OBSERVATION_CHANGES, UnicodeText, fit_observation_text
 
 __all__ = ["OpenEnvGym"]
@@ -194,7 +193,7 @@ class OpenEnvGym(gym.Env[str, Any]):
         if payload is None:  # an unreadable call for a server that cannot be told: answered here
             message = action.message if isinstance(action, ToolCallError) else _not_a_call(action)
             info = {"response_type": "invalid_call", "errors": [message], "success": False}
-            return self._fit(ToolEnv._error_text([message]), info), 0.0, False, False, info
+            return self._fit(invalid_call_text([message]), info), 0.0, False, False, info
         result = self._request("step", self._client.step, payload)
         text, info = self._read(result.observation)
         done = bool(result.done)

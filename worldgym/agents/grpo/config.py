@@ -107,7 +107,7 @@ class GRPOConfig:
         checkpoint_every: steps between checkpoints (0 = only at the end).
         progress: show a progress bar.
         runtime: where training rollouts run: "local" (the trainer's process) or "ray" (rollout workers,
-            worldgym.distributed.RayRollouts; validation stays in the trainer's process).
+            worldgym.agents.llm.ray_rollouts.RayRollouts; validation stays in the trainer's process).
         num_rollout_workers: Ray rollout workers (each a copy of the policy with its own engine and envs).
         rollout_worker_cpus / rollout_worker_gpus: Ray resources each rollout worker reserves (e.g. 0 / 1 puts
             inference on GPUs of its own beside the learner's).

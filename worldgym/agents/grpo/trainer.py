@@ -207,7 +207,7 @@ class GRPOTrainer:
         config = self.config
         if config.runtime == "local" or self.rank != 0:  # data-parallel: rank 0 alone runs rollouts
             return LocalRollouts(self.collector)
-        from worldgym.distributed.ray_rollouts import RayRollouts, WorkerSpec
+        from worldgym.agents.llm.ray_rollouts import RayRollouts, WorkerSpec
 
         return RayRollouts(
             WorkerSpec(self.policy, self.tokenizer, self.make_env, make_engine, self.rollout_limits),

@@ -1,5 +1,5 @@
 """Where a trainer's rollouts run, behind one interface its loop calls: in the trainer's own process
-(:class:`LocalRollouts`, the default) or on Ray rollout workers (:class:`worldgym.distributed.RayRollouts`).
+(:class:`LocalRollouts`, the default) or on Ray rollout workers (:class:`worldgym.agents.llm.ray_rollouts.RayRollouts`).
 
 A runtime takes a request for groups of episodes (:meth:`RolloutRuntime.submit`), returns them when asked
 (:meth:`RolloutRuntime.gather`), and learns of new weights after every update

@@ -36,17 +36,9 @@ import torch
 from worldgym.agents.llm.engines import GenerationEngine, SamplingParams
 from worldgym.agents.llm.rollout import Episode, RolloutCollector
 from worldgym.agents.llm.runtime import RolloutBatch
+from worldgym.distributed.ray_support import require_ray
 
-__all__ = ["RayRollouts", "RolloutWorker", "WorkerShard", "WorkerSpec", "require_ray"]
-
-
-def require_ray() -> Any:
-    """The ``ray`` module, or an ImportError that says how to install it."""
-    try:
-        import ray
-    except ImportError as error:  # pragma: no cover - the dist extra is installed in CI
-        raise ImportError("runtime='ray' needs Ray: pip install 'worldgym[dist]'") from error
-    return ray
+__all__ = ["RayRollouts", "RolloutWorker", "WorkerShard", "WorkerSpec"]
 
 
 @dataclass
