@@ -125,14 +125,16 @@ class DualLoRATrainer(GRPOTrainer):
 
     def train_step(self) -> dict[str, Any]:
         """One DAPO step with the world-model loss; logs ``wm/loss_ratio`` = L_wm / |L_policy| and warns when it
-        leaves ``config.loss_ratio_band`` while one clip is shared by both losses' gradients (not with
-        ``clip_per_adapter``: there each adapter's step is bounded on its own)."""
+        leaves ``config.loss_ratio_band`` while nothing else bounds the world model's share of the gradient (not
+        with ``clip_per_adapter``, where each adapter is clipped on its own, nor with ``auxiliary_grad_ratio``,
+        which caps the world model's gradient against the policy's)."""
         metrics = super().train_step()
         if "wm/loss" in metrics and metrics.get("loss/policy") and self.world_model.policy_weight > 0:
             ratio = metrics["wm/loss"] / max(abs(metrics["loss/policy"]), 1e-8)
             metrics["wm/loss_ratio"] = ratio
             low, high = self.config.loss_ratio_band
-            outside = not low <= ratio <= high and not self.config.clip_per_adapter
+            bounded = self.config.clip_per_adapter or self.config.auxiliary_grad_ratio is not None
+            outside = not low <= ratio <= high and not bounded
             if outside and not self._ratio_outside:
                 logger.warning("step %d: L_wm / |L_policy| = %.3g left [%g, %g]: one loss dominates the shared "
                                "gradient clip (tune wm_coef or the schedule)", self.step, ratio, low, high)
