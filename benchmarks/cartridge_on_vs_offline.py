@@ -192,7 +192,7 @@ def teacher(args: argparse.Namespace) -> None:
     for name, (panel, split, documents) in views.items():
         kwargs = {**panel, "split": split, "split_by": "patient", "documents": documents}
         env = make_text_env(config.env_id, kwargs)
-        questions[name] = min(args.questions, len(env.unwrapped.items))
+        questions[name] = min(args.questions, env.unwrapped.num_questions)
         env.close()
         metrics, _ = evaluate_chat_policy(trainer.plain_engine, trainer.tokenizer,
                                           lambda kwargs=kwargs: QuestionBySeed(make_text_env(config.env_id, kwargs)),

@@ -128,7 +128,7 @@ def warm_start(
     rng = np.random.default_rng(seed)
 
     def expert(env, observation, info):
-        problem = env.unwrapped.problems[info["index"]]
+        problem = env.unwrapped.problem(info["index"])
         if rng.random() < 0.3:
             return (
                 problem.solution.rsplit("####", 1)[0]

@@ -195,7 +195,7 @@ def noisy_expert(seed: int, noise: float):
     rng = np.random.default_rng(seed)
 
     def math_expert(env: gym.Env, observation: str, info: dict) -> str:
-        problem = env.unwrapped.problems[info["index"]]
+        problem = env.unwrapped.problem(info["index"])
         if rng.random() < noise:  # keep the worked steps, corrupt the final answer
             wrong = int(problem.answer) + int(rng.choice([-2, -1, 1, 2]))
             return problem.solution.rsplit("####", 1)[0] + f"#### {wrong}"

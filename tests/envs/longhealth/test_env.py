@@ -204,3 +204,14 @@ def test_sync_vector_env_runs_episodes():
         assert step_infos["success"][1] == (infos["answer"][1] == "F")
     finally:
         envs.close()
+
+
+def test_question_accessors_follow_the_index_option():
+    env = LongHealthQAEnv(panel=PANEL, split="train")
+    pairs = env.questions()
+    assert len(pairs) == env.num_questions > 0
+    patient, question = pairs[1]
+    _, info = env.reset(seed=0, options={"index": 1})
+    assert info["patient_id"] == patient.patient_id
+    pairs.clear()  # a copy: the env's own list is untouched
+    assert env.num_questions > 0

@@ -174,3 +174,11 @@ def test_gsm8k_loader_refuses_lone_surrogates_and_bool_indices(tmp_path):
     env = gym.make("MathQA-v1", num_problems=5)
     with pytest.raises(TypeError, match=r"options\['index'\] must be an integer, got bool True"):
         env.reset(options={"index": True})
+
+
+def test_problem_accessor_names_the_problem_a_reset_asks():
+    env = gym.make("MathQA-v1", num_problems=20)
+    question, info = env.reset(seed=3)
+    problem = env.unwrapped.problem(info["index"])
+    assert env.unwrapped.num_problems == 20 and problem.question == question
+    assert "####" in problem.solution and problem.solution.rsplit("####", 1)[1].strip()

@@ -19,7 +19,7 @@ class QuestionBySeed(gym.Wrapper):
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Any, dict]:
         if seed is None:
             return self.env.reset(options=options)
-        count = len(self.env.unwrapped.items)
+        count = self.env.unwrapped.num_questions
         return self.env.reset(seed=seed, options={**(options or {}), "index": seed % count})
 
 
@@ -35,7 +35,7 @@ def num_questions(env_id: str, env_kwargs: dict[str, Any], patient_id: str, spli
     """How many questions of ``split`` the patient has."""
     env = make_view(env_id, env_kwargs, patient_id, split, "none")
     try:
-        return len(env.unwrapped.items)
+        return env.unwrapped.num_questions
     finally:
         env.close()
 
@@ -64,6 +64,6 @@ def _patient_split(env_id: str, env_kwargs: dict[str, Any], split: str) -> list[
     """The (patient, question) items of a patient-level ``split``."""
     env = make_text_env(env_id, {**env_kwargs, "split": split, "split_by": "patient"})
     try:
-        return list(env.unwrapped.items)
+        return env.unwrapped.questions()
     finally:
         env.close()

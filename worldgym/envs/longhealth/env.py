@@ -146,6 +146,16 @@ class LongHealthQAEnv(gym.Env[str, str]):
         self._episode: _Episode | None = None
         self._last = ""
 
+    @property
+    def num_questions(self) -> int:
+        """How many questions the env's split holds (``options={"index": i}`` asks question ``i``)."""
+        return len(self.items)
+
+    def questions(self) -> list[tuple[Patient, Question]]:
+        """The split's (patient, question) pairs, in the order ``options={"index": i}`` picks them, for scripted
+        experts, cartridge views and analysis (the agent sees only the prompt)."""
+        return list(self.items)
+
     @staticmethod
     def _load(data_path: str | Path | None, panel: Mapping[str, Any] | Sequence[Patient] | None,
               num_patients: int, panel_seed: int) -> list[Patient]:

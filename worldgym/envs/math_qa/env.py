@@ -91,6 +91,17 @@ class MathQAEnv(gym.Env[str, str]):
         self._problem: MathProblem | None = None
         self._last: str = ""
 
+    @property
+    def num_problems(self) -> int:
+        """How many problems the env asks from (``options={"index": i}`` picks problem ``i``)."""
+        return len(self.problems)
+
+    def problem(self, index: int) -> MathProblem:
+        """Problem ``index``: the one ``reset(options={"index": index})`` asks (a reset's ``info["index"]``
+        names it), with its worked solution and answer, for scripted experts and analysis (the agent sees the
+        question only)."""
+        return self.problems[index]
+
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[str, dict[str, Any]]:
