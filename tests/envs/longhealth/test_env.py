@@ -211,7 +211,7 @@ def test_question_accessors_follow_the_index_option():
     pairs = env.questions()
     assert len(pairs) == env.num_questions > 0
     patient, question = pairs[1]
-    _, info = env.reset(seed=0, options={"index": 1})
-    assert info["patient_id"] == patient.patient_id
+    prompt, info = env.reset(seed=0, options={"index": 1})
+    assert info["patient_id"] == patient.patient_id and question.question in prompt
     pairs.clear()  # a copy: the env's own list is untouched
     assert env.num_questions > 0
