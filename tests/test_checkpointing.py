@@ -20,6 +20,7 @@ from worldgym.checkpointing import (
     atomic_directory,
     latest_checkpoint,
     load_checkpoint,
+    load_latest,
     optimizer_from_tensors,
     optimizer_to_tensors,
     resolve_checkpoint,
@@ -161,6 +162,15 @@ def test_a_run_without_checkpoints_has_none(tmp_path):
     assert latest_checkpoint(tmp_path / "missing") is None
     (tmp_path / "checkpoint-3.tmp").mkdir()
     assert latest_checkpoint(tmp_path) is None
+
+
+def test_load_latest_loads_the_newest_or_nothing(tmp_path):
+    loaded = []
+    assert load_latest(tmp_path, loaded.append) is None and loaded == []
+    _save_at(tmp_path, "checkpoint-10", 10)
+    _save_at(tmp_path, "checkpoint-last", 12)
+    assert load_latest(tmp_path, loaded.append) == tmp_path / "checkpoint-last"
+    assert loaded == [tmp_path / "checkpoint-last"]
 
 
 def test_a_half_written_checkpoint_is_skipped_with_a_warning(tmp_path):

@@ -13,7 +13,7 @@ import re
 import shutil
 import signal
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -35,6 +35,7 @@ __all__ = [
     "checkpoint_directory",
     "latest_checkpoint",
     "load_checkpoint",
+    "load_latest",
     "open_checkpoint",
     "optimizer_from_tensors",
     "optimizer_to_tensors",
@@ -366,6 +367,15 @@ def latest_checkpoint(run_dir: str | Path) -> Path | None:
             continue
         return folder
     return None
+
+
+def load_latest(run_dir: str | Path, load: Callable[[Path], Any]) -> Path | None:
+    """Load the newest checkpoint of ``run_dir`` (:func:`latest_checkpoint`) with ``load`` (a trainer's
+    ``load``); its path, or None when the folder holds none (a fresh run). Every trainer's ``resume_latest``."""
+    path = latest_checkpoint(run_dir)
+    if path is not None:
+        load(path)
+    return path
 
 
 def _run_checkpoints(run_dir: Path) -> list[Path]:

@@ -48,7 +48,7 @@ from worldgym.agents.llm.rollout import (
 )
 from worldgym.agents.llm.scoring import score_tokens
 from worldgym.agents.llm.warm_start import WarmStartConfig, load_or_train_warm_start
-from worldgym.checkpointing import LAST_CHECKPOINT, latest_checkpoint, load_checkpoint, save_checkpoint
+from worldgym.checkpointing import LAST_CHECKPOINT, load_checkpoint, load_latest, save_checkpoint
 from worldgym.errors import CartridgeError, CheckpointError
 from worldgym.jsonl import append_jsonl, read_jsonl, truncate_jsonl
 from worldgym.precision import autocast, cast_for_training, dtype_name, resolve_dtype
@@ -404,10 +404,7 @@ class CartridgeDistillTrainer:
     def resume_latest(self) -> Path | None:
         """Load the run's newest checkpoint (:func:`~worldgym.checkpointing.latest_checkpoint`);
         returns its path, or None when the folder holds none (a fresh run)."""
-        path = latest_checkpoint(self.output_dir)
-        if path is not None:
-            self.load(path)
-        return path
+        return load_latest(self.output_dir, self.load)
 
     def close(self) -> None:
         """Nothing to release: the envs live for one collection."""

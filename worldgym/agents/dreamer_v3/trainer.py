@@ -18,7 +18,7 @@ from worldgym.agents.dreamer_v3.engine.rollout import EnvRunner, ObsTransform, d
 from worldgym.agents.dreamer_v3.learner import DreamerLearner
 from worldgym.agents.dreamer_v3.pixels import pack_frames
 from worldgym.agents.dreamer_v3.policy import DreamerPolicy
-from worldgym.checkpointing import latest_checkpoint
+from worldgym.checkpointing import load_latest
 from worldgym.jsonl import read_jsonl, truncate_jsonl
 
 __all__ = ["DreamerTrainer", "EnvFactory", "evaluate_learner", "gym_env_factory"]
@@ -111,10 +111,7 @@ class DreamerTrainer:
     def resume_latest(self) -> Path | None:
         """Load the run's newest checkpoint (:func:`~worldgym.checkpointing.latest_checkpoint`);
         returns its path, or None when there is none yet."""
-        path = latest_checkpoint(self.config.run_dir)
-        if path is not None:
-            self.load(path)
-        return path
+        return load_latest(self.config.run_dir, self.load)
 
     def close(self) -> None:
         """Close the training env."""

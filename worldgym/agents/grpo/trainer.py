@@ -43,7 +43,7 @@ from worldgym.agents.llm.rollout import Episode, RolloutCollector, collate_episo
 from worldgym.agents.llm.runtime import LocalRollouts, RolloutBatch, RolloutRuntime
 from worldgym.agents.llm.scoring import score_tokens
 from worldgym.agents.llm.tokenizer import env_text_corpus
-from worldgym.checkpointing import LAST_CHECKPOINT, latest_checkpoint, step_checkpoint
+from worldgym.checkpointing import LAST_CHECKPOINT, load_latest, step_checkpoint
 from worldgym.jsonl import append_jsonl, truncate_jsonl
 from worldgym.precision import autocast, cast_for_training, dtype_name, recomputes_old_logprobs, resolve_dtype
 
@@ -695,10 +695,9 @@ class GRPOTrainer:
     def resume_latest(self) -> Path | None:
         """Load the run's newest checkpoint (:func:`~worldgym.checkpointing.latest_checkpoint`)
         and the metrics logged up to it; returns its path, or None when the folder holds none (a fresh run)."""
-        path = latest_checkpoint(self.output_dir)
+        path = load_latest(self.output_dir, self.load)
         if path is None:
             return None
-        self.load(path)
         log = self.output_dir / "metrics.jsonl"
         self.history = [json.loads(line) for line in log.read_text().splitlines()] if log.is_file() else []
         return path

@@ -32,7 +32,7 @@ from worldgym.agents.ztoken_ppo.rollout import (
     vocab_of,
     ztoken_vector_env,
 )
-from worldgym.checkpointing import LAST_CHECKPOINT, latest_checkpoint
+from worldgym.checkpointing import LAST_CHECKPOINT, load_latest
 from worldgym.jsonl import append_jsonl, read_jsonl, truncate_jsonl
 from worldgym.precision import autocast, cast_for_training, dtype_name, recomputes_old_logprobs, resolve_dtype
 
@@ -157,10 +157,7 @@ class ZTokenPPOTrainer:
     def resume_latest(self) -> Path | None:
         """Load the run's newest checkpoint (:func:`~worldgym.checkpointing.latest_checkpoint`);
         returns its path, or None when the folder holds none (a fresh run)."""
-        path = latest_checkpoint(self.output_dir)
-        if path is not None:
-            self.load(path)
-        return path
+        return load_latest(self.output_dir, self.load)
 
     def collect(self) -> list[ZTokenEpisode]:
         """One rollout of complete episodes with the current policy (sampled tokens, digits per config)."""
