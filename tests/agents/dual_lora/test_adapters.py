@@ -83,3 +83,43 @@ def test_policy_adapter_saved_flat_reloads_to_the_same_logits(csr_tokenizer, tmp
     torch.testing.assert_close(reloaded(input_ids=ids).logits, expected)
     with using_adapters(model, ["world_model"]):  # the other adapter computes something else
         assert not torch.allclose(model(input_ids=ids).logits, expected)
+
+
+def _world_model_grads(model, loss_fn):
+    """Gradients of a loss computed under the world model's adapter and backpropagated after the policy's is
+    active again (as the trainer's one backward does)."""
+    model.zero_grad()
+    with using_adapters(model, ["world_model"], ["policy", "world_model"]):
+        loss = loss_fn()
+    loss.backward()
+    return {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+
+
+@pytest.mark.parametrize("recompute", ["chunk checkpoints", "activation checkpointing"])
+def test_a_recomputed_forward_runs_under_the_adapters_of_the_first_forward(csr_tokenizer, recompute):
+    """The backward recomputes checkpointed blocks after the trainer switched back to the policy's adapter: the
+    recomputation must still use the world model's, so the gradient reaches it, and the same as without
+    checkpointing."""
+    from worldgym.agents.dual_lora.world_model import PhoneCallExample, score_in_chunks
+    from worldgym.agents.llm.adapters import enable_activation_checkpointing
+
+    config = DualLoRAConfig(transfer="separate", lora_dropout=0.0)  # train and eval mode compute the same
+    model = attach_adapters(build_tiny_model(csr_tokenizer, seed=0), config)
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if "lora_B" in name:
+                parameter.normal_(0, 0.1)
+    examples = [PhoneCallExample(tuple(range(5, 5 + n)), 2, "a") for n in (9, 12, 6)]
+    pad = csr_tokenizer.pad_token_id
+    model.eval()  # no transformers checkpointing: the reference
+    reference = _world_model_grads(model, lambda: score_in_chunks(model, examples, pad, 8).loss.sum())
+    if recompute == "chunk checkpoints":
+        grads = _world_model_grads(model, lambda: score_in_chunks(model, examples, pad, 1).loss.sum())
+    else:
+        enable_activation_checkpointing(model)
+        model.train()  # transformers checkpoints layers in training mode only
+        grads = _world_model_grads(model, lambda: score_in_chunks(model, examples, pad, 8).loss.sum())
+    assert reference and set(grads) == set(reference)
+    assert all(".world_model." in name for name in grads)
+    for name, grad in grads.items():
+        torch.testing.assert_close(grad, reference[name], atol=1e-5, rtol=1e-4)

@@ -19,6 +19,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from worldgym.agents.dual_lora.config import CSR_END, CSR_START, PREDICT_CSR
 from worldgym.agents.grpo.echo import EchoTargets, echo_turns
+from worldgym.agents.llm.adapters import recompute_under_active_adapters
 from worldgym.agents.llm.rollout import Episode, Turn, collate_episodes
 from worldgym.agents.llm.scoring import score_tokens
 
@@ -155,7 +156,8 @@ def score_in_chunks(
         return tuple(getattr(scores, field.name) for field in fields(scores))
 
     if torch.is_grad_enabled() and len(chunks) > 1:
-        parts = [checkpoint(score, chunk, use_reentrant=False) for chunk in chunks]
+        context_fn = recompute_under_active_adapters(model)  # the backward runs after the adapters switch back
+        parts = [checkpoint(score, chunk, use_reentrant=False, context_fn=context_fn) for chunk in chunks]
     else:
         parts = [score(chunk) for chunk in chunks]
     scores = WorldModelScores.concat([WorldModelScores(*part) for part in parts])

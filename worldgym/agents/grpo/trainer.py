@@ -25,7 +25,7 @@ from worldgym.agents.grpo.echo import EchoTargets, echo_loss
 from worldgym.agents.grpo.learner import SINGLE_PROCESS_LEARNER, Learner
 from worldgym.agents.grpo.rewards import EpisodeRewardFn, episode_rewards
 from worldgym.agents.grpo.step import MinibatchLoss, loss_shares, step_on_minibatch
-from worldgym.agents.llm.adapters import seeded_lora
+from worldgym.agents.llm.adapters import enable_activation_checkpointing, seeded_lora
 from worldgym.agents.llm.allocator import map_large_allocations_on_cpu
 from worldgym.agents.llm.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from worldgym.agents.llm.engines import GenerationEngine, HFEngine, SamplingParams
@@ -152,7 +152,7 @@ class GRPOTrainer:
         self.tokenizer, model = self._model_and_tokenizer(model, tokenizer)
         self.policy = self._prepare_policy(model).to(config.device)
         if config.activation_checkpointing:  # only in training mode: generation (eval mode) keeps its KV cache
-            self.policy.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            enable_activation_checkpointing(self.policy)
         self.trainable = {name: p for name, p in self.policy.named_parameters() if p.requires_grad}
         if not self.trainable:
             raise ValueError(

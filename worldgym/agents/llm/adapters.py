@@ -5,6 +5,11 @@ it does not activate as not trainable, and ``add_adapter`` adds a frozen adapter
 trainable parameters once, or runs two forwards with different adapters before one backward, then silently
 trains one adapter only. :func:`activate_adapters` switches and keeps the named adapters trainable.
 
+A fourth makes recomputed activations wrong: the active adapters are module state, read at each forward. A
+backward pass that recomputes a checkpointed block (``torch.utils.checkpoint``, or activation checkpointing)
+after the caller switched adapters back would recompute it under the wrong adapters and send the gradient there.
+:func:`recompute_under_active_adapters` gives the recomputation the forward's adapters back.
+
 A third costs time: PEFT's trainable-token layers (the embedding rows of added special tokens, LoRA's
 ``trainable_token_indices``) rebuild the whole embedding matrix on every forward, twice per decoding step with
 tied embeddings. :func:`merged_trainable_tokens` writes those rows in once for a block of generation.
@@ -14,8 +19,8 @@ from __future__ import annotations
 
 import shutil
 import warnings
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -28,8 +33,8 @@ from safetensors.torch import save_file
 from worldgym.config import check_field
 
 __all__ = [
-    "activate_adapters", "active_adapters", "merged_trainable_tokens", "save_adapter_flat", "seeded_lora",
-    "using_adapters",
+    "activate_adapters", "active_adapters", "enable_activation_checkpointing", "merged_trainable_tokens",
+    "recompute_under_active_adapters", "save_adapter_flat", "seeded_lora", "using_adapters",
 ]
 
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
@@ -99,6 +104,49 @@ def using_adapters(model: PeftModel, names: Sequence[str], trainable: Sequence[s
         yield
     finally:
         activate_adapters(model, previous, trainable)
+
+
+ContextFn = Callable[[], tuple[AbstractContextManager[None], AbstractContextManager[None]]]
+
+
+def recompute_under_active_adapters(model: torch.nn.Module) -> ContextFn:
+    """A ``context_fn`` for non-reentrant :func:`torch.utils.checkpoint.checkpoint`: the backward pass recomputes
+    each checkpointed block under the adapters that were active when its forward ran (a block scored under the
+    world model's adapter is recomputed under it, not under whatever the trainer activated since). A model
+    without adapters recomputes as it is."""
+    if not isinstance(model, PeftModel):
+        return lambda: (nullcontext(), nullcontext())
+    trainable = trainable_adapters(model)
+
+    def context_fn() -> tuple[AbstractContextManager[None], AbstractContextManager[None]]:
+        return nullcontext(), _recomputing_under(model, active_adapters(model), trainable)
+
+    return context_fn
+
+
+@contextmanager
+def _recomputing_under(model: PeftModel, names: tuple[str, ...], trainable: Sequence[str]) -> Iterator[None]:
+    if active_adapters(model) == names:  # the common case (one adapter, or no switch since): nothing to do
+        yield
+        return
+    with using_adapters(model, names, trainable):
+        yield
+
+
+def trainable_adapters(model: PeftModel) -> list[str]:
+    """The adapters with at least one trainable tensor."""
+    names = set()
+    for parameter_name, parameter in model.named_parameters():
+        if parameter.requires_grad:
+            names.update(name for name in model.peft_config if f".{name}." in parameter_name)
+    return sorted(names)
+
+
+def enable_activation_checkpointing(model: torch.nn.Module) -> None:
+    """transformers' activation checkpointing (non-reentrant), each layer recomputed in the backward pass under
+    the adapters its forward used (:func:`recompute_under_active_adapters`). It acts in training mode only."""
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={
+        "use_reentrant": False, "context_fn": recompute_under_active_adapters(model)})
 
 
 @contextmanager

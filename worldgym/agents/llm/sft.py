@@ -11,6 +11,7 @@ import torch
 from tqdm.auto import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from worldgym.agents.llm.adapters import enable_activation_checkpointing
 from worldgym.agents.llm.scoring import score_tokens
 from worldgym.config import check_field, check_positive_int, check_range
 from worldgym.precision import Precision, autocast, cast_for_training, check_precision, resolve_dtype
@@ -143,7 +144,7 @@ def sft_train(
     losses: list[float] = []
     model.train()
     if config.activation_checkpointing:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        enable_activation_checkpointing(model)
     try:
         with tqdm(total=steps, desc="sft", disable=not config.progress) as bar:
             for _ in range(config.epochs):
