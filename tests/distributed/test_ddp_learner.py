@@ -236,7 +236,7 @@ def assert_shaped_auxiliary_like_one_process(tokenizer_dir: Path, tmp_path: Path
 def test_the_echo_loss_on_two_ranks_in_microbatches_updates_like_one_process(tokenizer_dir, tmp_path):
     """echo_coef with learner="ddp" in microbatches of one row: every part's echo term is its share of the whole
     minibatch's observations, so the update is one process's on whole minibatches, and the metrics one
-    process's in the same microbatches (the echo metrics are combined by the parts' token shares)."""
+    process's in the same microbatches (the echo metrics are sums over the parts, made means at the end)."""
     _run_ranks(worker.run_echo_rank, (_free_port(), str(tokenizer_dir), str(tmp_path), "ddp"))
     got = torch.load(tmp_path / "echo.pt")
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from worldgym.agents.grpo import GRPOConfig, GRPOTrainer
-from worldgym.agents.grpo.echo import EchoTargets, echo_turns
+from worldgym.agents.grpo.echo import ECHO_SUMS, EchoTargets, echo_means, echo_turns
 from worldgym.agents.llm.models import build_tiny_model
 from worldgym.agents.llm.rollout import Episode, Turn
 
@@ -47,7 +47,7 @@ def test_echo_off_is_plain_dapo_and_on_changes_the_update(tmp_path, csr_tokenize
     assert plain.echo_targets is None
     rows = torch.arange(len(episodes))
     without = plain.minibatch_loss(prepared.batch, prepared.advantages, rows)
-    assert without.echo is None and "echo/loss" not in without.metrics
+    assert without.echo is None and not set(ECHO_SUMS) & set(without.metrics)
 
     echo = _trainer(_config(tmp_path / "b", echo_coef=0.1), csr_tokenizer)
     echo.policy.load_state_dict(plain.policy.state_dict())
@@ -62,14 +62,30 @@ def test_echo_off_is_plain_dapo_and_on_changes_the_update(tmp_path, csr_tokenize
     # the policy's terms are the same numbers whether or not the same forward also scores the observations
     torch.testing.assert_close(terms.policy.loss, without.policy.loss)
     torch.testing.assert_close(terms.entropy, without.entropy)
-    assert terms.echo.item() == pytest.approx(0.1 * terms.metrics["echo/loss"], rel=1e-5)
-    assert terms.metrics["echo/observations"] == echo.echo_targets.count(rows)
+    means = echo_means(terms.metrics)
+    assert terms.echo.item() == pytest.approx(0.1 * means["echo/loss"], rel=1e-5)
+    assert means["echo/observations"] == echo.echo_targets.count(rows)
     # halves of the minibatch, each normalised by the whole minibatch's observations, add up to the whole
     halves = [echo.minibatch_loss(prepared.batch, prepared.advantages, part, minibatch_rows=rows).echo
               for part in rows.split(2)]
     torch.testing.assert_close(sum(halves), terms.echo)
     metrics = echo.update(prepared)
     assert metrics["echo/loss"] > 0 and 0 <= metrics["echo/token_accuracy"] <= 1
+
+
+def test_echo_metrics_of_a_minibatch_do_not_depend_on_its_microbatches(tmp_path, csr_tokenizer):
+    """Observation means over the whole minibatch, not the parts' means weighted by their action tokens."""
+    whole = _trainer(_config(tmp_path / "a", echo_coef=0.1, minibatch_size=4), csr_tokenizer)
+    episodes, _ = whole.collect_batch()
+    metrics = {}
+    for name, microbatch_size in (("whole", 0), ("micro", 1)):
+        trainer = _trainer(_config(tmp_path / name, echo_coef=0.1, minibatch_size=4,
+                                   microbatch_size=microbatch_size), csr_tokenizer)
+        trainer.policy.load_state_dict(whole.policy.state_dict())
+        metrics[name] = trainer.update(trainer.prepare(episodes))
+    assert metrics["whole"]["echo/observations"] == sum(len(echo_turns(e)) for e in episodes) > 0
+    for key in ("echo/loss", "echo/token_accuracy", "echo/observations"):
+        assert metrics["micro"][key] == pytest.approx(metrics["whole"][key], rel=1e-5), key
 
 
 def test_echo_config_is_checked(tmp_path):

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 
 from worldgym.agents.llm.rollout import Episode, Turn
 
-__all__ = ["EchoTargets", "echo_turns", "is_error_observation"]
+__all__ = ["ECHO_SUMS", "EchoTargets", "echo_loss", "echo_means", "echo_turns", "is_error_observation"]
 
 
 def is_error_observation(turn: Turn) -> bool:
@@ -66,7 +66,8 @@ class EchoTargets:
 def echo_loss(logits: torch.Tensor, targets: torch.Tensor, segments: torch.Tensor, normaliser: int
               ) -> tuple[torch.Tensor, dict[str, float]]:
     """The sum over observations of their mean token cross-entropy, divided by ``normaliser`` (the
-    minibatch's observation count, so microbatches' terms add up to the minibatch mean), and its metrics.
+    minibatch's observation count, so microbatches' terms add up to the minibatch mean), and its metrics as
+    sums (:data:`ECHO_SUMS`: parts of a minibatch add up; :func:`echo_means` turns them into means).
 
     Args:
         logits: ``[N, V]`` the model's logits at the observation tokens' positions (temperature 1).
@@ -75,8 +76,8 @@ def echo_loss(logits: torch.Tensor, targets: torch.Tensor, segments: torch.Tenso
         normaliser: the minibatch's observation count.
 
     >>> logits = torch.tensor([[0.0, 9.0], [9.0, 0.0], [0.0, 9.0]])
-    >>> loss, metrics = echo_loss(logits, torch.tensor([1, 1, 1]), torch.tensor([0, 0, 1]), normaliser=2)
-    >>> round(loss.item(), 3), round(metrics["echo/token_accuracy"], 3)
+    >>> loss, sums = echo_loss(logits, torch.tensor([1, 1, 1]), torch.tensor([0, 0, 1]), normaliser=2)
+    >>> round(loss.item(), 3), round(echo_means(sums)["echo/token_accuracy"], 3)
     (2.25, 0.667)
     """
     token_loss = F.cross_entropy(logits.float(), targets, reduction="none")
@@ -86,10 +87,25 @@ def echo_loss(logits: torch.Tensor, targets: torch.Tensor, segments: torch.Tenso
     present = lengths > 0
     loss = (per_observation[present] / lengths[present]).sum() / max(normaliser, 1)
     with torch.no_grad():
-        accuracy = (logits.argmax(-1) == targets).float().mean().item() if len(targets) else 0.0
-        mean = (per_observation[present] / lengths[present]).mean().item() if present.any() else 0.0
-    return loss, {"echo/loss": mean, "echo/token_accuracy": accuracy,
+        correct = float((logits.argmax(-1) == targets).sum())
+        loss_sum = float((per_observation[present] / lengths[present]).sum())
+    return loss, {"echo/loss_sum": loss_sum, "echo/correct_tokens": correct, "echo/tokens": float(len(targets)),
                   "echo/observations": float(int(present.sum()))}
+
+
+# the echo metrics a minibatch's parts (microbatches, ranks) add up, before echo_means
+ECHO_SUMS = ("echo/loss_sum", "echo/correct_tokens", "echo/tokens", "echo/observations")
+
+
+def echo_means(metrics: dict[str, float]) -> dict[str, float]:
+    """``metrics`` with the echo sums replaced by ``echo/loss`` (mean over observations), ``echo/token_accuracy``
+    (over their tokens) and ``echo/observations``; unchanged without echo sums."""
+    if "echo/observations" not in metrics:
+        return metrics
+    out = {key: value for key, value in metrics.items() if key not in ECHO_SUMS}
+    return out | {"echo/loss": metrics["echo/loss_sum"] / max(metrics["echo/observations"], 1.0),
+                  "echo/token_accuracy": metrics["echo/correct_tokens"] / max(metrics["echo/tokens"], 1.0),
+                  "echo/observations": metrics["echo/observations"]}
 
 
 def _as_list(rows: torch.Tensor | Sequence[int]) -> list[int]:

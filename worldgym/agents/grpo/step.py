@@ -39,6 +39,7 @@ from worldgym.agents.grpo.auxiliary import (
     take_gradients,
 )
 from worldgym.agents.grpo.config import GRPOConfig
+from worldgym.agents.grpo.echo import ECHO_SUMS, echo_means
 from worldgym.agents.grpo.learner import Learner
 from worldgym.agents.llm.losses import PolicyLossOutput
 from worldgym.errors import WorldgymError
@@ -91,7 +92,8 @@ class MinibatchLoss:
 
     @property
     def metrics(self) -> dict[str, float]:
-        """The policy loss's diagnostics (token means over the minibatch) and the echo loss's."""
+        """The policy loss's diagnostics (token means over the minibatch) and the echo loss's sums
+        (:data:`~worldgym.agents.grpo.echo.ECHO_SUMS`)."""
         out = self.policy
         return {
             "loss/policy": out.policy_loss.item(),
@@ -187,8 +189,8 @@ def step_on_minibatch(trainer: StepTrainer, learner: Learner, batch: dict[str, A
             loss, terms, token_share = _part_backward(trainer, learner, batch, advantages, rows, part, counts, shard,
                                                       with_auxiliary=last and not separate)
         loss_sum += loss
-        for key, value in terms.metrics.items():
-            metric_sums[key] = metric_sums.get(key, 0.0) + token_share * value
+        for key, value in terms.metrics.items():  # token means weighted by the part's share; echo sums added
+            metric_sums[key] = metric_sums.get(key, 0.0) + (value if key in ECHO_SUMS else token_share * value)
     auxiliary_metrics = terms.auxiliary_metrics
     if separate:
         auxiliary_loss, auxiliary_metrics = _shaped_auxiliary_backward(trainer, learner, rows, shard)
@@ -196,7 +198,7 @@ def step_on_minibatch(trainer: StepTrainer, learner: Learner, batch: dict[str, A
     grad_norm = trainer.clip_and_step()
     combined = learner.sum_counts(torch.tensor([loss_sum / learner.world_size, *metric_sums.values()],
                                                dtype=torch.float64)).tolist()
-    return {"loss/total": combined[0], **dict(zip(metric_sums, combined[1:])),
+    return {"loss/total": combined[0], **echo_means(dict(zip(metric_sums, combined[1:]))),
             "loss/grad_norm": _whole(grad_norm).item(), **auxiliary_metrics}
 
 
