@@ -47,7 +47,7 @@ def test_echo_off_is_plain_dapo_and_on_changes_the_update(tmp_path, csr_tokenize
     assert plain.echo_targets is None
     rows = torch.arange(len(episodes))
     without = plain.minibatch_loss(prepared.batch, prepared.advantages, rows)
-    assert without.echo is None and "echo/loss" not in without.metrics
+    assert without.echo is None and "loss/echo" not in without.metrics
 
     echo = _trainer(_config(tmp_path / "b", echo_coef=0.1), csr_tokenizer)
     echo.policy.load_state_dict(plain.policy.state_dict())
@@ -62,14 +62,14 @@ def test_echo_off_is_plain_dapo_and_on_changes_the_update(tmp_path, csr_tokenize
     # the policy's terms are the same numbers whether or not the same forward also scores the observations
     torch.testing.assert_close(terms.policy.loss, without.policy.loss)
     torch.testing.assert_close(terms.entropy, without.entropy)
-    assert terms.echo.item() == pytest.approx(0.1 * terms.metrics["echo/loss"], rel=1e-5)
+    assert terms.echo.item() == pytest.approx(0.1 * terms.metrics["loss/echo"], rel=1e-5)
     assert terms.metrics["echo/observations"] == echo.echo_targets.count(rows)
     # halves of the minibatch, each normalised by the whole minibatch's observations, add up to the whole
     halves = [echo.minibatch_loss(prepared.batch, prepared.advantages, part, minibatch_rows=rows).echo
               for part in rows.split(2)]
     torch.testing.assert_close(sum(halves), terms.echo)
     metrics = echo.update(prepared)
-    assert metrics["echo/loss"] > 0 and 0 <= metrics["echo/token_accuracy"] <= 1
+    assert metrics["loss/echo"] > 0 and 0 <= metrics["echo/token_accuracy"] <= 1
 
 
 def test_echo_config_is_checked(tmp_path):
@@ -93,7 +93,7 @@ def test_dual_lora_echo_mode_trains_one_adapter_and_reports_the_world_model(tmp_
     assert trainer.auxiliary_loss is None
     before = {n: p.detach().clone() for n, p in trainer.trainable.items()}
     (metrics,) = trainer.train()
-    assert metrics["echo/observations"] > 0 and "wm/loss" not in metrics
+    assert metrics["echo/observations"] > 0 and "loss/world_model" not in metrics
     assert any(not torch.equal(before[n], p) for n, p in trainer.trainable.items())
     assert metrics["eval/wm_calls"] > 0 and 0 <= metrics["eval/wm_token_accuracy"] <= 1
     assert "eval/wm_invalid_number/exact_match" in metrics

@@ -88,7 +88,7 @@ def echo_loss(logits: torch.Tensor, targets: torch.Tensor, segments: torch.Tenso
     with torch.no_grad():
         accuracy = (logits.argmax(-1) == targets).float().mean().item() if len(targets) else 0.0
         mean = (per_observation[present] / lengths[present]).mean().item() if present.any() else 0.0
-    return loss, {"echo/loss": mean, "echo/token_accuracy": accuracy,
+    return loss, {"loss/echo": mean, "echo/token_accuracy": accuracy,
                   "echo/observations": float(int(present.sum()))}
 
 
