@@ -42,14 +42,15 @@ LOSS_PREFIX = "loss/"  # every training loss's metric key starts with it
 
 @runtime_checkable
 class AgentTrainer(Protocol):
-    """What :class:`GRPOTrainer`, :class:`DualLoRATrainer`, :class:`ZTokenPPOTrainer` and
-    :class:`DreamerTrainer` (and every agent to come) offer."""
+    """What :class:`GRPOTrainer`, :class:`DualLoRATrainer`, :class:`CartridgeDistillTrainer`,
+    :class:`ZTokenPPOTrainer` and :class:`DreamerTrainer` (and every agent to come) offer."""
 
     config: Any
     history: list[dict[str, Any]]
 
     def train(self) -> list[dict[str, Any]]:
-        """Run until the config's budget is spent (continuing a loaded run); return every logged metrics row."""
+        """Run until the config's budget (``num_steps``) is spent (continuing a loaded run); return every logged
+        metrics row (each with ``"step"``)."""
         ...
 
     def evaluate(self, env: gym.Env | gym.vector.VectorEnv | None = None) -> dict[str, float]:
