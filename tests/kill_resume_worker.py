@@ -27,7 +27,7 @@ from worldgym.jsonl import append_jsonl
 
 TRAINERS = ("grpo", "ztoken_ppo", "dreamer_v3", "dual_lora")
 # the metrics.jsonl key that counts a trainer's training steps (records with it at 0 are evaluations)
-STEP_KEY = {"grpo": "step", "dual_lora": "step", "ztoken_ppo": "rollout", "dreamer_v3": "iter"}
+STEP_KEY = {"grpo": "step", "dual_lora": "step", "ztoken_ppo": "step", "dreamer_v3": "iter"}
 # the libraries every run imports: a forkserver loads them once, so each run starts in a fraction of a second
 PRELOAD = ["torch", "transformers", "peft", "worldgym.agents.grpo", "worldgym.agents.dual_lora",
            "worldgym.agents.ztoken_ppo", "worldgym.agents.dreamer_v3", __name__]  # fmt: skip
