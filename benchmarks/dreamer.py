@@ -40,12 +40,14 @@ from worldgym.agents.dreamer_v3 import (
     CPUEngine,
     DreamerConfig,
     LossConfig,
+    OptimConfig,
     ReplayConfig,
     ScheduleConfig,
     model_size,
 )
 from worldgym.agents.dreamer_v3.learner import DreamerLearner
 from worldgym.agents.dreamer_v3.replay import ReplayRing, dreamer_schema
+from worldgym.config import renamed_fields_of
 from worldgym.precision import cpu_supports_bf16
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a file: find the benchmarks package
@@ -206,7 +208,7 @@ def cartpole_config(seed: int, max_steps: int, run_dir: Path, replay_ratio: floa
     return DreamerConfig(
         env_id="CartPole-v1",
         num_envs=1,
-        total_steps=max_steps,
+        num_steps=max_steps,
         seed=seed,
         model=SMALL_CONTROL_MODEL,
         replay=ReplayConfig(
@@ -220,7 +222,7 @@ def cartpole_config(seed: int, max_steps: int, run_dir: Path, replay_ratio: floa
         loss=LossConfig(),
         optim=SMALL_CONTROL_OPTIM,
         log_every=250,
-        run_dir=str(run_dir),
+        output_dir=str(run_dir),
     )
 
 
@@ -242,7 +244,7 @@ def first_solved(episodes: list[dict[str, Any]]) -> int | None:
 
 
 def run_dreamer_cartpole(config: DreamerConfig, stop_when_solved: bool) -> list[dict[str, Any]]:
-    run_dir = Path(config.run_dir)
+    run_dir = Path(config.output_dir)
     shutil.rmtree(run_dir, ignore_errors=True)
     engine = CPUEngine(config)
     solved = (lambda record: (record["episode/return_mean_10"] or 0) >= SOLVED) if stop_when_solved else None
@@ -291,8 +293,8 @@ def cartpole_run(agent: str, seed: int, args: argparse.Namespace) -> dict[str, A
         settings |= {"model": dataclasses.asdict(config.model), "optim": dataclasses.asdict(config.optim)}
     if saved.is_file() and not args.rerun:
         run = json.loads(saved.read_text())
-        if run.get("settings") == settings:
-            return run
+        if _current_names(run.get("settings")) == settings:
+            return run | {"settings": settings}
     if args.report_only:
         raise SystemExit(f"no finished {agent} run for seed {seed} with these settings ({portable(saved)}): run it")
     start = time.perf_counter()
@@ -304,6 +306,15 @@ def cartpole_run(agent: str, seed: int, args: argparse.Namespace) -> dict[str, A
     saved.parent.mkdir(parents=True, exist_ok=True)
     saved.write_text(json.dumps(run))
     return run
+
+
+def _current_names(settings: Any) -> Any:
+    """A saved run's settings with the optimiser's fields under their current names (runs saved before the
+    learning rates' rename hold ``world_lr``, ``actor_lr``, ``critic_lr``)."""
+    if not isinstance(settings, dict) or not isinstance(settings.get("optim"), dict):
+        return settings
+    renames = renamed_fields_of(OptimConfig)
+    return settings | {"optim": {renames.get(key, key): value for key, value in settings["optim"].items()}}
 
 
 def cartpole(args: argparse.Namespace) -> None:

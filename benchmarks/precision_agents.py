@@ -114,7 +114,7 @@ def _gap(a: torch.Tensor, b: torch.Tensor) -> dict[str, float]:
 def ztoken_trainer(args: argparse.Namespace, model: ZTokenModelConfig, dtype: str, workdir: Path
                    ) -> ZTokenPPOTrainer:
     config = ZTokenPPOConfig(model=model, env_kwargs=ZTOKEN_ENV, episodes_per_rollout=args.ppo_episodes,
-                             num_rollouts=1000, eval_episodes=0, log_rollouts=False, progress=False, seed=args.seed,
+                             num_steps=1000, eval_episodes=0, log_rollouts=False, progress=False, seed=args.seed,
                              output_dir=str(workdir / dtype), dtype=dtype)
     return ZTokenPPOTrainer(config)
 
@@ -158,7 +158,7 @@ def ztoken_shape(args: argparse.Namespace, name: str, workdir: Path) -> dict[str
             "mean": statistics.mean(row["precision/logprob_gap_mean"] for row in recomputed),
             "max": max(row["precision/logprob_gap_max"] for row in recomputed)},
         "bf16_vs_float32_logprob_gap": ztoken_logprob_gap(trainers["float32"]),
-        "losses_finite": all(torch.isfinite(torch.tensor(row["losses/policy"])) for row in recomputed),
+        "losses_finite": all(torch.isfinite(torch.tensor(row["loss/policy"])) for row in recomputed),
     }
     for trainer in trainers.values():
         trainer.close()

@@ -148,7 +148,7 @@ def _dreamer_cartpole(data: Results) -> str:
     seeds = " / ".join(str(r["seed"]) for r in runs["dreamer"])
     dreamer_mean, ppo_mean = mean(steps["dreamer"]), mean(steps["ppo"])
     return (f"Dreamer (recurrent {model['recurrent_size']}, {model['stochastic_size']}x{model['discrete_size']} "
-            f"latents, actor/critic lr {optim['actor_lr']:.0e}".replace("e-0", "e-") + ", replay ratio "
+            f"latents, actor/critic lr {optim.get('actor_learning_rate', optim.get('actor_lr')):.0e}".replace("e-0", "e-") + ", replay ratio "
             f"{runs['dreamer'][0]['settings']['replay_ratio']:g}) **{' / '.join(_k(s) for s in steps['dreamer'])}** "
             f"vs PPO {' / '.join(_k(s) for s in steps['ppo'])} for seeds {seeds}: {verdict} (mean "
             f"{_k(dreamer_mean)} vs {_k(ppo_mean)}, {dreamer_mean / ppo_mean:.2f}x); wall time "

@@ -143,8 +143,8 @@ def run_seed(
     config = ZTokenPPOConfig(
         init_checkpoint=str(workdir / f"warm{seed}"),
         env_kwargs=env_kwargs,
-        num_rollouts=args.rollouts,
-        lr=args.lr,
+        num_steps=args.rollouts,
+        learning_rate=args.lr,
         seed=seed,
         episodes_per_rollout=args.episodes_per_rollout,
         update_epochs=args.update_epochs,

@@ -1,7 +1,7 @@
 """Train Dreamer v3 on CartPole-v1 (vector obs) or GameBoy-v0 (packed 2-bit pixels), with JSONL metrics.
 
     python examples/train_dreamer.py                                  # CartPole, small model, 20k env steps, CPU
-    python examples/train_dreamer.py cartpole --dreamer.total-steps 2000     # a 1-2 minute smoke run
+    python examples/train_dreamer.py cartpole --dreamer.num-steps 2000       # a 1-2 minute smoke run
     python examples/train_dreamer.py cartpole-benchmarked             # as benchmarked (30k steps, replay ratio 0.5)
     python examples/train_dreamer.py --resume runs/dreamer_cartpole   # continue from its newest checkpoint
     python examples/train_dreamer.py cartpole --size XS --dreamer.engine async --dreamer.device cuda
@@ -10,9 +10,9 @@
     python examples/train_dreamer.py gameboy-standing-still --gameboy.task standing_still --gameboy.rom pokered.gb
     python examples/train_dreamer.py cartpole --help                  # every setting, with its help
 
-Metrics go to ``<run-dir>/metrics.jsonl`` (one line per ``--dreamer.log-every`` policy steps), checkpoints to
-``<run-dir>/checkpoint-<iteration>`` (safetensors + JSON, incl. the replay and the replay-ratio state), the
-resolved settings to ``<run-dir>/config.json``. With ``--dreamer.device cuda`` the Game Boy emulators run on the
+Metrics go to ``<output-dir>/metrics.jsonl`` (one line per ``--dreamer.log-every`` policy steps), checkpoints to
+``<output-dir>/checkpoint-<iteration>`` (safetensors + JSON, incl. the replay and the replay-ratio state), the
+resolved settings to ``<output-dir>/config.json``. With ``--dreamer.device cuda`` the Game Boy emulators run on the
 GPU too and frames go to the replay from the env's device buffer.
 """
 
@@ -100,27 +100,27 @@ class DreamerRun:
 
 
 def _cartpole(**overrides: Any) -> DreamerRun:
-    settings = {"total_steps": 20_000, "replay_ratio": 0.25, "learning_starts": 1024, **overrides}
+    settings = {"num_steps": 20_000, "replay_ratio": 0.25, "learning_starts": 1024, **overrides}
     return DreamerRun(_config("CartPole-v1", "vector", "runs/dreamer_cartpole", **settings))
 
 
-def _config(env_id: str, obs_kind: str, run_dir: str, total_steps: int, replay_ratio: float, learning_starts: int,
+def _config(env_id: str, obs_kind: str, output_dir: str, num_steps: int, replay_ratio: float, learning_starts: int,
             num_envs: int = 1, capacity: int = 100_000, batch_size: int = 16, seq_len: int = 32, log_every: int = 500,
             checkpoint_every: int = 5000, eval_episodes: int = 10) -> DreamerConfig:
     """The example's CPU setting: the small-control networks, sequences of ``seq_len``, one step per window."""
     return DreamerConfig(
-        env_id=env_id, obs_kind=obs_kind, num_envs=num_envs, total_steps=total_steps, model=SMALL_CONTROL_MODEL,
+        env_id=env_id, obs_kind=obs_kind, num_envs=num_envs, num_steps=num_steps, model=SMALL_CONTROL_MODEL,
         optim=SMALL_CONTROL_OPTIM, replay=ReplayConfig(capacity=capacity, seq_len=seq_len, batch_size=batch_size,
                                                       commit_stride=1, min_ready_steps=seq_len, safety_margin=seq_len),
         schedule=ScheduleConfig(replay_ratio=replay_ratio, learning_starts=learning_starts, pretrain_steps=1,
                                 rollout_window=1),
-        log_every=log_every, checkpoint_every=checkpoint_every, run_dir=run_dir, eval_episodes=eval_episodes)
+        log_every=log_every, checkpoint_every=checkpoint_every, output_dir=output_dir, eval_episodes=eval_episodes)
 
 
 PRESETS: dict[str, tuple[str, DreamerRun]] = {
     "cartpole": ("CartPole-v1, small-control networks, 20k env steps.", _cartpole()),
     "cartpole-benchmarked": ("CartPole-v1 as benchmarks/dreamer.py runs it: 30k steps, replay ratio 0.5.",
-                             _cartpole(total_steps=30_000, replay_ratio=0.5, learning_starts=512)),
+                             _cartpole(num_steps=30_000, replay_ratio=0.5, learning_starts=512)),
     "gameboy": ("GameBoy-v0's homebrew sprite-to-goal ROM, 8 emulators, 20k env steps.", DreamerRun(_config(
         "GameBoy-v0", "pixels", "runs/dreamer_sprite_goal", 20_000, 0.25, 1024, num_envs=8, capacity=20_000))),
     "gameboy-standing-still": (
@@ -163,24 +163,24 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     torch.set_num_threads(run.threads)
     config = run.resolved_config()
-    save_run_config(config.run_dir, parsed.preset, run)
+    save_run_config(config.output_dir, parsed.preset, run)
     trainer = DreamerTrainer(config, make_env=env_factory(run, config))
     if parsed.resume:
         resumed = trainer.resume_latest()
         print(f"resumed from {resumed}" if resumed else "no checkpoint yet: a fresh run")
     last = trainer.train()[-1]
     print(
-        f"trained: {last['policy_step']} policy steps, {last['gradient_steps']} gradient steps, "
+        f"trained: {last['step']} policy steps, {last['gradient_steps']} gradient steps, "
         f"replay ratio {last['replay/ratio_actual']:.3f} (target {config.schedule.replay_ratio})"
     )
-    trend = observation_loss_trend(config.run_dir)
+    trend = observation_loss_trend(config.output_dir)
     if trend is not None:
         print(f"world-model observation loss: first log {trend[0]:.2f} -> last log {trend[1]:.2f}")
     metrics = trainer.evaluate()
     trainer.close()
     print(json.dumps(metrics))
-    with (Path(config.run_dir) / "eval.jsonl").open("a") as handle:
-        handle.write(json.dumps({"policy_step": last["policy_step"]} | metrics) + "\n")
+    with (Path(config.output_dir) / "eval.jsonl").open("a") as handle:
+        handle.write(json.dumps({"step": last["step"], "policy_step": last["policy_step"]} | metrics) + "\n")
     return {"train": last, "eval": metrics, "observation_loss": trend}
 
 

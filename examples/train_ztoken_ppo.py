@@ -1,7 +1,7 @@
 """Train the Z-token PPO agent on ZTokenDigits-v1: supervised warm start, then PPO; CPU, a few minutes.
 
     python examples/train_ztoken_ppo.py                          # tiny Qwen3 from config, CPU
-    python examples/train_ztoken_ppo.py --resume runs/ztoken_ppo --ppo.num-rollouts 20   # continue, further
+    python examples/train_ztoken_ppo.py --resume runs/ztoken_ppo --ppo.num-steps 20   # continue, further
     python examples/train_ztoken_ppo.py --ppo.model.pretrained Qwen/Qwen3-0.6B --ppo.device cuda   # any HF LM
     python examples/train_ztoken_ppo.py --help                   # every setting, with its help
 
@@ -48,8 +48,8 @@ class ZTokenRun:
     """
 
     ppo: ZTokenPPOConfig = field(default_factory=lambda: ZTokenPPOConfig(
-        env_kwargs={"num_z_tokens": 8, "max_new_tokens": 8, "operand_digits": 2}, num_rollouts=10,
-        episodes_per_rollout=512, eval_episodes=256, lr=3e-4))
+        env_kwargs={"num_z_tokens": 8, "max_new_tokens": 8, "operand_digits": 2}, num_steps=10,
+        episodes_per_rollout=512, eval_episodes=256, learning_rate=3e-4))
     warm_start: ZTokenWarmStartConfig = field(default_factory=lambda: ZTokenWarmStartConfig(steps=1000, z_max=4))
     output_dir: str = "runs/ztoken_ppo"
     seed: int = 0
@@ -102,10 +102,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             f"digit accuracy {warm_metrics['eval/digit_accuracy']:.3f}"
         )
 
-    if trainer.rollout_index >= ppo_config.num_rollouts:
+    if trainer.rollout_index >= ppo_config.num_steps:
         print(
-            f"run already finished at rollout {trainer.rollout_index} of {ppo_config.num_rollouts}: "
-            "raise --ppo.num-rollouts to train further"
+            f"run already finished at rollout {trainer.rollout_index} of {ppo_config.num_steps}: "
+            "raise --ppo.num-steps to train further"
         )
     start = time.perf_counter()
     final = trainer.train()[-1]

@@ -27,7 +27,7 @@ from worldgym.jsonl import append_jsonl
 
 TRAINERS = ("grpo", "ztoken_ppo", "dreamer_v3", "dual_lora")
 # the metrics.jsonl key that counts a trainer's training steps (records with it at 0 are evaluations)
-STEP_KEY = {"grpo": "step", "dual_lora": "step", "ztoken_ppo": "rollout", "dreamer_v3": "iter"}
+STEP_KEY = {"grpo": "step", "dual_lora": "step", "ztoken_ppo": "step", "dreamer_v3": "iter"}
 # the libraries every run imports: a forkserver loads them once, so each run starts in a fraction of a second
 PRELOAD = ["torch", "transformers", "peft", "worldgym.agents.grpo", "worldgym.agents.dual_lora",
            "worldgym.agents.ztoken_ppo", "worldgym.agents.dreamer_v3", __name__]  # fmt: skip
@@ -150,13 +150,13 @@ def _ztoken_ppo(run_dir: Path, assets: Path) -> tuple[object, Callable[[], Path 
         env_kwargs=env_kwargs,
         num_envs=4,
         episodes_per_rollout=16,
-        num_rollouts=4,
+        num_steps=4,
         update_epochs=2,
         num_minibatches=2,
         eval_episodes=8,
         eval_every=2,
         checkpoint_every=1,
-        lr=1e-3,
+        learning_rate=1e-3,
         progress=False,
         output_dir=str(run_dir),
     )
@@ -173,11 +173,11 @@ class _DreamerRun:
 
         # tests/agents/dreamer_v3/test_gameboy_integration.py's tiny config; 12-step episodes span checkpoints
         config = gameboy_config(
-            num_envs=2, total_steps=64, seed=1, model=model_size("tiny"),
+            num_envs=2, num_steps=64, seed=1, model=model_size("tiny"),
             replay=ReplayConfig(capacity=128, seq_len=8, batch_size=4, min_ready_steps=8, safety_margin=8,
                                 commit_stride=4),
             schedule=ScheduleConfig(replay_ratio=0.5, learning_starts=16, pretrain_steps=1, rollout_window=4),
-            loss=LossConfig(horizon=4), log_every=8, checkpoint_every=8, run_dir=str(run_dir),
+            loss=LossConfig(horizon=4), log_every=8, checkpoint_every=8, output_dir=str(run_dir),
         )  # fmt: skip
         env, transform = make_gameboy_env(2, task="sprite_goal", max_episode_steps=13)
         self.engine = CPUEngine(config, env=env, obs_transform=transform)

@@ -54,7 +54,7 @@ def test_one_except_clause_catches_them():
 ONE_STYLE = re.compile(r"^[a-z_.]+=.+ is invalid: (use|pass) .+")
 INVALID_SETTINGS = {
     "GRPOConfig": lambda: GRPOConfig(num_steps=0),
-    "ZTokenPPOConfig": lambda: ZTokenPPOConfig(lr=-1.0),
+    "ZTokenPPOConfig": lambda: ZTokenPPOConfig(learning_rate=-1.0),
     "DreamerConfig": lambda: DreamerConfig(checkpoint_every=-1),
     "CartridgeDistillConfig": lambda: CartridgeDistillConfig(num_steps=0),
     "WarmStartConfig": lambda: WarmStartConfig(epochs=0),

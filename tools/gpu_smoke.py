@@ -101,16 +101,16 @@ def dreamer_async(scratch: Path, device: str) -> dict[str, Any]:
     from worldgym.agents.dreamer_v3.engine.async_engine import AsyncEngine
 
     config = DreamerConfig(
-        env_id="CartPole-v1", num_envs=4, total_steps=400, seed=0, model=model_size("XS"), device=device,
+        env_id="CartPole-v1", num_envs=4, num_steps=400, seed=0, model=model_size("XS"), device=device,
         dtype="bfloat16", replay=ReplayConfig(capacity=1024, seq_len=16, batch_size=8, min_ready_steps=16),
         schedule=ScheduleConfig(replay_ratio=0.5, learning_starts=64, pretrain_steps=4, rollout_window=8),
-        log_every=100, run_dir=str(scratch / "dreamer"), progress=False, engine="async")
+        log_every=100, output_dir=str(scratch / "dreamer"), progress=False, engine="async")
     engine = AsyncEngine(config)
     start = time.perf_counter()
     final = engine.run(progress=False)
     seconds = time.perf_counter() - start
     finite = all(bool(torch.isfinite(p).all()) for p in engine.core.learner.parameters())
-    return {"env_steps": config.total_steps, "seconds": seconds, "finite_weights": finite,
+    return {"env_steps": config.num_steps, "seconds": seconds, "finite_weights": finite,
             "replay_device": str(engine.core.replay.storage["obs"].device),
             **{k: v for k, v in final.items() if isinstance(v, (int, float))}}
 
@@ -121,7 +121,7 @@ def ztoken_ppo(scratch: Path, device: str) -> dict[str, Any]:
     model = ZTokenModelConfig(hidden_size=128, num_layers=2, num_heads=4, num_kv_heads=2, head_dim=32,
                               intermediate_size=256)
     config = ZTokenPPOConfig(model=model, env_kwargs={"num_z_tokens": 4, "max_new_tokens": 6},
-                             num_envs=16, episodes_per_rollout=64, num_rollouts=3, eval_every=3, eval_episodes=16,
+                             num_envs=16, episodes_per_rollout=64, num_steps=3, eval_every=3, eval_episodes=16,
                              device=device, dtype="bfloat16", output_dir=str(scratch / "ztoken"), progress=False)
     trainer = ZTokenPPOTrainer(config)
     start = time.perf_counter()

@@ -11,7 +11,9 @@ does around it) and names a few presets of it; :func:`parse_run` then reads, in 
    against its field's type (:mod:`worldgym.config_types`) before the script writes anything: a bad value
    raises :class:`worldgym.errors.ConfigError` naming the file, the field's path, the value and what is
    expected;
-3. flags for any field, e.g. ``--grpo.num-steps 20`` (``--help`` lists every field with its help and choices).
+3. flags for any field, e.g. ``--grpo.num-steps 20`` (``--help`` lists every field with its help and choices);
+   a renamed field's old flag (:func:`worldgym.config.renamed_fields`) still works, with a
+   ``DeprecationWarning``.
 
 The script records what it ran with :func:`save_run_config` in its run directory, so ``--resume`` and the
 benchmarks read it back with :func:`load_run_config`.
@@ -31,12 +33,15 @@ import argparse
 import dataclasses
 import json
 import sys
+import typing
+import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 import tyro
 
+from worldgym.config import renamed_fields_of
 from worldgym.config_file import read_config_file
 from worldgym.config_types import config_from_dict
 from worldgym.errors import ConfigError
@@ -90,7 +95,7 @@ def parse_run(
     name, base = _from_file(file, presets)
     if rest and rest[0] in presets:
         raise ValueError(f"{file} chooses the preset ({name!r}); drop {rest[0]!r} from the command line")
-    parsed = tyro.cli(type(base), default=base, args=rest, description=_file_options_help(description))
+    parsed = tyro.cli(type(base), default=base, args=_renamed_flags(type(base), rest), description=_file_options_help(description))
     return ParsedRun(name, parsed, resume=known.resume is not None)
 
 
@@ -105,8 +110,39 @@ def _from_file(file: Path, presets: Mapping[str, tuple[str, T]]) -> tuple[str, T
 
 def _cli_for(presets: Mapping[str, tuple[str, T]], name: str, rest: Sequence[str], description: str) -> T:
     summary, default = presets[name]
-    return tyro.cli(type(default), default=default, args=list(rest), prog=f"{Path(sys.argv[0]).name} {name}",
+    return tyro.cli(type(default), default=default, args=_renamed_flags(type(default), rest), prog=f"{Path(sys.argv[0]).name} {name}",
                     description=f"{summary}\n\n{description}")
+
+
+def _renamed_flags(run_type: type, args: Sequence[str]) -> list[str]:
+    """``args`` with every old flag of a renamed field (``--dreamer.total-steps``) replaced by its new one
+    (``--dreamer.num-steps``), each with a ``DeprecationWarning``."""
+    renamed = _old_flags(run_type, "")
+    out = []
+    for arg in args:
+        flag, equals, value = arg.partition("=")
+        new = renamed.get(flag.replace("_", "-")) if flag.startswith("--") else None
+        if new is not None:
+            warnings.warn(f"the flag {flag} is deprecated: use {new}", DeprecationWarning, stacklevel=4)
+            arg = new + equals + value
+        out.append(arg)
+    return out
+
+
+def _old_flags(cls: type, prefix: str) -> dict[str, str]:
+    """``{"--old-flag": "--new-flag"}`` for the renamed fields of dataclass ``cls`` and of the dataclasses
+    nested in it (flags spelled with dashes, as tyro writes them)."""
+    flags = {f"--{prefix}{old}".replace("_", "-"): f"--{prefix}{new}".replace("_", "-")
+             for old, new in renamed_fields_of(cls).items()}
+    try:
+        hints = typing.get_type_hints(cls)
+    except (NameError, TypeError):  # an annotation this module cannot resolve: no nested renames to find
+        return flags
+    for field in dataclasses.fields(cls):
+        for option in typing.get_args(hints.get(field.name)) or (hints.get(field.name),):
+            if dataclasses.is_dataclass(option) and isinstance(option, type):
+                flags |= _old_flags(option, f"{prefix}{field.name}.")
+    return flags
 
 
 def _file_options_help(description: str | None) -> str:

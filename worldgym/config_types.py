@@ -6,7 +6,8 @@ checked against its field's annotation (``int``, ``float``, ``str``, ``bool``, `
 itself (``__post_init__``). Any failure is a :class:`worldgym.errors.ConfigError` that names the source, the
 field's path, the value and what is expected, e.g. ``run.yaml: grpo.seed='abc' is invalid: expected an
 integer``. The only conversions are lossless ones a file cannot express: a list for a tuple field becomes a
-tuple, an integer for a float field becomes a float.
+tuple, an integer for a float field becomes a float. A field's old name (:func:`worldgym.config.renamed_fields`) is read as
+its new one, with a ``DeprecationWarning``.
 
 >>> from dataclasses import dataclass
 >>> @dataclass
@@ -31,6 +32,7 @@ import typing
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
+from worldgym.config import apply_renamed_fields
 from worldgym.errors import ConfigError
 
 __all__ = ["check_value", "config_from_dict", "describe_type"]
@@ -64,6 +66,7 @@ def config_from_dict(base: T, data: Any, source: str = "config", path: str = "")
     if not isinstance(data, Mapping):
         raise ConfigError(f"{source}: {where} must be a mapping of field -> value for {type(base).__name__}, "
                           f"got {_brief(data)}")
+    data = apply_renamed_fields(type(base), data, f"{source}: {path}" if path else source)
     fields = {f.name for f in dataclasses.fields(base) if f.init}
     unknown = [key for key in data if key not in fields]
     if unknown:

@@ -98,7 +98,7 @@ def test_distillation_trains_only_the_cartridge_and_lowers_the_held_out_kl(tmp_p
     frozen = trainer.cartridge.keys[:, :, :1].detach().clone()
     history = trainer.train()
     assert [row["step"] for row in history] == [0, 1, 2, 3]
-    assert [row["train/offline"] for row in history[1:]] == {
+    assert [row["rollout/offline"] for row in history[1:]] == {
         "on_policy": [0.0] * 3, "offline": [1.0] * 3, "hybrid": [1.0, 0.0, 0.0]}[mode]
     first, last = history[0], history[-1]
     assert last["eval/kl_cartridge"] < first["eval/kl_cartridge"]  # held-out questions, teacher's answers

@@ -52,7 +52,7 @@ def tiny_config(root: Path, **overrides) -> DreamerConfig:
     base = dict(
         env_id="CartPole-v1",
         num_envs=2,
-        total_steps=160,
+        num_steps=160,
         seed=3,
         model=model_size("tiny"),
         replay=ReplayConfig(
@@ -61,7 +61,7 @@ def tiny_config(root: Path, **overrides) -> DreamerConfig:
         schedule=ScheduleConfig(replay_ratio=0.1, learning_starts=20, pretrain_steps=2, rollout_window=4),
         loss=LossConfig(horizon=4),
         log_every=40,
-        run_dir=str(Path(root) / "run"),
+        output_dir=str(Path(root) / "run"),
     )
     base.update(overrides)
     return DreamerConfig(**base)

@@ -59,12 +59,12 @@ def test_game_boy_checkpoints_hold_the_env_state_and_cartpole_ones_do_not(tmp_pa
     """A run on an env with save states checkpoints it (checked like every file); CartPole's resets instead."""
     from worldgym.agents.dreamer_v3.gameboy import gameboy_config, make_gameboy_env
 
-    cartpole = CPUEngine(make_config(tmp_path / "cartpole", total_steps=8, checkpoint_every=8))
+    cartpole = CPUEngine(make_config(tmp_path / "cartpole", num_steps=8, checkpoint_every=8))
     cartpole.run(progress=False)
     assert not (latest_checkpoint(cartpole.core.run_dir) / "env_state.npz").exists()
     env, transform = make_gameboy_env(2, max_episode_steps=5)
     settings = {k: v for k, v in make_config(tmp_path).__dict__.items() if k not in ("env_id", "obs_kind")}
-    config = gameboy_config(**settings | {"total_steps": 8, "checkpoint_every": 8})
+    config = gameboy_config(**settings | {"num_steps": 8, "checkpoint_every": 8})
     engine = CPUEngine(config, env=env, obs_transform=transform)
     engine.run(progress=False)
     path = latest_checkpoint(engine.core.run_dir)

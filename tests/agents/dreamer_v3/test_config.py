@@ -82,5 +82,5 @@ def test_dict_round_trip_and_unknown_keys():
 def test_checkpoint_every_below_num_envs_is_rejected():
     with pytest.raises(ValueError, match=r"checkpoint_every=2 is invalid: use 0 \(only at the end\) or a value >= num_envs=4"):
         DreamerConfig(num_envs=4, checkpoint_every=2)
-    with pytest.raises(ValueError, match="total_steps=10.5 is invalid"):
-        DreamerConfig(total_steps=10.5)
+    with pytest.raises(ValueError, match="num_steps=10.5 is invalid"):
+        DreamerConfig(num_steps=10.5)

@@ -12,7 +12,7 @@ from worldgym.agents.dreamer_v3.engine.cpu import CPUEngine
 
 
 def no_wrap_config(make_config, path, **overrides):
-    cfg = make_config(path, total_steps=120, **overrides)
+    cfg = make_config(path, num_steps=120, **overrides)
     return dataclasses.replace(cfg, replay=dataclasses.replace(cfg.replay, capacity=256))
 
 

@@ -116,7 +116,7 @@ def test_resume_in_the_same_run_dir_does_not_duplicate_log_lines(reference_run, 
     shutil.copytree(engine.core.run_dir, run_dir)
     with (run_dir / "metrics.jsonl").open("a") as log:
         log.write('{"policy_step": 99')  # a line torn by a crash
-    resumed = CPUEngine(make_config(tmp_path, checkpoint_every=80, run_dir=str(run_dir)))
+    resumed = CPUEngine(make_config(tmp_path, checkpoint_every=80, output_dir=str(run_dir)))
     resumed.core.resume(run_dir / "checkpoint-40")
     resumed.run(progress=False)
     steps = [r["policy_step"] for r in read_jsonl(run_dir / "metrics.jsonl")]
@@ -143,7 +143,7 @@ def test_resume_rejects_bad_checkpoints(reference_run, tmp_path, make_config):
 
 
 def test_async_order_trains_on_the_previous_window(tmp_path, make_config):
-    cfg = make_config(tmp_path, total_steps=120)
+    cfg = make_config(tmp_path, num_steps=120)
     engine = CPUEngine(cfg, pipeline_lag=1)
     final = engine.run(progress=False)
     records = read_jsonl(engine.core.run_dir / "metrics.jsonl")
@@ -151,12 +151,12 @@ def test_async_order_trains_on_the_previous_window(tmp_path, make_config):
     for record in records[:-1]:
         if record["replay/sampled_t_max"] is not None:
             assert record["replay/sampled_t_max"] < record["replay/committed_t"] - window
-    serial = CPUEngine(make_config(tmp_path / "serial", total_steps=120)).run(progress=False)
+    serial = CPUEngine(make_config(tmp_path / "serial", num_steps=120)).run(progress=False)
     assert final["gradient_steps"] == serial["gradient_steps"]
 
 
 def test_non_finite_loss_writes_a_failure_bundle(tmp_path, monkeypatch, make_config):
-    engine = CPUEngine(make_config(tmp_path, total_steps=80))
+    engine = CPUEngine(make_config(tmp_path, num_steps=80))
     original = engine.core.learner.train_step
 
     def poisoned(batch, generator):

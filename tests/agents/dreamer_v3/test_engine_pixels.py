@@ -32,7 +32,7 @@ class ShadesEnv(gym.Env):
 
 def test_cpu_engine_trains_on_packed_frames(tmp_path, make_config):
     env = gym.vector.SyncVectorEnv([ShadesEnv, ShadesEnv])
-    cfg = make_config(tmp_path, obs_kind="pixels", total_steps=80, log_every=80)
+    cfg = make_config(tmp_path, obs_kind="pixels", num_steps=80, log_every=80)
     engine = CPUEngine(cfg, env=env, obs_transform=pack_frames)
     encoder_before = engine.core.learner.world_model.encoder.net[0].weight.detach().clone()
     record = engine.run(progress=False)

@@ -35,7 +35,7 @@ def tiny_gameboy_config(root: Path, **overrides) -> DreamerConfig:
     """Two emulators, tiny networks, short sequences: a few gradient steps in seconds on one core."""
     base = dict(
         num_envs=2,
-        total_steps=64,
+        num_steps=64,
         seed=1,
         model=model_size("tiny"),
         replay=ReplayConfig(
@@ -43,9 +43,9 @@ def tiny_gameboy_config(root: Path, **overrides) -> DreamerConfig:
         ),
         schedule=ScheduleConfig(replay_ratio=0.5, learning_starts=16, pretrain_steps=1, rollout_window=4),
         loss=LossConfig(horizon=4),
-        optim=OptimConfig(world_lr=1e-3),
+        optim=OptimConfig(world_learning_rate=1e-3),
         log_every=16,
-        run_dir=str(root / "run"),
+        output_dir=str(root / "run"),
     )
     return gameboy_config(**(base | overrides))
 
@@ -138,7 +138,7 @@ def test_device_buffer_reads_match_host_copies(tmp_path: Path) -> None:
         env, transform = make_gameboy_env(2, max_episode_steps=6, read_device_buffer=read_buffer)
         assert (transform.view is not None) == read_buffer
         no_training = ScheduleConfig(learning_starts=64, rollout_window=4)
-        cfg = tiny_gameboy_config(tmp_path / str(read_buffer), total_steps=40, schedule=no_training)
+        cfg = tiny_gameboy_config(tmp_path / str(read_buffer), num_steps=40, schedule=no_training)
         engine = CPUEngine(cfg, env=env, obs_transform=transform)
         engine.run(progress=False)
         storages.append(engine.core.replay.storage)
@@ -173,7 +173,7 @@ def test_example_config_uses_the_benchmarked_setting_by_default_and_the_paper_fo
 
 
 STANDING_STILL_ARGS = [
-    "gameboy-standing-still", "--dreamer.total-steps", "160", "--dreamer.num-envs", "2",
+    "gameboy-standing-still", "--dreamer.num-steps", "160", "--dreamer.num-envs", "2",
     "--dreamer.schedule.learning-starts", "32", "--dreamer.schedule.replay-ratio", "0.5",
     "--dreamer.replay.batch-size", "4", "--dreamer.replay.seq-len", "8", "--dreamer.replay.min-ready-steps", "8",
     "--dreamer.replay.safety-margin", "8", "--dreamer.replay.capacity", "256", "--dreamer.log-every", "16",
@@ -185,7 +185,7 @@ STANDING_STILL_ARGS = [
 def test_standing_still_homebrew_reconstruction_loss_falls(example, tmp_path: Path) -> None:
     """Constant no-op on the homebrew ROM: only the world model learns, and its observation loss falls."""
     run_dir = tmp_path / "still"
-    result = example.main([*STANDING_STILL_ARGS, "--dreamer.run-dir", str(run_dir)])
+    result = example.main([*STANDING_STILL_ARGS, "--dreamer.output-dir", str(run_dir)])
     assert json.loads((run_dir / "config.json").read_text())["gameboy"]["fixed_action"] == 0
     losses = observation_losses(str(run_dir))
     assert result["train"]["gradient_steps"] >= 50 and len(losses) >= 5
@@ -197,7 +197,7 @@ def test_standing_still_homebrew_reconstruction_loss_falls(example, tmp_path: Pa
 def test_pokemon_standing_still_reconstruction_loss_falls(example, tmp_path: Path) -> None:
     run_dir = tmp_path / "pokemon"
     args = [*STANDING_STILL_ARGS, "--gameboy.task", "standing_still", "--gameboy.rom", POKEMON_ROM,
-            "--dreamer.run-dir", str(run_dir)]
+            "--dreamer.output-dir", str(run_dir)]
     example.main(args)
     losses = observation_losses(str(run_dir))
     assert all(np.isfinite(losses)) and losses[-1] < 0.5 * losses[0]
@@ -207,7 +207,7 @@ def test_pokemon_standing_still_reconstruction_loss_falls(example, tmp_path: Pat
 def test_cuda_env_writes_frames_to_a_device_replay(tmp_path: Path) -> None:
     env, transform = make_gameboy_env(4, device="cuda", max_episode_steps=10)
     assert transform.view is not None and transform.view.is_cuda
-    cfg = tiny_gameboy_config(tmp_path, num_envs=4, device="cuda", total_steps=128)
+    cfg = tiny_gameboy_config(tmp_path, num_envs=4, device="cuda", num_steps=128)
     engine = CPUEngine(cfg, env=env, obs_transform=transform)
     record = engine.run(progress=False)
     replay = engine.core.replay

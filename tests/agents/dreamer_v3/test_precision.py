@@ -118,7 +118,7 @@ def test_policy_acts_under_bf16():
 def test_bf16_engine_run_is_deterministic_and_records_its_dtype(tmp_path, make_config):
     rows = []
     for name in ("a", "b"):
-        engine = CPUEngine(make_config(tmp_path / name, dtype="bfloat16", total_steps=80))
+        engine = CPUEngine(make_config(tmp_path / name, dtype="bfloat16", num_steps=80))
         record = engine.run(progress=False)
         rows.append({k: v for k, v in record.items() if not k.startswith("time/")})
         state = json.loads((engine.core.run_dir / "checkpoint-40" / "state.json").read_text())
@@ -128,11 +128,11 @@ def test_bf16_engine_run_is_deterministic_and_records_its_dtype(tmp_path, make_c
 
 @pytest.mark.parametrize(("saved", "resumed"), [("float32", "bfloat16"), ("bfloat16", "float32")])
 def test_checkpoint_resumes_in_the_other_precision(tmp_path, make_config, saved, resumed):
-    first = CPUEngine(make_config(tmp_path / "first", dtype=saved, total_steps=40))
+    first = CPUEngine(make_config(tmp_path / "first", dtype=saved, num_steps=40))
     first.run(progress=False)
     path = first.core.save(tmp_path / "ckpt")
     weights = {k: v.clone() for k, v in first.core.learner.state_dict().items()}
-    second = CPUEngine(make_config(tmp_path / "second", dtype=resumed, total_steps=80))
+    second = CPUEngine(make_config(tmp_path / "second", dtype=resumed, num_steps=80))
     second.core.resume(path)
     loaded = second.core.learner.state_dict()
     assert all(torch.equal(loaded[k], v) and loaded[k].dtype == v.dtype for k, v in weights.items())
@@ -145,7 +145,7 @@ def test_checkpoint_resumes_in_the_other_precision(tmp_path, make_config, saved,
 def test_async_engine_in_bf16_matches_the_reference_async_order(tmp_path, make_config):
     """Autocast is per thread: the actor and learner threads each run their forward passes in bf16. (bf16
     matmul kernels may sum in another order on another thread, so the weights agree closely, not bitwise.)"""
-    configs = [make_config(tmp_path / name, dtype="bfloat16", total_steps=80) for name in ("cpu", "async")]
+    configs = [make_config(tmp_path / name, dtype="bfloat16", num_steps=80) for name in ("cpu", "async")]
     configs = [dataclasses.replace(c, replay=dataclasses.replace(c.replay, capacity=256)) for c in configs]
     reference = CPUEngine(configs[0], pipeline_lag=1)
     expected = reference.run(progress=False)

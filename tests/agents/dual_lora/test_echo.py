@@ -63,14 +63,14 @@ def test_echo_off_is_plain_dapo_and_on_changes_the_update(tmp_path, csr_tokenize
     torch.testing.assert_close(terms.policy.loss, without.policy.loss)
     torch.testing.assert_close(terms.entropy, without.entropy)
     means = echo_means(terms.metrics)
-    assert terms.echo.item() == pytest.approx(0.1 * means["echo/loss"], rel=1e-5)
+    assert terms.echo.item() == pytest.approx(0.1 * means["loss/echo"], rel=1e-5)
     assert means["echo/observations"] == echo.echo_targets.count(rows)
     # halves of the minibatch, each normalised by the whole minibatch's observations, add up to the whole
     halves = [echo.minibatch_loss(prepared.batch, prepared.advantages, part, minibatch_rows=rows).echo
               for part in rows.split(2)]
     torch.testing.assert_close(sum(halves), terms.echo)
     metrics = echo.update(prepared)
-    assert metrics["echo/loss"] > 0 and 0 <= metrics["echo/token_accuracy"] <= 1
+    assert metrics["loss/echo"] > 0 and 0 <= metrics["echo/token_accuracy"] <= 1
 
 
 def test_echo_metrics_of_a_minibatch_do_not_depend_on_its_microbatches(tmp_path, csr_tokenizer):
@@ -84,7 +84,7 @@ def test_echo_metrics_of_a_minibatch_do_not_depend_on_its_microbatches(tmp_path,
         trainer.policy.load_state_dict(whole.policy.state_dict())
         metrics[name] = trainer.update(trainer.prepare(episodes))
     assert metrics["whole"]["echo/observations"] == sum(len(echo_turns(e)) for e in episodes) > 0
-    for key in ("echo/loss", "echo/token_accuracy", "echo/observations"):
+    for key in ("loss/echo", "echo/token_accuracy", "echo/observations"):
         assert metrics["micro"][key] == pytest.approx(metrics["whole"][key], rel=1e-5), key
 
 
@@ -109,7 +109,7 @@ def test_dual_lora_echo_mode_trains_one_adapter_and_reports_the_world_model(tmp_
     assert trainer.auxiliary_loss is None
     before = {n: p.detach().clone() for n, p in trainer.trainable.items()}
     (metrics,) = trainer.train()
-    assert metrics["echo/observations"] > 0 and "wm/loss" not in metrics
+    assert metrics["echo/observations"] > 0 and "loss/world_model" not in metrics
     assert any(not torch.equal(before[n], p) for n, p in trainer.trainable.items())
     assert metrics["eval/wm_calls"] > 0 and 0 <= metrics["eval/wm_token_accuracy"] <= 1
     assert "eval/wm_invalid_number/exact_match" in metrics

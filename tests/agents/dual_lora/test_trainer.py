@@ -36,7 +36,7 @@ def test_trainer_collects_both_adapters_once_and_trains_the_world_model(tmp_path
     assert {n.split(".")[-2] for n in trainer.trainable} == {"policy", "world_model"}
     before = _adapter_weights(trainer, "world_model")
     metrics = trainer.train_step()
-    assert metrics["wm/calls"] > 0 and metrics["wm/loss"] > 0 and metrics["wm/lambda"] == 0.5
+    assert metrics["wm/calls"] > 0 and metrics["loss/world_model"] > 0 and metrics["wm/lambda"] == 0.5
     after = _adapter_weights(trainer, "world_model")
     assert all(not torch.equal(before[n], after[n]) for n in before if "lora_B" in n)  # B moves first (B=0)
     assert trainer.policy.active_adapters == ["policy"]  # back to the rollout adapter after the WM forward
@@ -46,7 +46,7 @@ def test_wm_coef_zero_is_dapo_alone_and_leaves_the_world_model_untouched(tmp_pat
     trainer = _trainer(tmp_path, csr_tokenizer, wm_coef=0.0)
     before = _adapter_weights(trainer, "world_model")
     metrics = trainer.train_step()
-    assert "wm/loss" not in metrics
+    assert "loss/world_model" not in metrics
     assert all(torch.equal(before[n], p) for n, p in _adapter_weights(trainer, "world_model").items())
 
 
@@ -69,7 +69,7 @@ def test_iwm_trains_the_policy_adapter_on_replies_first_then_dapo(tmp_path, csr_
     first = trainer.train_step()
     assert first["wm/lambda"] == 1.0 and trainer.world_model.schedule.policy_weight(0) == 0.0
     second = trainer.train_step()
-    assert second["wm/lambda"] == 0.0 and "wm/loss" not in second
+    assert second["wm/lambda"] == 0.0 and "loss/world_model" not in second
 
 
 def test_checkpoint_resume_continues_exactly_and_corruption_is_named(tmp_path, csr_tokenizer):
@@ -158,7 +158,7 @@ def test_microbatches_run_the_world_model_once_per_minibatch(tmp_path, csr_token
     # no dropout: the microbatches' forwards draw dropout masks in another order than one pass does
     whole, whole_weights = step("whole", lora_dropout=0.0)
     micro, micro_weights = step("micro", microbatch_size=1, lora_dropout=0.0)
-    assert whole["wm/loss"] > 0 and micro["wm/loss"] == pytest.approx(whole["wm/loss"], rel=1e-5)
+    assert whole["loss/world_model"] > 0 and micro["loss/world_model"] == pytest.approx(whole["loss/world_model"], rel=1e-5)
     assert micro["loss/total"] == pytest.approx(whole["loss/total"], rel=1e-5)
     for name, tensor in whole_weights.items():
         torch.testing.assert_close(micro_weights[name], tensor, rtol=1e-5, atol=1e-6)
@@ -173,7 +173,7 @@ def test_both_adapters_train_in_float32_over_a_bf16_base(tmp_path, csr_tokenizer
     assert {p.dtype for p in trainer.trainable.values()} == {torch.float32}
     before = _adapter_weights(trainer, "world_model")
     metrics = trainer.train_step()
-    assert metrics["wm/loss"] > 0 and torch.isfinite(torch.tensor(metrics["loss/total"]))
+    assert metrics["loss/world_model"] > 0 and torch.isfinite(torch.tensor(metrics["loss/total"]))
     after = _adapter_weights(trainer, "world_model")
     assert all(not torch.equal(before[n], after[n]) for n in before if "lora_B" in n)
 
@@ -200,7 +200,7 @@ def test_loss_ratio_warning_only_when_nothing_bounds_the_world_model(tmp_path, c
     from worldgym.agents.grpo import GRPOTrainer
 
     trainer = _trainer(tmp_path, csr_tokenizer, transfer="separate", **bound)
-    monkeypatch.setattr(GRPOTrainer, "train_step", lambda self: {"wm/loss": 8.83, "loss/policy": 0.1})
+    monkeypatch.setattr(GRPOTrainer, "train_step", lambda self: {"loss/world_model": 8.83, "loss/policy": 0.1})
     with caplog.at_level("WARNING", logger="worldgym.agents.dual_lora.trainer"):
         metrics = trainer.train_step()
     assert metrics["wm/loss_ratio"] == pytest.approx(88.3)

@@ -74,16 +74,16 @@ def test_kill_while_replacing_the_checkpoint_then_resume(monkeypatch, tmp_path) 
     """SIGKILL a real training process between moving its old checkpoint aside and renaming the new one in
     (the window in which it used to have no checkpoint at all); ``--resume`` then continues the run."""
     out = tmp_path / "run"
-    _run_example(monkeypatch, [*TINY_ARGS, "--output-dir", str(out), "--ppo.num-rollouts", "1"])
+    _run_example(monkeypatch, [*TINY_ARGS, "--output-dir", str(out), "--ppo.num-steps", "1"])
     env = {**os.environ, CRASH_ENV: "old_moved_aside", "OMP_NUM_THREADS": "1"}
-    args = ["--resume", str(out), "--ppo.num-rollouts", "2"]
+    args = ["--resume", str(out), "--ppo.num-steps", "2"]
     command = [sys.executable, str(EXAMPLE), *args]
     killed = subprocess.run(command, check=False, env=env, capture_output=True, text=True, timeout=600)
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
     assert not (out / "ppo" / "checkpoint-last").exists() and (out / "ppo" / "checkpoint-last.old").is_dir()
     _run_example(monkeypatch, args)
     lines = (out / "ppo" / "metrics.jsonl").read_text().splitlines()
-    assert [json.loads(line)["rollout"] for line in lines] == [0, 1, 2]
+    assert [json.loads(line)["step"] for line in lines] == [0, 1, 2]
     assert _load_everything(out / "ppo" / "checkpoint-last")["rollout_index"] == 2
     assert sorted(p.name for p in (out / "ppo").iterdir() if p.name.startswith("checkpoint-last")) == [
         "checkpoint-last"

@@ -27,7 +27,7 @@ from worldgym.agents.ztoken_ppo import ZTokenModelConfig, ZTokenPPOConfig, ZToke
         ({"num_envs": True}, "num_envs=True is invalid: use an integer >= 1"),
         ({"num_minibatches": 2.0}, "num_minibatches=2.0 is invalid: use an integer >= 1"),
         ({"eval_episodes": True}, "eval_episodes=True is invalid"),
-        ({"lr": 0.0}, "lr=0.0 is invalid"),
+        ({"learning_rate": 0.0}, "learning_rate=0.0 is invalid"),
         ({"gae_lambda": 1.5}, "gae_lambda=1.5 is invalid: use a value in [0, 1]"),
         ({"eval_episodes": 10, "num_envs": 4, "episodes_per_rollout": 8}, "eval_episodes=10 is invalid"),
     ],

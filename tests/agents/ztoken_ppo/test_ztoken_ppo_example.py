@@ -22,15 +22,15 @@ def _run(monkeypatch, args: list[str]) -> None:
 
 def test_example_trains_then_resumes(monkeypatch, tmp_path, capsys) -> None:
     out = tmp_path / "run"
-    _run(monkeypatch, [*TINY_ARGS, "--output-dir", str(out), "--ppo.num-rollouts", "1"])
+    _run(monkeypatch, [*TINY_ARGS, "--output-dir", str(out), "--ppo.num-steps", "1"])
     assert "warm start" in capsys.readouterr().out
-    _run(monkeypatch, ["--resume", str(out), "--ppo.num-rollouts", "2"])
+    _run(monkeypatch, ["--resume", str(out), "--ppo.num-steps", "2"])
     lines = (out / "ppo" / "metrics.jsonl").read_text().splitlines()
-    rollouts = [json.loads(line)["rollout"] for line in lines]
+    rollouts = [json.loads(line)["step"] for line in lines]
     assert rollouts == [0, 1, 2]
     assert (out / "warm_start" / "policy.safetensors").is_file()
     assert len((out / "warm_start.jsonl").read_text().splitlines()) == 3
-    _run(monkeypatch, ["--resume", str(out), "--ppo.num-rollouts", "2"])
+    _run(monkeypatch, ["--resume", str(out), "--ppo.num-steps", "2"])
     assert "already finished" in capsys.readouterr().out
     assert (out / "ppo" / "metrics.jsonl").read_text().splitlines() == lines
 

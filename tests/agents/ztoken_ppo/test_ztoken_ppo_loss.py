@@ -53,5 +53,5 @@ def test_total_loss_combines_parts() -> None:
         value_coef=0.5,
         entropy_coef=0.1,
     )
-    assert parts["losses/value"] == pytest.approx(value_loss(torch.tensor([0.0, 1.0]), torch.ones(2)).item())
+    assert parts["loss/value"] == pytest.approx(value_loss(torch.tensor([0.0, 1.0]), torch.ones(2)).item())
     assert total.item() == pytest.approx(0.0 + 0.5 * 0.5 - 0.1 * 3.0)

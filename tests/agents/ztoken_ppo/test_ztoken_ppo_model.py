@@ -193,7 +193,7 @@ def test_dropout_is_disabled_so_the_first_minibatch_ratio_is_one(
     )
     trainer = ZTokenPPOTrainer(config, policy, encoder)
     parts = trainer.update(trainer.collect())
-    assert parts["losses/clip_fraction"] == 0.0 and abs(parts["losses/approx_kl"]) < 1e-6
+    assert parts["loss/clip_fraction"] == 0.0 and abs(parts["loss/approx_kl"]) < 1e-6
 
     save_checkpoint(tmp_path / "ckpt", policy, encoder, vocab.num_z_tokens)
     spec_file = tmp_path / "ckpt" / "policy.json"

@@ -23,7 +23,7 @@ def _config(tmp_path, env_kwargs: dict, tiny_model, **overrides) -> ZTokenPPOCon
         "env_kwargs": env_kwargs,
         "num_envs": 4,
         "episodes_per_rollout": 8,
-        "num_rollouts": 2,
+        "num_steps": 2,
         "update_epochs": 2,
         "num_minibatches": 2,
         "eval_episodes": 4,
@@ -45,7 +45,7 @@ def test_bfloat16_ppo_keeps_float32_weights_and_logs_finite_losses(tmp_path, env
     history = trainer.train()
     assert [row["dtype"] for row in history] == ["bfloat16"] * 3
     for row in history[1:]:
-        losses = [value for key, value in row.items() if key.startswith("losses/")]
+        losses = [value for key, value in row.items() if key.startswith("loss/")]
         assert losses and all(math.isfinite(value) for value in losses)
         assert 0 <= row[GAPS[0]] <= row[GAPS[1]] < 0.1  # the rollout's log-probs vs the update's forward
     # the LM is trained in full: every weight and every Adam moment stays float32
@@ -89,12 +89,12 @@ def test_frozen_weights_are_stored_in_bfloat16_and_trainable_ones_in_float32(
     assert policy.lm.get_input_embeddings().weight.dtype == torch.bfloat16
     assert {p.dtype for p in policy.parameters() if p.requires_grad} == {torch.float32}
     row = trainer.train()[-1]
-    assert math.isfinite(row["losses/policy"]) and math.isfinite(row["losses/value"])
+    assert math.isfinite(row["loss/policy"]) and math.isfinite(row["loss/value"])
 
 
 @pytest.mark.parametrize(("saved", "loaded"), [("bfloat16", "float32"), ("float32", "bfloat16")])
 def test_a_checkpoint_resumes_in_the_other_precision(tmp_path, env_kwargs, tiny_model, saved, loaded) -> None:
-    first = ZTokenPPOTrainer(_config(tmp_path, env_kwargs, tiny_model, dtype=saved, num_rollouts=1))
+    first = ZTokenPPOTrainer(_config(tmp_path, env_kwargs, tiny_model, dtype=saved, num_steps=1))
     first.train()
     resumed = ZTokenPPOTrainer(_config(tmp_path, env_kwargs, tiny_model, dtype=loaded))
     resumed.load(first.checkpoint_path)
@@ -103,7 +103,7 @@ def test_a_checkpoint_resumes_in_the_other_precision(tmp_path, env_kwargs, tiny_
         torch.testing.assert_close(b, a.float(), msg=name)
     history = resumed.train()
     assert [row["dtype"] for row in history] == [saved, saved, loaded]
-    assert math.isfinite(history[-1]["losses/policy"])
+    assert math.isfinite(history[-1]["loss/policy"])
 
 
 def test_auto_resolves_for_the_device_and_bad_values_name_the_field(tmp_path, env_kwargs, tiny_model) -> None:

@@ -46,7 +46,7 @@ def _ppo_config(tmp_path, env_kwargs: dict, **overrides) -> ZTokenPPOConfig:
         "env_kwargs": env_kwargs,
         "num_envs": 4,
         "episodes_per_rollout": 16,
-        "num_rollouts": 2,
+        "num_steps": 2,
         "update_epochs": 2,
         "num_minibatches": 2,
         "eval_episodes": 8,
@@ -70,7 +70,7 @@ def test_warm_start_lowers_the_supervised_loss(tiny_policy, tmp_path, env_kwargs
     obs, digits = _scripted_batch(99, env_kwargs)
     with torch.no_grad():
         before, _ = warm_start_loss(policy, encoder.encode(obs), torch.as_tensor(digits), 1.0, 1.0)
-    config = ZTokenWarmStartConfig(steps=30, batch_size=32, num_envs=4, z_min=1, z_max=3, lr=3e-3)
+    config = ZTokenWarmStartConfig(steps=30, batch_size=32, num_envs=4, z_min=1, z_max=3, learning_rate=3e-3)
     metrics = warm_start(
         policy, encoder, "ZTokenDigits-v1", env_kwargs, config, tmp_path / "warm.jsonl", progress=False
     )
@@ -99,10 +99,10 @@ def test_ppo_updates_every_parameter_and_writes_the_rollout_schema(tiny_policy, 
     history = trainer.train()
     unchanged = [n for n, p in trainer.policy.named_parameters() if torch.equal(p.detach(), before[n])]
     assert not unchanged
-    assert history is trainer.history and [row["rollout"] for row in history] == [0, 1, 2]
+    assert history is trainer.history and [row["step"] for row in history] == [0, 1, 2]
     result = history[-1]
-    assert result["rollout"] == 2 and result["env_steps"] >= 2 * 16
-    assert {"eval/exact_match", "eval/digit_accuracy", "eval/z_len_mean", "losses/clip_fraction"} <= set(
+    assert result["step"] == 2 and result["env_steps"] >= 2 * 16
+    assert {"eval/exact_match", "eval/digit_accuracy", "eval/z_len_mean", "loss/clip_fraction"} <= set(
         result
     )
     records = [json.loads(line) for line in (tmp_path / "run" / "rollouts.jsonl").read_text().splitlines()]
@@ -132,7 +132,7 @@ def test_resume_continues_the_same_run(tmp_path, env_kwargs, tiny_model) -> None
     straight.train()
 
     first = ZTokenPPOTrainer(
-        _ppo_config(tmp_path / "b", env_kwargs, eval_episodes=0, num_rollouts=1, model=tiny_model)
+        _ppo_config(tmp_path / "b", env_kwargs, eval_episodes=0, num_steps=1, model=tiny_model)
     )
     first.train()
     for name in ("metrics.jsonl", "rollouts.jsonl"):  # a crash mid-write leaves a torn last line
@@ -140,17 +140,17 @@ def test_resume_continues_the_same_run(tmp_path, env_kwargs, tiny_model) -> None
             handle.write('{"rollout": 2, "env_st')
     resumed = ZTokenPPOTrainer(_ppo_config(tmp_path / "b", env_kwargs, eval_episodes=0, model=tiny_model))
     assert resumed.resume_latest() == first.checkpoint_path == tmp_path / "b" / "run" / "checkpoint-last"
-    assert resumed.rollout_index == 1 and [row["rollout"] for row in resumed.history] == [1]
+    assert resumed.rollout_index == 1 and [row["step"] for row in resumed.history] == [1]
     history = resumed.train()
     assert _untimed(history) == _untimed(straight.history)
     for (name, a), (_, b) in zip(
         straight.policy.named_parameters(), resumed.policy.named_parameters(), strict=True
     ):
         torch.testing.assert_close(a, b, msg=name)
-    for name in ("metrics.jsonl", "rollouts.jsonl"):
+    for name, key in (("metrics.jsonl", "step"), ("rollouts.jsonl", "rollout")):
         lines = (tmp_path / "b" / "run" / name).read_text().splitlines()
-        assert [json.loads(line)["rollout"] for line in lines] == [
-            json.loads(line)["rollout"] for line in (tmp_path / "a" / "run" / name).read_text().splitlines()
+        assert [json.loads(line)[key] for line in lines] == [
+            json.loads(line)[key] for line in (tmp_path / "a" / "run" / name).read_text().splitlines()
         ]
     lines = (tmp_path / "b" / "run" / "rollouts.jsonl").read_text()
     assert lines == (tmp_path / "a" / "run" / "rollouts.jsonl").read_text()
@@ -161,17 +161,17 @@ def test_resume_continues_the_same_run(tmp_path, env_kwargs, tiny_model) -> None
         json.loads(line) for line in (tmp_path / "b" / "run" / "metrics.jsonl").read_text().splitlines()
     ]
     assert finished.train() == logged == history
-    assert logged[-1]["rollout"] == 2 and logged[-1]["env_steps"] == resumed.env_steps
+    assert logged[-1]["step"] == 2 and logged[-1]["env_steps"] == resumed.env_steps
 
 
 def test_a_fresh_run_in_a_used_output_dir_starts_new_logs(tiny_policy, tmp_path, env_kwargs) -> None:
-    config = _ppo_config(tmp_path, env_kwargs, num_rollouts=1, eval_episodes=0)
+    config = _ppo_config(tmp_path, env_kwargs, num_steps=1, eval_episodes=0)
     for _ in range(2):
         trainer = ZTokenPPOTrainer(config, *tiny_policy)
         trainer.train()
         trainer.close()
     metrics = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
-    assert [json.loads(line)["rollout"] for line in metrics] == [1]
+    assert [json.loads(line)["step"] for line in metrics] == [1]
     assert len((tmp_path / "run" / "rollouts.jsonl").read_text().splitlines()) == 16
 
 
@@ -205,20 +205,20 @@ def test_gae_with_greedy_digits_trains_the_token_policy_but_not_the_digit_heads(
     tiny_policy, tmp_path, env_kwargs
 ) -> None:
     policy, encoder = tiny_policy
-    config = _ppo_config(tmp_path, env_kwargs, advantage="gae", digit_actions="greedy", num_rollouts=1)
+    config = _ppo_config(tmp_path, env_kwargs, advantage="gae", digit_actions="greedy", num_steps=1)
     trainer = ZTokenPPOTrainer(config, policy, encoder)
     heads = [p.detach().clone() for p in policy.digit_heads.parameters()]
     embeddings = policy.lm.get_input_embeddings().weight.detach().clone()
     result = trainer.train()[-1]
     assert all(torch.equal(a, b) for a, b in zip(heads, policy.digit_heads.parameters(), strict=True))
     assert not torch.equal(embeddings, policy.lm.get_input_embeddings().weight)
-    assert result["losses/value"] > 0
+    assert result["loss/value"] > 0
 
 
 def test_the_trainer_has_the_agent_shape_and_builds_its_policy_from_the_config(
     tmp_path, env_kwargs, tiny_model
 ):
-    config = _ppo_config(tmp_path, env_kwargs, num_rollouts=1, model=replace(tiny_model, seed=7))
+    config = _ppo_config(tmp_path, env_kwargs, num_steps=1, model=replace(tiny_model, seed=7))
     trainer = ZTokenPPOTrainer(config)
     assert isinstance(trainer, AgentTrainer) and trainer.history == []
     policy, _ = build_policy(config.model, ZTokenVocab(env_kwargs["num_z_tokens"]))

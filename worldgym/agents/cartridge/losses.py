@@ -33,8 +33,8 @@ def distillation_loss(
             ``"sampled_reverse"``: the reverse KL(student ‖ teacher) estimated on the sampled tokens ``tokens``
             (``[N]``), with the REINFORCE gradient ``(log p_s(y) - log p_t(y)) * ∇ log p_s(y)``.
 
-    Every kind also reports ``kl/full`` (the forward KL over the vocabulary, no gradient), so runs of different
-    kinds compare on one figure.
+    The figures: ``loss/kl``, the loss's value, and ``kl/full``, the forward KL over the vocabulary (no
+    gradient), which every kind reports so that runs of different kinds compare on one figure.
 
     >>> t = torch.tensor([[2.0, 0.0, -1.0]])
     >>> loss, figures = distillation_loss(t, t.clone().requires_grad_())
@@ -65,5 +65,5 @@ def distillation_loss(
         loss = ((chosen_s - chosen_t).detach() * chosen_s).mean()
     else:
         raise ValueError(f"kind={kind!r} is invalid: use 'full', 'topk' or 'sampled_reverse'")
-    figures = {"kl/full": float(full.detach().mean()), "kl/loss": float(loss.detach())}
+    figures = {"kl/full": float(full.detach().mean()), "loss/kl": float(loss.detach())}
     return loss, figures

@@ -246,8 +246,8 @@ class CartridgeDistillTrainer:
         loss.backward()
         self.optimizer.step()
         self.step += 1
-        return {"step": self.step, **figures, "train/offline": float(offline),
-                "train/answer_tokens": float(sum(e.num_model_tokens for e in episodes)),
+        return {"step": self.step, **figures, "rollout/offline": float(offline),
+                "rollout/answer_tokens": float(sum(e.num_model_tokens for e in episodes)),
                 "time/sample_s": sampled_s, "time/step_s": time.perf_counter() - start}
 
     def _sampling(self, step_seed: int) -> SamplingParams:

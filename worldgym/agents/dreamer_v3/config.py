@@ -9,7 +9,13 @@ from typing import Any, Literal
 
 import torch
 
-from worldgym.config import check_choice, check_field, check_positive_int
+from worldgym.config import (
+    apply_renamed_fields,
+    check_choice,
+    check_field,
+    check_positive_int,
+    renamed_fields,
+)
 from worldgym.precision import Precision, check_precision, resolve_dtype
 
 SizeName = Literal["tiny", "XS", "S", "M"]
@@ -203,22 +209,24 @@ class LossConfig:
         )
 
 
+@renamed_fields(world_lr="world_learning_rate", actor_lr="actor_learning_rate", critic_lr="critic_learning_rate")
 @dataclass(frozen=True)
 class OptimConfig:
-    """Adam settings per network (DreamerV3 defaults).
+    """Adam settings per network (DreamerV3 defaults). ``world_lr``, ``actor_lr`` and ``critic_lr`` are
+    deprecated names of the learning rates (:func:`worldgym.config.renamed_fields`).
 
     Attributes:
-        world_lr (float): world-model learning rate.
-        actor_lr (float): actor learning rate.
-        critic_lr (float): critic learning rate.
+        world_learning_rate (float): world-model learning rate.
+        actor_learning_rate (float): actor learning rate.
+        critic_learning_rate (float): critic learning rate.
         eps (float): Adam epsilon.
         world_clip (float): world-model gradient-norm clip.
         behavior_clip (float): actor and critic gradient-norm clip.
     """
 
-    world_lr: float = 1e-4
-    actor_lr: float = 8e-5
-    critic_lr: float = 8e-5
+    world_learning_rate: float = 1e-4
+    actor_learning_rate: float = 8e-5
+    critic_learning_rate: float = 8e-5
     eps: float = 1e-8
     world_clip: float = 1000.0
     behavior_clip: float = 100.0
@@ -235,17 +243,20 @@ class OptimConfig:
 SMALL_CONTROL_MODEL = model_size(
     "tiny", dense_units=64, recurrent_size=64, stochastic_size=16, discrete_size=16
 )
-SMALL_CONTROL_OPTIM = OptimConfig(world_lr=3e-4, actor_lr=3e-4, critic_lr=3e-4)
+SMALL_CONTROL_OPTIM = OptimConfig(world_learning_rate=3e-4, actor_learning_rate=3e-4, critic_learning_rate=3e-4)
 
 
+@renamed_fields(total_steps="num_steps", run_dir="output_dir")
 @dataclass(frozen=True)
 class DreamerConfig:
-    """Everything one Dreamer v3 run needs.
+    """Everything one Dreamer v3 run needs. ``total_steps`` and ``run_dir`` are deprecated names of ``num_steps``
+    and ``output_dir`` (:func:`worldgym.config.renamed_fields`).
 
     Attributes:
         env_id (str): Gymnasium id of the task.
         num_envs (int): parallel envs ``N``.
-        total_steps (int): policy steps (summed over envs) to run.
+        num_steps (int): the run's budget, in policy steps: env steps summed over the envs (a history row's
+            ``step``).
         seed (int): seed of every generator in the run.
         obs_kind (ObsKind): ``vector`` (MLP encoder) or ``pixels`` (2-bit packed frames, CNN encoder).
         model (ModelConfig): network sizes.
@@ -260,7 +271,7 @@ class DreamerConfig:
             computes it natively, else float32).
         log_every (int): policy steps between two JSONL metric lines.
         checkpoint_every (int): policy steps between two checkpoints (0 = only at the end).
-        run_dir (str): where metrics, checkpoints and failure bundles go.
+        output_dir (str): the run folder: metrics, checkpoints and failure bundles.
         engine (EngineName): ``cpu`` (deterministic, one thread) or ``async`` (actor and learner threads).
         eval_episodes (int): episodes of :meth:`DreamerTrainer.evaluate`.
         progress (bool): show a progress bar.
@@ -268,7 +279,7 @@ class DreamerConfig:
 
     env_id: str = "CartPole-v1"
     num_envs: int = 1
-    total_steps: int = 10_000
+    num_steps: int = 10_000
     seed: int = 0
     obs_kind: ObsKind = "vector"
     model: ModelConfig = field(default_factory=lambda: model_size("XS"))
@@ -280,13 +291,13 @@ class DreamerConfig:
     dtype: Precision = "float32"
     log_every: int = 500
     checkpoint_every: int = 0
-    run_dir: str = "runs/dreamer_v3"
+    output_dir: str = "runs/dreamer_v3"
     engine: EngineName = "cpu"
     eval_episodes: int = 10
     progress: bool = True
 
     def __post_init__(self) -> None:
-        for name in ("num_envs", "total_steps", "log_every", "eval_episodes"):
+        for name in ("num_envs", "num_steps", "log_every", "eval_episodes"):
             check_positive_int(name, getattr(self, name))
         check_choice("obs_kind", self.obs_kind, ("vector", "pixels"))
         check_choice("engine", self.engine, ("cpu", "async"))
@@ -320,9 +331,11 @@ class DreamerConfig:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> DreamerConfig:
-        """Rebuild a config written by :meth:`to_dict`; unknown keys raise ``ValueError``."""
+        """Rebuild a config written by :meth:`to_dict` (old field names read as their new ones, with a
+        ``DeprecationWarning``); unknown keys raise ``ValueError``."""
         nested = {"model": ModelConfig, "replay": ReplayConfig, "schedule": ScheduleConfig}
         nested |= {"loss": LossConfig, "optim": OptimConfig}
+        data = apply_renamed_fields(cls, data)
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = set(data) - known
         if unknown:
@@ -330,6 +343,7 @@ class DreamerConfig:
         kwargs = dict(data)
         for name, kind in nested.items():
             if name in kwargs and isinstance(kwargs[name], dict):
+                kwargs[name] = apply_renamed_fields(kind, kwargs[name])
                 sub_known = {f.name for f in dataclasses.fields(kind)}
                 sub_unknown = set(kwargs[name]) - sub_known
                 if sub_unknown:

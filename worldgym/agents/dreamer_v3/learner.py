@@ -55,9 +55,9 @@ class DreamerLearner(nn.Module):
         )
         o = cfg.optim
         self.optimizers = {
-            "world_model": torch.optim.Adam(self.world_model.parameters(), lr=o.world_lr, eps=o.eps),
-            "actor": torch.optim.Adam(self.actor.parameters(), lr=o.actor_lr, eps=o.eps),
-            "critic": torch.optim.Adam(self.critic.parameters(), lr=o.critic_lr, eps=o.eps),
+            "world_model": torch.optim.Adam(self.world_model.parameters(), lr=o.world_learning_rate, eps=o.eps),
+            "actor": torch.optim.Adam(self.actor.parameters(), lr=o.actor_learning_rate, eps=o.eps),
+            "critic": torch.optim.Adam(self.critic.parameters(), lr=o.critic_learning_rate, eps=o.eps),
         }
         self.gradient_steps = 0
 

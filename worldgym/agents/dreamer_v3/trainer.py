@@ -47,11 +47,11 @@ class DreamerTrainer:
             :func:`gym_env_factory`); also builds the evaluation env (one env) when :meth:`evaluate` gets none.
 
     >>> from worldgym.agents.dreamer_v3 import ReplayConfig, ScheduleConfig, model_size
-    >>> config = DreamerConfig(total_steps=64, model=model_size("tiny"), progress=False, log_every=32,
+    >>> config = DreamerConfig(num_steps=64, model=model_size("tiny"), progress=False, log_every=32,
     ...     replay=ReplayConfig(capacity=256, seq_len=8, batch_size=2, min_ready_steps=8, safety_margin=8),
-    ...     schedule=ScheduleConfig(replay_ratio=0.1, learning_starts=16), run_dir="/tmp/wg_dreamer_doctest")
+    ...     schedule=ScheduleConfig(replay_ratio=0.1, learning_starts=16), output_dir="/tmp/wg_dreamer_doctest")
     >>> trainer = DreamerTrainer(config)
-    >>> [row["policy_step"] for row in trainer.train()]
+    >>> [row["step"] for row in trainer.train()]
     [32, 64]
     >>> trainer.close()
     """
@@ -74,8 +74,9 @@ class DreamerTrainer:
         return self.engine.core.metrics_path
 
     def train(self) -> list[dict[str, Any]]:
-        """Run until ``config.total_steps`` (continuing a loaded run); returns every logged row of the run
-        (``metrics.jsonl``). A fresh run replaces the logs an earlier run left in ``config.run_dir``."""
+        """Run until ``config.num_steps`` policy steps (continuing a loaded run); returns every logged row of the
+        run (``metrics.jsonl``; ``step`` and ``policy_step``: policy steps so far). A fresh run replaces the logs an
+        earlier run left in ``config.output_dir``."""
         core = self.engine.core
         if core.counters.iter_num == 0:
             truncate_jsonl(core.metrics_path, "policy_step", 0)
@@ -111,7 +112,7 @@ class DreamerTrainer:
     def resume_latest(self) -> Path | None:
         """Load the run's newest checkpoint (:func:`~worldgym.checkpointing.latest_checkpoint`);
         returns its path, or None when there is none yet."""
-        return load_latest(self.config.run_dir, self.load)
+        return load_latest(self.config.output_dir, self.load)
 
     def close(self) -> None:
         """Close the training env."""

@@ -284,19 +284,20 @@ def _summary(values: Sequence[float]) -> dict[str, float | None]:
 def run_losses(run_dir: str | Path, band: tuple[float, float] | None = None) -> dict[str, Any]:
     """One run's L_policy, L_wm, λ, L_wm / |L_policy| (steps outside the band: the config's
     ``loss_ratio_band`` unless ``band`` is given) and validation success, first → last."""
-    records = read_metrics(run_dir)
+    records = [{"loss/world_model" if key == "wm/loss" else key: value for key, value in record.items()}
+               for record in read_metrics(run_dir)]  # runs logged before the key's rename wrote "wm/loss"
     config, checkpoint = _run_config(Path(run_dir))
     band = tuple(band or (config.loss_ratio_band if config else DualLoRAConfig.loss_ratio_band))
     steps = [r for r in records if "loss/policy" in r]
     world_model_only = config.iwm_steps if config is not None and config.transfer == "iwm" else 0
-    ratios = [r["wm/loss"] / max(abs(r["loss/policy"]), 1e-8) for r in steps
-              if "wm/loss" in r and r["loss/policy"] and r["step"] > world_model_only]  # as the trainer logs it
+    ratios = [r["loss/world_model"] / max(abs(r["loss/policy"]), 1e-8) for r in steps  # as the trainer logs it
+              if "loss/world_model" in r and r["loss/policy"] and r["step"] > world_model_only]
     evaluations = [r for r in records if "eval/success_rate" in r]
     return {
         "run": str(run_dir), "config_from": str(checkpoint) if checkpoint else None, "band": list(band),
         "steps": len(steps),
         "policy_loss": _summary([r["loss/policy"] for r in steps]),
-        "wm_loss": _summary([r["wm/loss"] for r in steps if "wm/loss" in r]),
+        "wm_loss": _summary([r["loss/world_model"] for r in steps if "loss/world_model" in r]),
         "lambda": _summary([r["wm/lambda"] for r in steps if "wm/lambda" in r]),
         "grad_norm": _summary([r["loss/grad_norm"] for r in steps if "loss/grad_norm" in r]),
         "ratio": {**_summary(ratios), "steps": len(ratios),
@@ -467,7 +468,7 @@ def check_gradients(checkpoint: str | Path, base: Base | None = None, prompts: i
     figures = {"checkpoint": str(find_checkpoint(checkpoint)), "step": trainer.step, "transfer": config.transfer,
                "episodes": len(episodes), "wm_calls": calls, "wm_calls_from": source,
                "wm_lambda": objective.schedule.value(trainer.step),
-               "loss": {k: v for k, v in metrics.items() if k in ("loss/total", "loss/policy", "wm/loss")},
+               "loss": {k: v for k, v in metrics.items() if k in ("loss/total", "loss/policy", "loss/world_model")},
                "adapters": adapters, "base_tensors_with_grad": len(stray), "problems": problems}
     table = Table(title=f"gradients of one minibatch, {figures['checkpoint']} (step {trainer.step}, transfer "
                         f"{config.transfer}, λ {figures['wm_lambda']:g}, {calls} phone calls from {source})")

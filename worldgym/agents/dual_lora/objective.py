@@ -84,7 +84,7 @@ class WorldModelObjective:
         kept, loss_sum, accuracy_sum, skipped = shard.sum(totals).tolist()
         accuracy = accuracy_sum / len(recent)
         self._accuracies.append(accuracy)
-        metrics |= {"wm/loss": loss_sum / max(kept, 1.0), "wm/token_accuracy": accuracy,
+        metrics |= {"loss/world_model": loss_sum / max(kept, 1.0), "wm/token_accuracy": accuracy,
                     "wm/trained_calls": float(len(recent)), "wm/replayed": float(len(past)),
                     "wm/skipped_confident": skipped}
         return self._lambda * local_sum / max(kept, 1.0), metrics

@@ -129,8 +129,8 @@ class DualLoRATrainer(GRPOTrainer):
         with ``clip_per_adapter``, where each adapter is clipped on its own, nor with ``auxiliary_grad_ratio``,
         which caps the world model's gradient against the policy's)."""
         metrics = super().train_step()
-        if "wm/loss" in metrics and metrics.get("loss/policy") and self.world_model.policy_weight > 0:
-            ratio = metrics["wm/loss"] / max(abs(metrics["loss/policy"]), 1e-8)
+        if "loss/world_model" in metrics and metrics.get("loss/policy") and self.world_model.policy_weight > 0:
+            ratio = metrics["loss/world_model"] / max(abs(metrics["loss/policy"]), 1e-8)
             metrics["wm/loss_ratio"] = ratio
             low, high = self.config.loss_ratio_band
             bounded = self.config.clip_per_adapter or self.config.auxiliary_grad_ratio is not None

@@ -98,12 +98,12 @@ ECHO_SUMS = ("echo/loss_sum", "echo/correct_tokens", "echo/tokens", "echo/observ
 
 
 def echo_means(metrics: dict[str, float]) -> dict[str, float]:
-    """``metrics`` with the echo sums replaced by ``echo/loss`` (mean over observations), ``echo/token_accuracy``
+    """``metrics`` with the echo sums replaced by ``loss/echo`` (mean over observations), ``echo/token_accuracy``
     (over their tokens) and ``echo/observations``; unchanged without echo sums."""
     if "echo/observations" not in metrics:
         return metrics
     out = {key: value for key, value in metrics.items() if key not in ECHO_SUMS}
-    return out | {"echo/loss": metrics["echo/loss_sum"] / max(metrics["echo/observations"], 1.0),
+    return out | {"loss/echo": metrics["echo/loss_sum"] / max(metrics["echo/observations"], 1.0),
                   "echo/token_accuracy": metrics["echo/correct_tokens"] / max(metrics["echo/tokens"], 1.0),
                   "echo/observations": metrics["echo/observations"]}
 

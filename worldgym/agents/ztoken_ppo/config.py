@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, get_args
 
-from worldgym.config import check_choice, check_field, check_positive_int
+from worldgym.config import check_choice, check_field, check_positive_int, renamed_fields
 from worldgym.precision import Precision, check_precision
 
 DigitActions = Literal["sample", "greedy"]
@@ -74,6 +74,7 @@ class ZTokenModelConfig:
         }
 
 
+@renamed_fields(lr="learning_rate")
 @dataclass
 class ZTokenWarmStartConfig:
     """Supervised "phase 2/3" warm start: digit heads + a scripted Z policy, learnt from env episodes.
@@ -85,7 +86,7 @@ class ZTokenWarmStartConfig:
     Attributes:
         steps (int): optimiser steps.
         batch_size (int): episodes per step.
-        lr (float): AdamW learning rate.
+        learning_rate (float): AdamW learning rate (``lr``: its deprecated name).
         weight_decay (float): AdamW weight decay.
         z_min (int): shortest Z trace (inclusive).
         z_max (int): longest Z trace (inclusive).
@@ -94,14 +95,14 @@ class ZTokenWarmStartConfig:
         max_grad_norm (float): gradient clipping.
         num_envs (int): vector env width for data collection.
         lr_schedule (Literal["onecycle", "constant"]): both warm up over the first 10% of steps; "onecycle"
-            then anneals to ~0, "constant" holds ``lr`` (better here at 1000 steps; PPO anneals later).
+            then anneals to ~0, "constant" holds ``learning_rate`` (better here at 1000 steps; PPO anneals later).
         seed (int): seeds the env resets and the scripted Z-trace lengths (the batches are fresh episodes
             each step, so there is nothing to shuffle).
     """
 
     steps: int = 1000
     batch_size: int = 64
-    lr: float = 2e-3
+    learning_rate: float = 2e-3
     weight_decay: float = 0.01
     z_min: int = 1
     z_max: int = 4
@@ -116,7 +117,7 @@ class ZTokenWarmStartConfig:
         check_choice("lr_schedule", self.lr_schedule, get_args(LrSchedule))
         for name in ("steps", "batch_size", "num_envs"):
             check_positive_int(name, getattr(self, name))
-        check_field(self.lr > 0, "lr", self.lr, "use a positive learning rate")
+        check_field(self.learning_rate > 0, "learning_rate", self.learning_rate, "use a positive learning rate")
         check_field(
             0 <= self.z_min <= self.z_max, "z_min", (self.z_min, self.z_max), "need 0 <= z_min <= z_max"
         )
@@ -129,9 +130,12 @@ class ZTokenWarmStartConfig:
         check_field(self.max_grad_norm > 0, "max_grad_norm", self.max_grad_norm, "use a positive norm")
 
 
+@renamed_fields(num_rollouts="num_steps", lr="learning_rate")
 @dataclass
 class ZTokenPPOConfig:
     """PPO over the masked token action and the 5 digits, with a value head and an episodic terminal reward.
+    ``num_rollouts`` and ``lr`` are deprecated names of ``num_steps`` and ``learning_rate``
+    (:func:`worldgym.config.renamed_fields`).
 
     Attributes:
         model (ZTokenModelConfig): the policy the trainer builds when it is given none (and
@@ -142,11 +146,12 @@ class ZTokenPPOConfig:
         env_kwargs (dict): keyword arguments for ``gym.make``.
         num_envs (int): sub-envs of the ``SyncVectorEnv``.
         episodes_per_rollout (int): complete episodes per rollout (a multiple of ``num_envs``).
-        num_rollouts (int): rollouts (= PPO iterations) in the whole run.
+        num_steps (int): the run's budget, in PPO iterations: one rollout of ``episodes_per_rollout``
+            episodes and its update each (a history row's ``step``).
         update_epochs (int): passes over each rollout.
         num_minibatches (int): minibatches (of steps) per pass.
-        lr (float): Adam learning rate.
-        anneal_lr (bool): decay it linearly to 0 over ``num_rollouts``.
+        learning_rate (float): Adam learning rate.
+        anneal_lr (bool): decay it linearly to 0 over ``num_steps``.
         max_grad_norm (float): gradient-norm clip.
         clip_eps (float): PPO ratio clip epsilon.
         value_coef (float): c_v of ``(V_t - R)^2``.
@@ -188,10 +193,10 @@ class ZTokenPPOConfig:
     env_kwargs: dict[str, Any] = field(default_factory=dict)
     num_envs: int = 8
     episodes_per_rollout: int = 512
-    num_rollouts: int = 10
+    num_steps: int = 10
     update_epochs: int = 2
     num_minibatches: int = 4
-    lr: float = 3e-4
+    learning_rate: float = 3e-4
     anneal_lr: bool = True
     max_grad_norm: float = 1.0
     clip_eps: float = 0.2
@@ -225,7 +230,7 @@ class ZTokenPPOConfig:
         for name in (
             "num_envs",
             "episodes_per_rollout",
-            "num_rollouts",
+            "num_steps",
             "update_epochs",
             "num_minibatches",
             "eval_every",
@@ -247,7 +252,7 @@ class ZTokenPPOConfig:
             self.eval_episodes,
             f"use 0 (off) or a multiple of num_envs={self.num_envs}",
         )
-        check_field(self.lr > 0, "lr", self.lr, "use a positive learning rate")
+        check_field(self.learning_rate > 0, "learning_rate", self.learning_rate, "use a positive learning rate")
         check_field(self.max_grad_norm > 0, "max_grad_norm", self.max_grad_norm, "use a positive norm")
         check_field(0 < self.clip_eps < 1, "clip_eps", self.clip_eps, "use a value in (0, 1), e.g. 0.2")
         check_field(self.value_coef >= 0, "value_coef", self.value_coef, "use a non-negative weight")

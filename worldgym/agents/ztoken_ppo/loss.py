@@ -72,10 +72,10 @@ def ppo_loss(
     total = policy_loss + value_coef * v_loss - entropy_coef * mean_entropy
     approx_kl = (old_log_probs - log_probs).mean()
     parts = {
-        "losses/policy": policy_loss.item(),
-        "losses/value": v_loss.item(),
-        "losses/entropy": mean_entropy.item(),
-        "losses/clip_fraction": clip_fraction.item(),
-        "losses/approx_kl": approx_kl.item(),
+        "loss/policy": policy_loss.item(),
+        "loss/value": v_loss.item(),
+        "loss/entropy": mean_entropy.item(),
+        "loss/clip_fraction": clip_fraction.item(),
+        "loss/approx_kl": approx_kl.item(),
     }
     return total, parts

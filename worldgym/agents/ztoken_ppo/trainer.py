@@ -41,7 +41,7 @@ ROLLOUTS_FILE = "rollouts.jsonl"
 
 
 class ZTokenPPOTrainer:
-    """Runs ``config.num_rollouts`` PPO iterations; ``train()`` continues from wherever the run stands.
+    """Runs ``config.num_steps`` PPO iterations (one rollout and its update each); ``train()`` continues from wherever the run stands.
 
     Args:
         config: the settings.
@@ -53,11 +53,11 @@ class ZTokenPPOTrainer:
     >>> config = ZTokenPPOConfig(env_kwargs={"num_z_tokens": 4, "max_new_tokens": 4, "operand_digits": 1},
     ...                          model=ZTokenModelConfig(hidden_size=32, num_layers=1, num_heads=2,
     ...                                                  num_kv_heads=1, head_dim=16, intermediate_size=64),
-    ...                          num_envs=4, episodes_per_rollout=8, num_rollouts=1, eval_episodes=4,
+    ...                          num_envs=4, episodes_per_rollout=8, num_steps=1, eval_episodes=4,
     ...                          progress=False, output_dir="/tmp/wg_ztoken_ppo_doctest")
     >>> trainer = ZTokenPPOTrainer(config)
-    >>> history = trainer.train()          # the warm-start evaluation (rollout 0), then one row per rollout
-    >>> [row["rollout"] for row in history]
+    >>> history = trainer.train()          # the warm-start evaluation (step 0), then one row per rollout
+    >>> [row["step"] for row in history]
     [0, 1]
     >>> sorted(trainer.evaluate())[:2]
     ['eval/digit0_accuracy', 'eval/digit1_accuracy']
@@ -89,7 +89,7 @@ class ZTokenPPOTrainer:
             )
         self.dtype = resolve_dtype(config.dtype, config.device)
         cast_for_training(self.policy.to(config.device), self.dtype)
-        self.optimizer = torch.optim.Adam(policy.parameters(), lr=config.lr)
+        self.optimizer = torch.optim.Adam(policy.parameters(), lr=config.learning_rate)
         self.generator = torch.Generator(device=config.device).manual_seed(config.seed)
         self.rollout_index = 0
         self.env_steps = 0
@@ -150,7 +150,8 @@ class ZTokenPPOTrainer:
         load_policy_weights(path, self.policy, self.vocab.num_z_tokens)
         state = load_training_state(path, self.optimizer, self.generator)
         self.rollout_index, self.env_steps = int(state["rollout_index"]), int(state["env_steps"])
-        for name in (METRICS_FILE, ROLLOUTS_FILE):
+        truncate_jsonl(self.output_dir / METRICS_FILE, "step", self.rollout_index)
+        for name in (METRICS_FILE, ROLLOUTS_FILE):  # metrics rows logged before "step" named them "rollout"
             truncate_jsonl(self.output_dir / name, "rollout", self.rollout_index)
         self.history = read_jsonl(self.output_dir / METRICS_FILE)
 
@@ -274,7 +275,7 @@ class ZTokenPPOTrainer:
         )
         self.optimizer.zero_grad()
         loss.backward()
-        parts["losses/grad_norm"] = float(
+        parts["loss/grad_norm"] = float(
             torch.nn.utils.clip_grad_norm_(self.policy.parameters(), cfg.max_grad_norm)
         )
         self.optimizer.step()
@@ -332,7 +333,7 @@ class ZTokenPPOTrainer:
         self.history.append(metrics)
         append_jsonl(self.output_dir / METRICS_FILE, metrics)
         if episodes is not None and self.config.log_rollouts:
-            records = [{"rollout": metrics["rollout"], **e.to_record(self.vocab)} for e in episodes]
+            records = [{"rollout": metrics["step"], **e.to_record(self.vocab)} for e in episodes]
             append_jsonl(self.output_dir / ROLLOUTS_FILE, *records)
 
     def train(self) -> list[dict[str, Any]]:
@@ -351,30 +352,30 @@ class ZTokenPPOTrainer:
                 (self.output_dir / name).unlink(missing_ok=True)
             self.history = []
             if cfg.eval_episodes:
-                self._log({"rollout": 0, "env_steps": 0, **self.evaluate()}, None)
+                self._log({"step": 0, "env_steps": 0, **self.evaluate()}, None)
         bar = tqdm(
-            range(self.rollout_index, cfg.num_rollouts),
+            range(self.rollout_index, cfg.num_steps),
             desc="ztoken ppo",
             disable=not cfg.progress,
             initial=self.rollout_index,
-            total=cfg.num_rollouts,
+            total=cfg.num_steps,
         )
         for _ in bar:
             start = time.perf_counter()
             if cfg.anneal_lr:
                 for group in self.optimizer.param_groups:
-                    group["lr"] = cfg.lr * (1.0 - self.rollout_index / cfg.num_rollouts)
+                    group["lr"] = cfg.learning_rate * (1.0 - self.rollout_index / cfg.num_steps)
             episodes = self.collect()
             collect_s = time.perf_counter() - start
             metrics = {**episode_metrics(episodes, "rollout"), **self.update(episodes)}
             update_s = time.perf_counter() - start - collect_s
             self.rollout_index += 1
-            last = self.rollout_index == cfg.num_rollouts
+            last = self.rollout_index == cfg.num_steps
             if cfg.eval_episodes and (self.rollout_index % cfg.eval_every == 0 or last):
                 metrics.update(self.evaluate())
             metrics.update(
                 {
-                    "rollout": self.rollout_index,
+                    "step": self.rollout_index,
                     "env_steps": self.env_steps,
                     "charts/lr": self.optimizer.param_groups[0]["lr"],
                     "time/collect_s": collect_s,

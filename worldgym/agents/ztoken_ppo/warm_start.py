@@ -92,7 +92,7 @@ def warm_start(
         )
     per_env = -(-config.batch_size // config.num_envs)
     rng = np.random.default_rng(config.seed)
-    optimizer = torch.optim.AdamW(policy.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+    optimizer = torch.optim.AdamW(policy.parameters(), lr=config.learning_rate, weight_decay=config.weight_decay)
     schedule = _lr_schedule(optimizer, config)
     metrics: dict[str, float] = {}
     if metrics_path is not None:  # a warm start has no resume: every run starts a fresh log
@@ -126,7 +126,7 @@ def _lr_schedule(
     """10% linear warm-up, then anneal (``"onecycle"``) or hold (``"constant"``)."""
     if config.lr_schedule == "onecycle":
         return torch.optim.lr_scheduler.OneCycleLR(
-            optimizer, max_lr=config.lr, total_steps=config.steps, pct_start=0.1
+            optimizer, max_lr=config.learning_rate, total_steps=config.steps, pct_start=0.1
         )
     warmup = max(1, config.steps // 10)
     return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / warmup))

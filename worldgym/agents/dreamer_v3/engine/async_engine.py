@@ -129,7 +129,7 @@ class AsyncEngine:
             self.streams.wait(self.streams.actor, self.ready_events[slot])
 
     def run(self, resume_from: str | Path | None = None, progress: bool = True) -> dict[str, Any]:
-        """Train until ``cfg.total_steps``; returns the last logged record."""
+        """Train until ``cfg.num_steps``; returns the last logged record."""
         core, cfg, streams = self.core, self.core.cfg, self.streams
         if resume_from is not None:
             core.resume(resume_from)

@@ -123,8 +123,8 @@ class EngineCore:
             for offset, name in enumerate(("actor", "sample", "learner"))
         }
         self.counters = Counters()
-        self.total_iters = max(1, cfg.total_steps // cfg.num_envs)
-        self.run_dir = Path(cfg.run_dir)
+        self.total_iters = max(1, cfg.num_steps // cfg.num_envs)
+        self.run_dir = Path(cfg.output_dir)
         self.metrics_path = self.run_dir / "metrics.jsonl"
         self.episodes_path = self.run_dir / "episodes.jsonl"  # one line per finished episode
         self._metric_sums: dict[str, torch.Tensor] = {}
@@ -231,6 +231,7 @@ class EngineCore:
         if busy > 0 and t["wall_s"] > 0:
             overlap = max(0.0, (t["actor_s"] + t["learner_s"] - t["wall_s"]) / busy)
         record: dict[str, Any] = {
+            "step": policy_step,  # the contract's step key: the budget (num_steps) spent, in policy steps
             "policy_step": policy_step,
             "iter": c.iter_num,
             "gradient_steps": self.learner.gradient_steps,

@@ -54,7 +54,7 @@ class CPUEngine:
         progress: bool = True,
         stop_when: Callable[[dict[str, Any]], bool] | None = None,
     ) -> dict[str, Any]:
-        """Train until ``cfg.total_steps`` (or until ``stop_when(record)`` holds for a logged record, which
+        """Train until ``cfg.num_steps`` (or until ``stop_when(record)`` holds for a logged record, which
         ends the run with a checkpoint); returns the last logged record."""
         core, cfg = self.core, self.core.cfg
         if resume_from is not None:
