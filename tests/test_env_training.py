@@ -187,3 +187,15 @@ def test_the_mathqa_expert_gives_the_demonstrations_of_the_one_it_replaced():
     old = demonstrations("MathQA-v1", kwargs, range(40), expert=_old_math_expert(3, 0.3), max_turns=1)
     assert [chat.messages for chat in new] == [chat.messages for chat in old]
     assert 0 < sum(chat.reward for chat in new) < 40  # some answers corrupted, most kept
+
+
+def test_the_debug_cli_takes_the_preset_from_the_env_or_the_flag():
+    from worldgym.agents.dual_lora import debug
+    from worldgym.agents.dual_lora.presets import dual_lora_config
+
+    tiny = dual_lora_config("tiny", 1)
+    other = dual_lora_config("smollm2-135m", 1, model="HuggingFaceTB/SmolLM2-360M-Instruct")
+    assert debug.Base().preset_of(tiny).name == "tiny" and debug.Base().preset_of(other).name == "smollm2-135m"
+    assert debug.Base(preset="tiny").preset_of(other).name == "tiny"
+    with pytest.raises(ConfigError, match="preset='huge' is invalid"):
+        debug.Base(preset="huge").preset_of(tiny)
