@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 
 import worldgym  # noqa: F401  (registers the ids)
-from worldgym.agents.grpo import CSR_PRESETS, GRPOTrainer
+from worldgym.agents.grpo import GRPOTrainer, grpo_presets
 from worldgym.agents.llm.envs import make_text_env
 from worldgym.agents.llm.evaluation import evaluate_chat_policy
 from worldgym.agents.llm.warm_start import WarmStart
@@ -62,6 +62,8 @@ from benchmarks.csr_warm_starts import (
     warm_start_suffix,
 )
 
+PRESETS = grpo_presets("CSRPhone-v1")  # the CSR presets, per model
+
 MAX_TURNS = 16  # the env's own limit: the random baseline gets the same budget
 
 
@@ -72,7 +74,7 @@ def runs_dir(args: argparse.Namespace) -> Path:
 
 
 def warm_start(args: argparse.Namespace) -> WarmStart:
-    config = CSR_PRESETS[args.model].warm_start
+    config = PRESETS[args.model].warm_start
     if args.quick:  # a few expert chats at d1, one epoch: trains in about a second
         config = replace(config, difficulties=(1,), episodes_per_difficulty=8, epochs=1)
     return load_chosen(config, args, runs_dir(args) / "warm_starts")
@@ -85,12 +87,12 @@ def warm_start_label(args: argparse.Namespace) -> str:
 
 def evaluate(ws: WarmStart, model: str, difficulty: int, episodes: int, decoding: str, split: str = "validation",
              temperature: float = 0.0, max_turns: int = MAX_TURNS) -> dict[str, Any]:
-    engine = CSR_PRESETS[model].engine(ws.model, ws.tokenizer)
+    engine = PRESETS[model].engine(ws.model, ws.tokenizer)
     kwargs = {"split": split, "difficulty": difficulty}
     start = time.perf_counter()
     metrics, _ = evaluate_chat_policy(engine, ws.tokenizer, lambda: make_text_env("CSRPhone-v1", kwargs),
-                                      episodes, max_turns, CSR_PRESETS[model].max_new_tokens, decoding,
-                                      max_episode_tokens=CSR_PRESETS[model].max_episode_tokens,
+                                      episodes, max_turns, PRESETS[model].max_new_tokens, decoding,
+                                      max_episode_tokens=PRESETS[model].max_episode_tokens,
                                       temperature=temperature)
     return {"success": metrics["eval/success_rate"], "copy_probe": metrics.get("eval/copy_probe"),
             "episodes": episodes, "seconds": time.perf_counter() - start}
@@ -130,7 +132,7 @@ def run_warm_start(args: argparse.Namespace) -> None:
 
 
 def run_dapo(args: argparse.Namespace) -> None:
-    preset = CSR_PRESETS[args.model]
+    preset = PRESETS[args.model]
     ws = warm_start(args)
     run = (f"{args.decoding}-d{args.difficulty}-t{args.max_turns}-s{args.seed}{temperature_suffix(args.temperature)}"
            + warm_start_suffix(args))
@@ -205,7 +207,7 @@ def run_report(args: argparse.Namespace) -> None:
     report: dict[str, Any] = {"split": "validation", "max_turns": MAX_TURNS, "quick": args.quick}
     if "random_copy" in parts:
         report["random_copy"] = parts["random_copy"]["success"]
-    for model in CSR_PRESETS:
+    for model in PRESETS:
         entry: dict[str, Any] = {}
         if f"{model}-warm_start" in parts:
             ws = parts[f"{model}-warm_start"]
@@ -246,7 +248,7 @@ def run_report(args: argparse.Namespace) -> None:
 def _warm_start_entries(report: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     """Each model's entry, then its other warm starts' entries as ``"<model> [<label>]"``."""
     entries = []
-    for model in CSR_PRESETS:
+    for model in PRESETS:
         entry = report.get(model, {})
         entries.append((model, entry))
         entries += [(f"{model} [{label}]", other) for label, other in entry.get("other_warm_starts", {}).items()]
@@ -357,13 +359,13 @@ def main(argv: list[str] | None = None) -> None:
     random = sub.add_parser("random", help="the copying random baseline", parents=common)
     random.add_argument("--episodes", type=int, default=1000)
     warm = sub.add_parser("warm-start", help="train (or load) a warm start and evaluate it", parents=[*common, chosen])
-    warm.add_argument("--model", choices=sorted(CSR_PRESETS), required=True)
+    warm.add_argument("--model", choices=sorted(PRESETS), required=True)
     warm.add_argument("--decodings", nargs="+", choices=["free", "constrained"], default=["free", "constrained"])
     warm.add_argument("--difficulties", type=int, nargs="+", default=list(DIFFICULTIES))
     warm.add_argument("--episodes", type=int, default=64, help="validation episodes per difficulty")
     dapo = sub.add_parser("dapo", help="DAPO from the warm start on the 0/1 reward (resumable)",
                           parents=[*common, chosen])
-    dapo.add_argument("--model", choices=sorted(CSR_PRESETS), required=True)
+    dapo.add_argument("--model", choices=sorted(PRESETS), required=True)
     dapo.add_argument("--decoding", choices=["free", "constrained"], required=True)
     dapo.add_argument("--difficulty", type=int, choices=DIFFICULTIES, required=True)
     dapo.add_argument("--seed", type=int, default=0)
@@ -376,7 +378,7 @@ def main(argv: list[str] | None = None) -> None:
     add_batch_flags(dapo)
     sampled = sub.add_parser("sampled", help="the warm start's sampled success on training tasks, by temperature",
                              parents=[*common, chosen])
-    sampled.add_argument("--model", choices=sorted(CSR_PRESETS), required=True)
+    sampled.add_argument("--model", choices=sorted(PRESETS), required=True)
     sampled.add_argument("--decoding", choices=["free", "constrained"], required=True)
     sampled.add_argument("--difficulty", type=int, choices=DIFFICULTIES, required=True)
     sampled.add_argument("--temperatures", type=float, nargs="+", default=[1.0, 0.7])

@@ -49,7 +49,7 @@ import gymnasium as gym
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from worldgym.agents.grpo.presets import CSR_PRESETS
+from worldgym.agents.grpo.presets import grpo_presets
 from worldgym.agents.llm.engines import HFEngine, SamplingParams
 from worldgym.agents.llm.envs import make_text_env
 from worldgym.agents.llm.rollout import Episode, RolloutCollector
@@ -57,6 +57,8 @@ from worldgym.precision import cast_for_training
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a file: find the benchmarks package
 from benchmarks.common import model_missing, portable, results_dir, results_parser, write_json
+
+PRESETS = grpo_presets("CSRPhone-v1")  # the CSR presets, per model
 
 MAX_TURNS = 16
 # the engine option each comparison turns off and on, over the engine settings both runs share
@@ -90,7 +92,7 @@ def load_model(name: str, adapter: Path | None, seed: int,
     if warm_start:
         from worldgym.agents.llm.warm_start import load_or_train_warm_start
 
-        loaded = load_or_train_warm_start(CSR_PRESETS[name].warm_start)
+        loaded = load_or_train_warm_start(PRESETS[name].warm_start)
         return loaded.model.eval(), loaded.tokenizer
     from worldgym.agents.llm import build_or_load_chat_model, env_text_corpus
 
@@ -179,7 +181,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--episodes", type=int, default=16, help="episodes per configuration")
     parser.add_argument("--difficulties", type=int, nargs="+", default=[1, 3])
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 16])
-    parser.add_argument("--max-new-tokens", type=int, default=CSR_PRESETS["tiny"].max_new_tokens,
+    parser.add_argument("--max-new-tokens", type=int, default=PRESETS["tiny"].max_new_tokens,
                         help="tokens per reply at most (default: the CSR presets')")
     parser.add_argument("--max-episode-tokens", type=int, default=4096)
     parser.add_argument("--seed", type=int, default=0, help="first env seed (and the tiny model's seed)")
@@ -206,7 +208,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
         "env": "CSRPhone-v1 (ParseToolCall), greedy",
         "model": args.model,
         "adapter": portable(args.adapter) if args.adapter else None,
-        "warm_start": CSR_PRESETS[args.model].warm_start.key() if args.warm_start else None,
+        "warm_start": PRESETS[args.model].warm_start.key() if args.warm_start else None,
         "quick": args.quick,
         "compare": args.compare,
         "settings": {k: getattr(args, k) for k in

@@ -135,10 +135,10 @@ def dapo_step(model: str, dtype: str, difficulty: int, prompts: int, group_size:
     With ``always_update`` the step has an entropy term of 1e-6, so its update runs (and is timed) even when no
     group's rewards differ, which DAPO would otherwise skip; the update's work is the same either way."""
     from worldgym.agents.grpo import GRPOTrainer
-    from worldgym.agents.grpo.presets import CSR_PRESETS
+    from worldgym.agents.grpo.presets import grpo_presets
     from worldgym.agents.llm.warm_start import load_or_train_warm_start
 
-    preset = CSR_PRESETS[model]
+    preset = grpo_presets("CSRPhone-v1")[model]
     warm = load_or_train_warm_start(preset.warm_start)
     with tempfile.TemporaryDirectory() as run_dir:
         config = preset.grpo_config(difficulty, dtype=dtype, num_steps=1, eval_every=0, temperature=0.5,
@@ -158,10 +158,10 @@ def sft_in_bf16(args: argparse.Namespace) -> dict[str, Any]:
     """Train the preset's warm start in bf16 (cached in ``runs/warm_starts``), then validate it and the float32
     one at each difficulty."""
     from benchmarks.csr_policy import evaluate
-    from worldgym.agents.grpo.presets import CSR_PRESETS
+    from worldgym.agents.grpo.presets import grpo_presets
     from worldgym.agents.llm.warm_start import load_or_train_warm_start
 
-    reference = CSR_PRESETS[args.model].warm_start
+    reference = grpo_presets("CSRPhone-v1")[args.model].warm_start
     if args.quick:
         reference = replace(reference, difficulties=(1,), episodes_per_difficulty=4, epochs=1)
     cache = results_dir(args) / "runs" / "warm_starts" if args.quick else Path("runs/warm_starts")
@@ -173,7 +173,7 @@ def sft_in_bf16(args: argparse.Namespace) -> dict[str, Any]:
     full = load_or_train_warm_start(reference, cache_dir=cache, progress=False)
     for name, warm in (("bfloat16", half), ("float32", full)):
         out["validation"][name] = {
-            f"d{d}": evaluate(warm, args.model, d, args.episodes, CSR_PRESETS[args.model].decoding)
+            f"d{d}": evaluate(warm, args.model, d, args.episodes, grpo_presets("CSRPhone-v1")[args.model].decoding)
             for d in args.difficulties}
         print(name, out["validation"][name])
     return out

@@ -18,7 +18,7 @@ ReasoningGym-v0 (``reasoning-gym``, needs the ``interop`` extra): the same four 
 probability ``--expert.noise``), validated on the test split.
 
 CSRPhone-v1 (``csr-tiny``, ``csr-smollm2``): DAPO on the env's 0/1 task reward (``--shaping progress`` adds
-partial credit) with the model's preset (:data:`worldgym.agents.grpo.CSR_PRESETS`: ``tiny`` decodes with
+partial credit) with the model's preset (the env's registered presets, ``grpo_presets("CSRPhone-v1")``: ``tiny`` decodes with
 constrained copy arguments, ``smollm2-135m`` freely), from a cached warm start (SFT on the scripted expert at
 difficulties 1-3, train split, ``--warm-start-dir``), validated on validation-split companies. Another pretrained
 model gets SmolLM2's settings: ``csr-smollm2 --warm-start.model path/or/hub-name``.
@@ -36,23 +36,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-import gymnasium as gym
 import numpy as np
 import torch
 
 import worldgym  # noqa: F401  (registers the env ids)
-from worldgym.agents.grpo import CSR_PRESETS, GRPOConfig, GRPOTrainer
-from worldgym.agents.grpo.presets import at_difficulty, csr_engine
-from worldgym.agents.llm import (
-    Episode,
-    SFTConfig,
-    collect_expert_chats,
-    load_chat_model,
-    make_text_env,
-    sft_train,
-    tiny_chat_model,
-)
-from worldgym.agents.llm.warm_start import WarmStartConfig, load_or_train_warm_start
+from worldgym.agents.grpo import GRPOConfig, GRPOTrainer, grpo_preset
+from worldgym.agents.grpo.presets import at_difficulty, make_engine
+from worldgym.agents.llm import Episode, SFTConfig, load_chat_model, sft_train, tiny_chat_model
+from worldgym.agents.llm.warm_start import WarmStartConfig, demonstrations, load_or_train_warm_start
 from worldgym.cli import parse_run, save_run_config
 from worldgym.config import check_choice, check_positive_int, check_range
 from worldgym.envs.csr_phone.world import DIFFICULTIES
@@ -152,8 +143,8 @@ class CSRRun:
 
     @classmethod
     def from_preset(cls, model: str) -> CSRRun:
-        """The example's run of :data:`CSR_PRESETS` ``[model]``: 30 steps, validation every 5 on 64 tasks."""
-        preset = CSR_PRESETS[model]
+        """The example's run of CSRPhone-v1's preset ``model``: 30 steps, validation every 5 on 64 tasks."""
+        preset = grpo_preset("CSRPhone-v1", model)
         grpo = preset.grpo_config(1, num_steps=30, eval_every=5, eval_episodes=64, output_dir="runs/train_grpo")
         return cls(grpo, preset.warm_start, engine_batch_size=preset.engine_batch_size,
                    kv_cache_max_tokens=preset.kv_cache_max_tokens)
@@ -190,35 +181,6 @@ def csr_progress_reward(episode: Episode) -> float:
     return 0.2 * bool(replies & _REACHED_DEPARTMENT) + 0.2 * bool(replies & _AUTHENTICATED)
 
 
-def noisy_expert(seed: int, noise: float):
-    """MathQA's imperfect expert: the worked solution, whose final answer is wrong with probability ``noise``."""
-    rng = np.random.default_rng(seed)
-
-    def math_expert(env: gym.Env, observation: str, info: dict) -> str:
-        problem = env.unwrapped.problem(info["index"])
-        if rng.random() < noise:  # keep the worked steps, corrupt the final answer
-            wrong = int(problem.answer) + int(rng.choice([-2, -1, 1, 2]))
-            return problem.solution.rsplit("####", 1)[0] + f"#### {wrong}"
-        return problem.solution
-
-    return math_expert
-
-
-def noisy_reasoning_expert(seed: int, noise: float):
-    """ReasoningGym's imperfect expert: the reference answer in tags, another task's answer with probability
-    ``noise`` (right by chance only when the two tasks share an answer)."""
-    rng = np.random.default_rng(seed)
-
-    def reasoning_expert(env: gym.Env, observation: str, info: dict) -> str:
-        task = env.unwrapped
-        answer = task.entry["answer"]
-        if rng.random() < noise:
-            answer = task.entries[int(rng.integers(len(task.entries)))]["answer"]
-        return f"<answer>{answer}</answer>"
-
-    return reasoning_expert
-
-
 def shared_env_factories(config: GRPOConfig) -> dict[str, Any]:
     """MathQA: generate each split's problems once and share them between the (many) rollout envs."""
     from worldgym.envs.math_qa import MathQAEnv, generate_problems
@@ -242,22 +204,23 @@ def train_csr(run: CSRRun, resume: bool) -> GRPOTrainer:
     trainer = GRPOTrainer(
         config, model=warm.model.to(config.device), tokenizer=tokenizer,
         reward_fn=csr_progress_reward if run.shaping == "progress" else None,
-        make_engine=lambda policy: csr_engine(policy, tokenizer, run.engine_batch_size, run.kv_cache_max_tokens))
+        make_engine=lambda policy: make_engine(policy, tokenizer, batch_size=run.engine_batch_size,
+                                               reuse_kv_cache=True, kv_cache_max_tokens=run.kv_cache_max_tokens))
     return _train(trainer, resume)
 
 
 def train_single_turn(run: MathQARun | ReasoningGymRun, resume: bool) -> GRPOTrainer:
-    """MathQA-v1 or ReasoningGym-v0: expert episodes, tokenizer and tiny model (or a real one), SFT, then GRPO."""
+    """MathQA-v1 or ReasoningGym-v0: expert episodes, tokenizer and tiny model (or a real one), SFT, then GRPO.
+
+    The demonstrations come from the env's registered expert (its noisy expert, seeded by ``grpo.seed``), as in
+    every warm start; the SFT runs here, on the run's own model (a tiny one's tokenizer is trained on them), and
+    is not cached: a resumed run loads its checkpoint instead."""
     config, expert = run.grpo, run.expert
     reasoning = isinstance(run, ReasoningGymRun)
-    expert_policy = (noisy_reasoning_expert if reasoning else noisy_expert)(config.seed, expert.noise)
-
-    def make_env() -> gym.Env:
-        return make_text_env(config.env_id, config.env_kwargs)
 
     # 1. expert demonstrations, as text actions
-    chats = collect_expert_chats(make_env, expert_policy, range(expert.episodes),
-                                 max_turns=config.max_turns)
+    chats = demonstrations(config.env_id, config.env_kwargs, range(expert.episodes), max_turns=config.max_turns,
+                           seed=config.seed, noise=expert.noise)
     if chats:
         print(f"expert: {len(chats)} episodes, mean reward {np.mean([c.reward for c in chats]):.3f}")
 

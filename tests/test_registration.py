@@ -38,9 +38,9 @@ def test_a_retired_version_names_its_successor(old_id, new_id):
 
 
 def test_csr_warm_starts_keep_the_keys_they_shipped_with():
-    from worldgym.agents.grpo.presets import CSR_PRESETS
+    from worldgym.agents.grpo.presets import grpo_presets
     from worldgym.agents.llm.warm_start import PACKAGED_WARM_STARTS
 
-    keys = {name: preset.warm_start.key() for name, preset in CSR_PRESETS.items()}
+    keys = {name: preset.warm_start.key() for name, preset in grpo_presets("CSRPhone-v1").items()}
     assert keys == {"tiny": "tiny-CSRPhone-v0-ac27a8172820", "smollm2-135m": "smollm2-135m-CSRPhone-v0-dfe6e04bdcf4"}
     assert all((PACKAGED_WARM_STARTS / key / "warm_start.json").is_file() for key in keys.values())

@@ -158,11 +158,11 @@ def test_bf16_scoring_of_lora_with_trainable_tokens_restores_the_adapters_castin
 
 
 def test_the_smollm2_preset_trains_in_bf16_and_the_tiny_one_in_float32():
-    from worldgym.agents.grpo.presets import CSR_PRESETS
+    from worldgym.agents.grpo.presets import grpo_preset
 
-    assert CSR_PRESETS["smollm2-135m"].grpo_config(3).dtype == "bfloat16"
-    assert CSR_PRESETS["smollm2-135m"].warm_start.dtype == "float32"  # the shipped warm start, loaded as it is
-    assert CSR_PRESETS["tiny"].grpo_config(1).dtype == "float32"
+    assert grpo_preset("CSRPhone-v1", "smollm2-135m").grpo_config(3).dtype == "bfloat16"
+    assert grpo_preset("CSRPhone-v1", "smollm2-135m").warm_start.dtype == "float32"  # the shipped warm start, loaded as it is
+    assert grpo_preset("CSRPhone-v1", "tiny").grpo_config(1).dtype == "float32"
 
 
 def test_bf16_lora_update_with_checkpointed_activations(tmp_path, tokenizer, parity_reward):

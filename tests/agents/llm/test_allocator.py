@@ -48,12 +48,12 @@ def test_only_cpu_runs_with_a_threshold_change_malloc():
 
 
 def test_only_the_smollm2_preset_maps_large_allocations():
-    from worldgym.agents.grpo import CSR_PRESETS, GRPOConfig
+    from worldgym.agents.grpo import GRPOConfig, grpo_preset
     from worldgym.agents.llm.allocator import DEFAULT_MMAP_THRESHOLD
 
     assert GRPOConfig().cpu_mmap_threshold is None  # malloc as it is, unless asked
-    assert CSR_PRESETS["tiny"].grpo_config(1).cpu_mmap_threshold is None
-    assert CSR_PRESETS["smollm2-135m"].grpo_config(3).cpu_mmap_threshold == DEFAULT_MMAP_THRESHOLD
+    assert grpo_preset("CSRPhone-v1", "tiny").grpo_config(1).cpu_mmap_threshold is None
+    assert grpo_preset("CSRPhone-v1", "smollm2-135m").grpo_config(3).cpu_mmap_threshold == DEFAULT_MMAP_THRESHOLD
 
 
 def test_a_threshold_must_be_positive():

@@ -175,7 +175,7 @@ def test_warm_start_chats_with_injected_mistakes_train_on_the_recovery_only():
     for positions, message in zip(runs + ([run] if run else []), assistant):
         assert all(mask[i] == message.get("train", True) for i in positions)  # untrained messages' runs only
     assert sum(mask) < sum(mask_every) and len(ids) == len(mask_every)
-    with pytest.raises(ValueError, match="only CSRPhone-v1's expert injects mistakes"):
+    with pytest.raises(ValueError, match="LongHealthQA-v0's expert injects no mistakes"):
         WarmStartConfig(env_id="LongHealthQA-v0", difficulties=(), mistake_rate=0.1)
 
 

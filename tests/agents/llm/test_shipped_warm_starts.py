@@ -6,7 +6,7 @@ import json
 import pytest
 import torch
 
-from worldgym.agents.grpo.presets import CSR_PRESETS
+from worldgym.agents.grpo.presets import grpo_presets
 from worldgym.agents.llm.pretrained import named_model_available
 from worldgym.agents.llm.warm_start import PACKAGED_WARM_STARTS, WarmStartConfig, load_or_train_warm_start
 
@@ -19,7 +19,7 @@ def _config(folder) -> WarmStartConfig:
 
 
 def test_every_csr_preset_warm_start_is_shipped():
-    assert {preset.warm_start.key() for preset in CSR_PRESETS.values()} <= {path.name for path in SHIPPED}
+    assert {preset.warm_start.key() for preset in grpo_presets("CSRPhone-v1").values()} <= {path.name for path in SHIPPED}
 
 
 @pytest.mark.parametrize("folder", SHIPPED, ids=lambda path: path.name)
@@ -32,7 +32,7 @@ def test_a_shipped_folder_holds_the_warm_start_its_name_keys(folder):
 
 @pytest.mark.skipif(not named_model_available("smollm2-135m"), reason="SmolLM2 not installed (make smollm2)")
 def test_the_shipped_smollm2_adapter_loads_as_float32(tmp_path):
-    ws = load_or_train_warm_start(CSR_PRESETS["smollm2-135m"].warm_start, cache_dir=tmp_path)
+    ws = load_or_train_warm_start(grpo_presets("CSRPhone-v1")["smollm2-135m"].warm_start, cache_dir=tmp_path)
     assert ws.path.parent == PACKAGED_WARM_STARTS
     lora = {name: p for name, p in ws.model.named_parameters() if "lora_" in name}
     assert lora and all(p.dtype == torch.float32 and p.requires_grad for p in lora.values())

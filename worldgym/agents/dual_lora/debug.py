@@ -25,8 +25,6 @@ from rich.text import Text
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from worldgym.agents.dual_lora.config import DualLoRAConfig
-from worldgym.agents.dual_lora.presets import engine as preset_engine
-from worldgym.agents.dual_lora.presets import warm_start_config
 from worldgym.agents.dual_lora.trainer import DualLoRATrainer
 from worldgym.agents.dual_lora.world_model import (
     PhoneCallExample,
@@ -36,17 +34,18 @@ from worldgym.agents.dual_lora.world_model import (
     score_in_chunks,
     wm_token_ids,
 )
-from worldgym.agents.grpo.presets import CSR_PRESETS
+from worldgym.agents.grpo.presets import GRPOPreset, grpo_preset
 from worldgym.agents.llm.adapters import using_adapters
 from worldgym.agents.llm.checkpoint import CheckpointError, load_checkpoint
 from worldgym.agents.llm.engines import GenerationEngine, HFEngine, SamplingParams
 from worldgym.agents.llm.envs import make_text_env
 from worldgym.agents.llm.evaluation import evaluate_chat_policy
 from worldgym.agents.llm.rollout import Episode, RolloutCollector, collate_episodes
-from worldgym.agents.llm.warm_start import WarmStartConfig, load_or_train_warm_start
+from worldgym.agents.llm.warm_start import WarmStartConfig, load_or_train_warm_start, read_warm_start_config
 from worldgym.checkpointing import MANIFEST, latest_checkpoint, resolve_checkpoint
+from worldgym.env_training import default_preset
 from worldgym.envs.csr_phone.phrases import RESPONSE_TYPES
-from worldgym.errors import WorldgymError
+from worldgym.errors import CheckpointNotFoundError, ConfigError, WorldgymError
 from worldgym.jsonl import read_jsonl
 from worldgym.spaces import ToolCallError
 from worldgym.wrappers import parse_tool_call
@@ -79,46 +78,48 @@ class Result:
 @dataclass
 class Base:
     """What a checkpoint's trainer is rebuilt on: ``model`` + ``tokenizer`` (+ ``make_engine``) when given
-    (tests), else the warm-start folder ``warm_start``, else the run's preset warm start cached under
-    ``warm_starts``."""
+    (tests), else the warm-start folder ``warm_start``, else the preset's warm start cached under
+    ``warm_starts``. ``preset``: the run's preset among its env's registered ones
+    (:func:`worldgym.env_training.default_preset` of the run's env and model when None), which also gives the
+    rollout engine."""
 
     model: PreTrainedModel | None = None
     tokenizer: PreTrainedTokenizerBase | None = None
     make_engine: MakeEngine | None = None
     warm_start: str | None = None
     warm_starts: str = "runs/warm_starts"
+    preset: str | None = None
 
     def resolve(self, config: DualLoRAConfig) -> tuple[PreTrainedModel, PreTrainedTokenizerBase,
                                                        MakeEngine | None]:
         """The base model, its tokenizer and the rollout engine factory for a run with ``config``."""
         if self.model is not None:
             return self.model, self.tokenizer, self.make_engine
-        settings = self._warm_start_settings(config)
+        preset = self.preset_of(config)
+        settings = self._warm_start_settings(config, preset)
         ws = load_or_train_warm_start(settings, cache_dir=self._cache_dir(), progress=False)
-        preset = _preset_name(config.model)
-        make_engine = self.make_engine or (lambda policy: preset_engine(preset, policy, ws.tokenizer))
+        make_engine = self.make_engine or (lambda policy: preset.engine(policy, ws.tokenizer))
         return ws.model, ws.tokenizer, make_engine
+
+    def preset_of(self, config: DualLoRAConfig) -> GRPOPreset:
+        """The run's preset: ``preset``, else the one its env registered for its model."""
+        return grpo_preset(config.env_id, self.preset or default_preset(config.env_id, config.model))
 
     def _cache_dir(self) -> Path:
         return Path(self.warm_start).parent if self.warm_start else Path(self.warm_starts)
 
-    def _warm_start_settings(self, config: DualLoRAConfig) -> WarmStartConfig:
+    def _warm_start_settings(self, config: DualLoRAConfig, preset: GRPOPreset) -> WarmStartConfig:
         if self.warm_start:
-            record = Path(self.warm_start) / "warm_start.json"
-            if not record.is_file():
-                raise UserError(f"{self.warm_start} is not a warm start: it holds no warm_start.json")
-            return WarmStartConfig(**json.loads(record.read_text())["config"])
-        settings = dataclasses.replace(warm_start_config(_preset_name(config.model)), model=config.model)
+            try:
+                return read_warm_start_config(self.warm_start)
+            except CheckpointNotFoundError as error:
+                raise UserError(str(error)) from error
+        settings = dataclasses.replace(preset.warm_start, model=config.model)
         if not (self._cache_dir() / settings.key() / "warm_start.json").is_file():
             raise UserError(f"no cached warm start {self._cache_dir() / settings.key()} for model "
-                            f"{config.model!r} (the preset's settings); pass --warm-start with the folder the "
-                            "run started from")
+                            f"{config.model!r} (preset {preset.name!r}); pass --warm-start with the folder the "
+                            "run started from, or --preset")
         return settings
-
-
-def _preset_name(model: str) -> str:
-    """The CSR preset a model's run used: its own, or SmolLM2's for any other pretrained model."""
-    return model if model in CSR_PRESETS else "smollm2-135m"
 
 
 # ---------------------------------------------------------------- reading runs and checkpoints
@@ -597,6 +598,9 @@ def _parser() -> argparse.ArgumentParser:
                          help="the warm-start folder the run started from (default: its preset's, cached)")
     rebuild.add_argument("--warm-starts", metavar="DIR", default="runs/warm_starts",
                          help="where the preset warm starts are cached (default: runs/warm_starts)")
+    rebuild.add_argument("--preset", metavar="NAME",
+                         help="the run's preset among its env's (default: the one the env registered for the "
+                              "run's model)")
     episodes = argparse.ArgumentParser(add_help=False)
     episodes.add_argument("--episodes", type=int, default=4, help="greedy validation episodes (default: 4)")
     episodes.add_argument("--difficulty", type=int, default=None,
@@ -630,7 +634,7 @@ def _run(args: argparse.Namespace) -> Result:
         return analyze_responses(args.run_dir)
     if args.command == "compare-losses":
         return compare_losses(args.run_dirs, tuple(args.band) if args.band else None)
-    base = Base(warm_start=args.warm_start, warm_starts=args.warm_starts)
+    base = Base(warm_start=args.warm_start, warm_starts=args.warm_starts, preset=args.preset)
     if args.command == "inspect-predictions":
         return inspect_predictions(args.checkpoint, base, args.episodes, args.difficulty, args.max_new_tokens)
     if args.command == "check-gradients":
@@ -644,7 +648,7 @@ def main(argv: Sequence[str] | None = None, console: Console | None = None) -> i
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
         result = _run(args)
-    except (UserError, CheckpointError) as error:
+    except (UserError, CheckpointError, ConfigError) as error:
         (console or Console(stderr=True)).print(f"[red]error:[/red] {error}", highlight=False, markup=True,
                                                 soft_wrap=True)
         return 2

@@ -1,5 +1,6 @@
-"""Per-model settings of the dual-LoRA agent on CSRPhone-v1: the CSR policy's warm start (its vocabulary holds
-the world model's markers) and its DAPO settings, on two fresh adapters.
+"""Per-model settings of the dual-LoRA agent on CSRPhone-v1 (its world model predicts the phone calls' replies):
+the env's registered preset (the CSR policy's warm start, whose vocabulary holds the world model's markers, and
+its DAPO settings), on two fresh adapters.
 
 Shared by ``examples/train_dual_lora.py`` and ``benchmarks/csr_dual_lora_vs_dapo.py``.
 """
@@ -9,14 +10,16 @@ from __future__ import annotations
 from typing import Any
 
 from worldgym.agents.dual_lora.config import WM_SPECIAL_TOKENS, DualLoRAConfig
-from worldgym.agents.grpo.presets import CSR_PRESETS
+from worldgym.agents.grpo.presets import grpo_preset
 from worldgym.agents.llm.engines import HFEngine
 from worldgym.agents.llm.warm_start import WarmStartConfig
 
 __all__ = [
-    "ADAPTER_LEARNING_RATES", "WM_CALLS_PER_MINIBATCH", "WM_LEARNING_RATES", "dual_lora_config", "engine",
+    "ADAPTER_LEARNING_RATES", "ENV_ID", "WM_CALLS_PER_MINIBATCH", "WM_LEARNING_RATES", "dual_lora_config", "engine",
     "warm_start_config",
 ]
+
+ENV_ID = "CSRPhone-v1"  # the env whose presets these settings build on
 
 # The CSR presets' learning rates are for full fine-tuning (tiny) or a continued warm-start adapter (SmolLM2);
 # fresh rank-16 adapters on the frozen warm start take larger steps. The world model learns a new task (the
@@ -33,7 +36,7 @@ WM_CALLS_PER_MINIBATCH: dict[str, int] = {"tiny": 16, "smollm2-135m": 8}
 def warm_start_config(model: str) -> WarmStartConfig:
     """The CSR policy's cached warm start for ``model`` (the same one its DAPO baseline starts from); its
     tokenizer holds the world model's markers."""
-    config = CSR_PRESETS[model].warm_start
+    config = grpo_preset(ENV_ID, model).warm_start
     if not set(WM_SPECIAL_TOKENS) <= set(config.extra_special_tokens):
         raise ValueError(f"the {model!r} CSR warm start reserves no world-model markers {WM_SPECIAL_TOKENS}: "
                          "add them to its extra_special_tokens")
@@ -47,13 +50,14 @@ def dual_lora_config(preset: str, difficulty: int, **overrides: Any) -> DualLoRA
     # the world model's forwards hold as many phone calls as the policy's microbatches hold episodes (SmolLM2: one,
     # which bounds a forward's own peak; the OOM kills at 16.8-17 GB were mostly freed blocks kept in malloc's heap,
     # which the SmolLM2 preset's cpu_mmap_threshold releases)
-    chunk = CSR_PRESETS[preset].microbatch_size or DualLoRAConfig.wm_chunk_size
+    base = grpo_preset(ENV_ID, preset)
+    chunk = base.microbatch_size or DualLoRAConfig.wm_chunk_size
     settings = {"learning_rate": ADAPTER_LEARNING_RATES[preset], "wm_learning_rate": WM_LEARNING_RATES[preset],
                 "wm_max_calls": WM_CALLS_PER_MINIBATCH[preset], "wm_chunk_size": chunk,
                 "adapter_targets": "all-linear", **overrides}
-    return CSR_PRESETS[preset].grpo_config(difficulty, DualLoRAConfig, **settings)
+    return base.grpo_config(difficulty, DualLoRAConfig, **settings)
 
 
 def engine(model: str, policy: Any, tokenizer: Any) -> HFEngine:
     """The CSR preset's rollout engine (batched, KV cache kept across turns) on ``policy``."""
-    return CSR_PRESETS[model].engine(policy, tokenizer)
+    return grpo_preset(ENV_ID, model).engine(policy, tokenizer)

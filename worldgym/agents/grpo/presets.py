@@ -1,31 +1,33 @@
-"""Named settings for training a CSR policy with DAPO on CSRPhone-v1's 0/1 reward, per model.
+"""Named GRPO settings that envs register (:func:`worldgym.env_training.register_presets`), as the stack's objects.
 
-Shared by ``examples/train_grpo.py --env CSRPhone-v1`` and ``benchmarks/csr_policy.py`` so that the example
-runs what the benchmark measured.
+A preset's plain settings hold three groups: ``"warm_start"`` (:class:`WarmStartConfig` fields), ``"trainer"``
+(:class:`GRPOConfig` fields) and ``"engine"`` (:class:`HFEngine` options). :func:`grpo_presets` turns an env's
+presets into :class:`GRPOPreset` objects, so that an example and a benchmark run the same settings.
 """
 
 from __future__ import annotations
 
+import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
 from worldgym.agents.grpo.config import GRPOConfig
-from worldgym.agents.llm.allocator import DEFAULT_MMAP_THRESHOLD
 from worldgym.agents.llm.engines import HFEngine
-from worldgym.agents.llm.tokenizer import WORLD_MODEL_TOKENS
 from worldgym.agents.llm.warm_start import WarmStartConfig
-from worldgym.precision import Precision
+from worldgym.env_training import preset, presets
 
-__all__ = ["CSR_PRESETS", "CSRPreset", "at_difficulty", "csr_engine"]
+__all__ = ["GRPOPreset", "at_difficulty", "grpo_preset", "grpo_presets", "make_engine"]
 
 
 ConfigT = TypeVar("ConfigT", bound=GRPOConfig)
 
 
 def at_difficulty(config: ConfigT, difficulty: int | None) -> ConfigT:
-    """``config`` training and validating at CSR ``difficulty`` (unchanged when None).
+    """``config`` training and validating at ``difficulty`` (its envs' ``difficulty`` keyword; unchanged when
+    None).
 
-    >>> at_difficulty(CSR_PRESETS["tiny"].grpo_config(1), 3).eval_env_kwargs
+    >>> at_difficulty(grpo_preset("CSRPhone-v1", "tiny").grpo_config(1), 3).eval_env_kwargs
     {'split': 'validation', 'difficulty': 3}
     """
     if difficulty is None:
@@ -34,107 +36,113 @@ def at_difficulty(config: ConfigT, difficulty: int | None) -> ConfigT:
                    eval_env_kwargs={**config.eval_env_kwargs, "difficulty": difficulty})
 
 
-def csr_engine(model: Any, tokenizer: Any, batch_size: int, kv_cache_max_tokens: int) -> HFEngine:
-    """A CSR rollout engine: ``batch_size`` episodes generated together, each episode's KV cache kept across
-    turns in a store of ``kv_cache_max_tokens`` tokens."""
-    return HFEngine(model, tokenizer.pad_token_id, [tokenizer.eos_token_id], batch_size=batch_size,
-                    reuse_kv_cache=True, kv_cache_max_tokens=kv_cache_max_tokens)
+def make_engine(model: Any, tokenizer: Any, **options: Any) -> HFEngine:
+    """An :class:`HFEngine` on ``model`` that pads with the tokenizer's pad token and stops at its EOS, with
+    ``options`` (e.g. ``batch_size``, ``reuse_kv_cache``, ``kv_cache_max_tokens``)."""
+    return HFEngine(model, tokenizer.pad_token_id, [tokenizer.eos_token_id], **options)
 
 
 @dataclass(frozen=True)
-class CSRPreset:
-    """A model's CSR warm start and DAPO settings.
+class GRPOPreset:
+    """An env's named preset: its warm start, its trainer settings and its rollout engine.
 
     Args:
-        warm_start: the cached SFT warm start (expert chats at difficulties 1-3, train split). Its vocabulary
-            reserves the world model's markers (``WORLD_MODEL_TOKENS``), so the dual-LoRA agent builds on the
-            very warm start the CSR policy's DAPO starts from (one SFT per model, not two).
-        decoding: the decoding the model is trained and evaluated with by default.
-        prompts_per_step, group_size, learning_rate, minibatch_size: DAPO batch and optimiser settings.
-        max_new_tokens: tokens per reply. The scripted expert's longest call is 66 / 87 / 126 / 142 / 161 tokens
-            at d1-d5 with SmolLM2's tokenizer (64 / 83 / 122 / 132 / 151 with the tiny one; 40 expert episodes
-            per difficulty): from d3 on, a call with 2-3 auth values is longer than 96 tokens, and a cap of 96
-            cut it into invalid JSON every time.
-        max_episode_tokens: tokens per episode, in training and in every validation (a failing d3-d5 episode
-            of SmolLM2 runs 16 calls, ~3,500 tokens and more).
-        engine_batch_size: episodes generated together; kv_cache_max_tokens: the engine's KV store (room
-            for every running episode's conversation, or early rows are evicted and re-prefilled).
-        microbatch_size, activation_checkpointing, cpu_mmap_threshold: the learner's memory settings
-            (``GRPOConfig``).
-        dtype: the precision of rollouts and updates (``GRPOConfig.dtype``).
+        name: the preset's name among its env's.
+        warm_start: the cached SFT warm start RL starts from.
+        trainer: :class:`GRPOConfig` fields (the env, its splits, decoding, batch, optimiser, memory, loss).
+        engine_options: :class:`HFEngine` options of its rollout engine.
     """
 
+    name: str
     warm_start: WarmStartConfig
-    decoding: Literal["free", "constrained"]
-    prompts_per_step: int
-    group_size: int = 8
-    learning_rate: float = 2e-5
-    minibatch_size: int = 8
-    max_new_tokens: int = 192
-    max_episode_tokens: int = 8192
-    engine_batch_size: int = 32
-    kv_cache_max_tokens: int = 131072
-    microbatch_size: int = 0
-    activation_checkpointing: bool = False
-    cpu_mmap_threshold: int | None = None
-    dtype: Precision = "float32"
+    trainer: Mapping[str, Any]
+    engine_options: Mapping[str, Any]
+
+    @classmethod
+    def from_settings(cls, name: str, settings: Mapping[str, Mapping[str, Any]]) -> GRPOPreset:
+        """The preset of an env's plain settings (groups ``warm_start``, ``trainer``, ``engine``)."""
+        return cls(name, WarmStartConfig(**settings["warm_start"]), dict(settings["trainer"]),
+                   dict(settings.get("engine", {})))
+
+    @property
+    def decoding(self) -> str:
+        """The decoding the model is trained and evaluated with."""
+        return self.trainer.get("decoding", GRPOConfig.decoding)
+
+    @property
+    def max_new_tokens(self) -> int:
+        """Tokens per reply."""
+        return self.trainer.get("max_new_tokens", GRPOConfig.max_new_tokens)
+
+    @property
+    def max_episode_tokens(self) -> int:
+        """Tokens per episode, in training and validation."""
+        return self.trainer.get("max_episode_tokens", GRPOConfig.max_episode_tokens)
+
+    @property
+    def microbatch_size(self) -> int:
+        """Episodes per learner forward (0: the whole minibatch)."""
+        return self.trainer.get("microbatch_size", GRPOConfig.microbatch_size)
+
+    @property
+    def engine_batch_size(self) -> int:
+        """Episodes generated together."""
+        return self.engine_options.get("batch_size", 1)
+
+    @property
+    def kv_cache_max_tokens(self) -> int:
+        """The rollout engine's KV store, in tokens."""
+        return self.engine_options.get("kv_cache_max_tokens", 0)
 
     def engine(self, model: Any, tokenizer: Any) -> HFEngine:
-        """The rollout engine: batched, each episode's KV cache kept across turns."""
-        return csr_engine(model, tokenizer, self.engine_batch_size, self.kv_cache_max_tokens)
+        """The preset's rollout engine on ``model``."""
+        return make_engine(model, tokenizer, **self.engine_options)
 
-    def grpo_config(self, difficulty: int, config_class: type[GRPOConfig] = GRPOConfig, **overrides: Any) -> Any:
-        """DAPO (clip 0.2/0.28, token-mean, dynamic sampling) on the 0/1 reward at ``difficulty``: train on the
-        train split, validate on the validation split, the env's 16-call limit. ``config_class``: a
-        :class:`GRPOConfig` subclass to build instead (e.g. the dual-LoRA agent's config)."""
-        settings: dict[str, Any] = {
-            "env_id": "CSRPhone-v1",
-            "env_kwargs": {"split": "train", "difficulty": difficulty},
-            "eval_env_kwargs": {"split": "validation", "difficulty": difficulty},
-            "max_turns": 16,
-            "max_new_tokens": self.max_new_tokens,
-            "max_episode_tokens": self.max_episode_tokens,
-            "decoding": self.decoding,
-            "finetune": self.warm_start.finetune,
-            "prompts_per_step": self.prompts_per_step,
-            "group_size": self.group_size,
-            "learning_rate": self.learning_rate,
-            "minibatch_size": self.minibatch_size,
-            "microbatch_size": self.microbatch_size,
-            "activation_checkpointing": self.activation_checkpointing,
-            "cpu_mmap_threshold": self.cpu_mmap_threshold,
-            "dtype": self.dtype,
-            "loss_aggregation": "token_mean",
-            "eps_low": 0.2,
-            "eps_high": 0.28,
-            "dynamic_sampling": True,
-            "max_resample_rounds": 1,
-        }
+    def grpo_config(self, difficulty: int | None = None, config_class: type[GRPOConfig] = GRPOConfig,
+                    **overrides: Any) -> Any:
+        """The trainer settings at ``difficulty`` (:func:`at_difficulty`), fine-tuned as the warm start was.
+        ``config_class``: a :class:`GRPOConfig` subclass to build instead (e.g. the dual-LoRA agent's config,
+        whose adapters make it ``finetune="lora"``); ``overrides`` set any field."""
+        settings: dict[str, Any] = {**self.trainer, "finetune": self.warm_start.finetune}
         if config_class is not GRPOConfig:  # an agent on adapters: the warm start is the frozen base
             settings["finetune"] = "lora"
-        return config_class(**{**settings, **overrides})
+        return at_difficulty(config_class(**{**settings, **overrides}), difficulty)
 
 
-CSR_PRESETS: dict[str, CSRPreset] = {
-    # a 0.8M-parameter Qwen3 from config, trained in full with a tokenizer trained on the expert chats (one
-    # token per digit); it does not learn to copy unseen values, so its arguments are constrained
-    "tiny": CSRPreset(
-        WarmStartConfig(model="tiny", episodes_per_difficulty=512, epochs=4, batch_size=8, learning_rate=3e-3,
-                        extra_special_tokens=WORLD_MODEL_TOKENS),
-        decoding="constrained", prompts_per_step=8, learning_rate=3e-4, minibatch_size=64, engine_batch_size=64,
-    ),
-    # SmolLM2-135M-Instruct with a LoRA adapter (r16, all linear layers, plus the added tool tokens' rows)
-    "smollm2-135m": CSRPreset(
-        WarmStartConfig(model="smollm2-135m", extra_special_tokens=WORLD_MODEL_TOKENS), decoding="free",
-        prompts_per_step=4, learning_rate=2e-5, minibatch_size=4, engine_batch_size=32,
-        # a d3 update on 4 episodes of up to 8,192 tokens took 24 GB and was OOM-killed; one episode per pass
-        # with recomputed activations peaks ~7 GB above the model (measured on 1 x 8,000 tokens)
-        microbatch_size=1, activation_checkpointing=True,
-        # freed multi-MB tensors stayed in malloc's heap: a dual-LoRA update was OOM-killed at 17 GB
-        # (benchmarks/cpu_allocator_memory.py: ~9x less memory mapped, and slower; a killed step costs more)
-        cpu_mmap_threshold=DEFAULT_MMAP_THRESHOLD,
-        # bf16 rollouts and updates over the (float32-trained, shipped) warm start: d3 rollouts 1.51x faster,
-        # the same greedy success (benchmarks/csr_rollout_speed.py --compare dtype; llm_precision.py)
-        dtype="bfloat16",
-    ),
-}
+def grpo_presets(env_id: str) -> dict[str, GRPOPreset]:
+    """Every preset ``env_id`` registered, by name.
+
+    Raises:
+        ConfigError: ``env_id`` registered no presets (the message names the ids that did).
+    """
+    return {name: GRPOPreset.from_settings(name, settings) for name, settings in presets(env_id).items()}
+
+
+def grpo_preset(env_id: str, name: str) -> GRPOPreset:
+    """``env_id``'s preset ``name``.
+
+    Raises:
+        ConfigError: ``env_id`` registered no presets, or none called ``name`` (the message names them).
+    """
+    return GRPOPreset.from_settings(name, preset(env_id, name))
+
+
+def __getattr__(name: str) -> Any:
+    # names of the presets before envs registered them: CSR_PRESETS, CSRPreset, csr_engine
+    if name == "CSR_PRESETS":
+        warnings.warn("CSR_PRESETS is deprecated: use grpo_presets('CSRPhone-v1')", DeprecationWarning,
+                      stacklevel=2)
+        return grpo_presets("CSRPhone-v1")
+    if name == "CSRPreset":
+        warnings.warn("CSRPreset is deprecated: use GRPOPreset", DeprecationWarning, stacklevel=2)
+        return GRPOPreset
+    if name == "csr_engine":
+        warnings.warn("csr_engine is deprecated: use make_engine(model, tokenizer, batch_size=...,"
+                      " reuse_kv_cache=True, kv_cache_max_tokens=...)", DeprecationWarning, stacklevel=2)
+        return _csr_engine
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _csr_engine(model: Any, tokenizer: Any, batch_size: int, kv_cache_max_tokens: int) -> HFEngine:
+    return make_engine(model, tokenizer, batch_size=batch_size, reuse_kv_cache=True,
+                       kv_cache_max_tokens=kv_cache_max_tokens)

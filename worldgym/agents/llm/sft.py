@@ -14,17 +14,13 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from worldgym.agents.llm.adapters import enable_activation_checkpointing
 from worldgym.agents.llm.scoring import score_tokens
 from worldgym.config import check_field, check_positive_int, check_range
+from worldgym.env_training import Untrained  # an env's expert marks its untrained actions with it
 from worldgym.precision import Precision, autocast, cast_for_training, check_precision, resolve_dtype
 
 __all__ = ["Chat", "ExpertPolicy", "SFTConfig", "Untrained", "collect_expert_chats", "sft_train"]
 
 # An expert sees the env (to read privileged state such as the answer), the observation and the info dict.
 ExpertPolicy = Callable[[gym.Env, str, dict[str, Any]], str]
-
-
-class Untrained(str):
-    """An expert's action that is executed but not learnt from, e.g. a mistake injected so that the chat shows
-    the expert's recovery from it (DART-style noise): its assistant message gets ``"train": False``."""
 
 
 @dataclass

@@ -11,14 +11,13 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from collections.abc import Callable
+import warnings
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any, Literal
 
-import gymnasium as gym
-import numpy as np
 from peft import PeftModel
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
@@ -27,7 +26,7 @@ from worldgym.agents.llm.envs import make_text_env
 from worldgym.agents.llm.loading import tiny_chat_model
 from worldgym.agents.llm.models import TINY_SIZES
 from worldgym.agents.llm.pretrained import load_chat_model
-from worldgym.agents.llm.sft import Chat, ExpertPolicy, SFTConfig, Untrained, collect_expert_chats, sft_train
+from worldgym.agents.llm.sft import Chat, ExpertPolicy, SFTConfig, collect_expert_chats, sft_train
 from worldgym.checkpointing import (
     FORMAT_VERSION,
     MANIFEST,
@@ -37,22 +36,38 @@ from worldgym.checkpointing import (
     resolve_checkpoint,
 )
 from worldgym.config import check_field, check_positive_int, check_range
+from worldgym.env_training import (
+    ExpertSpec,
+    current_env_id,
+    expert_spec,
+    has_expert,
+    warm_start_env_id,
+)
 from worldgym.errors import CheckpointError, CheckpointNotFoundError, ConfigError
 from worldgym.precision import Precision, check_precision, resolve_dtype
-from worldgym.wrappers import format_tool_call
 
 __all__ = [
-    "CSRTextExpert", "MultipleChoiceExpert", "WarmStart", "WarmStartConfig", "expert_chats", "is_cached",
-    "load_or_train_warm_start",
+    "WarmStart", "WarmStartConfig", "demonstrations", "expert_chats", "is_cached", "load_or_train_warm_start",
+    "read_warm_start_config",
 ]
 
 _FORMAT_VERSION = 1  # of warm_start.json
-# Warm starts of these env ids keep the cache keys (and shipped folders) they were saved under before the id's
-# version was bumped: they were made from the chats of the new version (the reply-text fix of CSRPhone-v1 came first).
-_KEY_ENV_IDS = {"CSRPhone-v1": "CSRPhone-v0"}
-_CURRENT_ENV_IDS = {old: new for new, old in _KEY_ENV_IDS.items()}
 WARM_START_KIND = "llm_warm_start"  # the manifest kind of a warm start folder (worldgym.checkpointing)
 _RECORD = "warm_start.json"
+# names this module exported before experts were registered by their envs: (module, name) of each
+_MOVED = {"CSRTextExpert": ("worldgym.envs.csr_phone", "CSRTextExpert"),
+          "MultipleChoiceExpert": ("worldgym.envs.longhealth", "MultipleChoiceExpert")}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _MOVED:
+        import importlib
+
+        module, attribute = _MOVED[name]
+        warnings.warn(f"worldgym.agents.llm.warm_start.{name} moved to {module}.{attribute}; envs register their "
+                      "experts (worldgym.env_training)", DeprecationWarning, stacklevel=2)
+        return getattr(importlib.import_module(module), attribute)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @dataclass(frozen=True)
@@ -63,10 +78,11 @@ class WarmStartConfig:
         model: ``"tiny"``/``"small"`` (a Qwen3 built from config, trained in full, with a tokenizer trained
             on the expert chats) or a pretrained model for :func:`load_chat_model` (``"smollm2-135m"``, a local
             path, a hub name), adapted with LoRA.
-        env_id, env_kwargs: the env whose expert is imitated (``split`` is always ``"train"``).
-        difficulties, episodes_per_difficulty: expert episodes per difficulty level (CSRPhone-v1); an env
-            without difficulty levels (LongHealthQA-v0) takes ``difficulties=()`` and episodes_per_difficulty
-            episodes in all.
+        env_id, env_kwargs: the env whose registered expert (:func:`worldgym.env_training.register_expert`) is
+            imitated (``split`` is always ``"train"``).
+        difficulties, episodes_per_difficulty: expert episodes per difficulty level; None: the levels the
+            env's expert registered (CSRPhone-v1: 1-3); ``()``: no levels (e.g. LongHealthQA-v0),
+            episodes_per_difficulty episodes in all.
         epochs, batch_size, learning_rate, max_length: SFT settings (:class:`SFTConfig`).
         lora_rank, lora_alpha: the LoRA adapter of a pretrained model (all linear layers, plus the rows of the
             special tokens added to its vocabulary).
@@ -75,8 +91,9 @@ class WarmStartConfig:
         shared_prefix_tokens: batch chats that open with this many identical tokens together and run their
             common opening once per batch (:class:`SFTConfig`; e.g. questions about one patient's long
             documents); 0: batches of similar length, and a pretrained model's activations recomputed.
-        mistake_rate: CSRPhone-v1 only: the share of the expert's turns replaced by a typical mistake that is
-            not trained on, so the chats teach recovering from it (:class:`CSRTextExpert`).
+        mistake_rate: the share of the expert's turns replaced by a typical mistake that is not trained on, so
+            the chats teach recovering from it (only an expert that takes a ``mistake_rate`` option, e.g.
+            :class:`~worldgym.envs.csr_phone.CSRTextExpert`).
         continue_from: the key of a cached (or shipped) warm start of the same model to go on training (its
             weights, adapter and tokenizer) on these chats, e.g. the harder difficulties with mistakes; empty:
             start from the model itself.
@@ -87,7 +104,7 @@ class WarmStartConfig:
     model: str = "smollm2-135m"
     env_id: str = "CSRPhone-v1"
     env_kwargs: dict[str, Any] = field(default_factory=dict)
-    difficulties: tuple[int, ...] = (1, 2, 3)
+    difficulties: tuple[int, ...] | None = None
     episodes_per_difficulty: int = 128
     epochs: int = 1
     batch_size: int = 4
@@ -104,15 +121,19 @@ class WarmStartConfig:
 
     def __post_init__(self) -> None:
         check_precision("dtype", self.dtype)
-        object.__setattr__(self, "difficulties", tuple(self.difficulties))
+        levels = self.difficulties
+        if levels is None:
+            levels = expert_spec(self.env_id).difficulties if has_expert(self.env_id) else ()
+        object.__setattr__(self, "difficulties", tuple(levels))
         object.__setattr__(self, "extra_special_tokens", tuple(self.extra_special_tokens))
         for name in ("episodes_per_difficulty", "epochs", "batch_size", "lora_rank", "lora_alpha"):
             check_positive_int(name, getattr(self, name))
         check_range("learning_rate", self.learning_rate, 0, None, low_open=True)
         check_range("shared_prefix_tokens", self.shared_prefix_tokens, 0, None)
         check_range("mistake_rate", self.mistake_rate, 0, 1, high_open=True)
-        check_field(not self.mistake_rate or self.env_id == "CSRPhone-v1", "mistake_rate", self.mistake_rate,
-                    "only CSRPhone-v1's expert injects mistakes: use 0")
+        check_field(not self.mistake_rate or (has_expert(self.env_id)
+                                              and "mistake_rate" in expert_spec(self.env_id).options),
+                    "mistake_rate", self.mistake_rate, f"{self.env_id}'s expert injects no mistakes: use 0")
         check_field("split" not in self.env_kwargs and "difficulty" not in self.env_kwargs, "env_kwargs",
                     self.env_kwargs, "drop 'split' and 'difficulty': expert chats always come from the train "
                     "split, at each of the config's difficulties")
@@ -124,10 +145,10 @@ class WarmStartConfig:
 
     def key(self) -> str:
         """A readable cache key: model, env and a hash of every setting (the settings added later only when set,
-        so the warm starts cached before them keep their keys; a CSRPhone-v1 warm start keeps the key it had as
-        CSRPhone-v0's)."""
+        so the warm starts cached before them keep their keys; an env's warm start keeps the key of the id its
+        expert registered, :attr:`~worldgym.env_training.ExpertSpec.warm_start_id`)."""
         settings = asdict(self)
-        settings["env_id"] = _KEY_ENV_IDS.get(self.env_id, self.env_id)
+        settings["env_id"] = warm_start_env_id(self.env_id)
         for name in ("shared_prefix_tokens", "mistake_rate", "continue_from"):
             if not settings[name]:
                 del settings[name]
@@ -148,57 +169,41 @@ class WarmStart:
     summary: dict[str, Any]
 
 
-class CSRTextExpert:
-    """CSRPhone-v1's scripted expert writing Hermes text, name first (a model picks the tool, then writes its
-    arguments); a new episode starts at every reset (``tools`` in info).
+def expert_options(config: WarmStartConfig, spec: ExpertSpec) -> dict[str, Any]:
+    """The options ``config`` gives its env's expert: ``seed`` and a set ``mistake_rate``, those it takes."""
+    options = {"seed": config.seed} if "seed" in spec.options else {}
+    return options | ({"mistake_rate": config.mistake_rate} if config.mistake_rate else {})
 
-    ``mistake_rate``: the share of turns where a typical agent mistake (:meth:`ExpertPolicy.mistake`) is executed
-    instead, as an :class:`Untrained` action: the chat then shows the expert recovering from it, the states a
-    cloned policy's own slips lead to (DART-style noise, Laskey et al. 2017), and SFT learns only the recovery.
+
+def demonstrations(
+    env_id: str,
+    env_kwargs: dict[str, Any],
+    env_seeds: Sequence[int],
+    expert: ExpertPolicy | None = None,
+    max_turns: int = 16,
+    **options: Any,
+) -> list[Chat]:
+    """One chat per seed of ``expert`` (default: ``env_id``'s registered text expert made with ``options``) on
+    ``make_text_env(env_id, env_kwargs)``: the demonstrations every chat warm start imitates.
+
+    Raises:
+        ConfigError: ``env_id`` has no registered expert, or a ``"vector"`` one (the message names the ids
+            with one), or the expert takes none of ``options``.
     """
-
-    def __init__(self, mistake_rate: float = 0.0, seed: int = 0) -> None:
-        from worldgym.envs.csr_phone.policies import ExpertPolicy
-
-        self._new_policy = ExpertPolicy
-        self._policy = ExpertPolicy()
-        self.mistake_rate = mistake_rate
-        self._rng = np.random.default_rng(seed)
-
-    def __call__(self, env: gym.Env, observation: str, info: dict[str, Any]) -> str:
-        if "tools" in info:
-            self._policy = self._new_policy()
-            self._policy.reset(observation, info)
-        call = self._policy.act(observation, info)
-        if self.mistake_rate and self._rng.random() < self.mistake_rate:
-            mistake = self._policy.mistake(call, self._rng)
-            if mistake is not None:
-                self._policy.executed(mistake)
-                return Untrained(format_tool_call(mistake))
-        return format_tool_call(call)
-
-
-class MultipleChoiceExpert:
-    """Answers a multiple-choice env's question with the right option from its reset info, in the
-    ``<answer>...</answer>`` form the env reads first: its letter (``info["answer"]``), or its text
-    (``info["answer_text"]``) when the env asks for text (``info["answer_format"] == "text"``)."""
-
-    def __call__(self, env: gym.Env, observation: str, info: dict[str, Any]) -> str:
-        answer = info["answer_text"] if info.get("answer_format") == "text" else info["answer"]
-        return f"<answer>{answer}</answer>"
-
-
-EXPERTS: dict[str, Callable[[], ExpertPolicy]] = {"CSRPhone-v1": CSRTextExpert, "LongHealthQA-v0": MultipleChoiceExpert}
+    if expert is None:
+        spec = expert_spec(env_id)
+        if spec.kind != "text":
+            raise ConfigError(f"env_id={env_id!r} is invalid: its expert acts on batched envs ({spec.kind!r}), "
+                              "not in text chats; pass expert=")
+        expert = spec.build(**options)
+    return collect_expert_chats(partial(make_text_env, env_id, env_kwargs), expert, env_seeds, max_turns=max_turns)
 
 
 def expert_chats(config: WarmStartConfig, expert: ExpertPolicy | None = None) -> list[Chat]:
     """The expert's train-split episodes at each difficulty, as chats (each episode to its end: a tool env's
-    within :func:`collect_expert_chats`'s turn limit, an answer env's after its one step)."""
-    if expert is None and config.env_id not in EXPERTS:
-        raise ConfigError(f"env_id={config.env_id!r} is invalid: it has no scripted expert; pass expert= or use "
-                          f"one of {sorted(EXPERTS)}")
-    if expert is None:
-        expert = CSRTextExpert(config.mistake_rate, config.seed) if config.mistake_rate else EXPERTS[config.env_id]()
+    within :func:`collect_expert_chats`'s turn limit, an answer env's after its one step); ``expert``: a policy
+    to imitate instead of the env's registered one."""
+    options = {} if expert is not None else expert_options(config, expert_spec(config.env_id))
     chats: list[Chat] = []
     levels: tuple[int | None, ...] = config.difficulties or (None,)  # () : an env without difficulty levels
     for difficulty in levels:
@@ -207,7 +212,7 @@ def expert_chats(config: WarmStartConfig, expert: ExpertPolicy | None = None) ->
             kwargs["difficulty"] = difficulty
         first = config.seed * 10**6 + (difficulty or 0) * 10**4
         seeds = range(first, first + config.episodes_per_difficulty)
-        chats += collect_expert_chats(partial(make_text_env, config.env_id, kwargs), expert, seeds)
+        chats += demonstrations(config.env_id, kwargs, seeds, expert, **options)
     return chats
 
 
@@ -313,8 +318,20 @@ def _cached_folder(key: str, cache_dir: Path) -> Path | None:
 def _saved_config(record: dict[str, Any]) -> WarmStartConfig:
     """The settings a ``warm_start.json`` records (an env id saved before its version bump as the current id)."""
     saved = record["config"]
-    env_id = _CURRENT_ENV_IDS.get(saved["env_id"], saved["env_id"])
+    env_id = current_env_id(saved["env_id"])
     return WarmStartConfig(**{**saved, "env_id": env_id, "difficulties": tuple(saved["difficulties"])})
+
+
+def read_warm_start_config(folder: str | Path) -> WarmStartConfig:
+    """The settings of the warm start saved in ``folder`` (its ``warm_start.json``).
+
+    Raises:
+        CheckpointNotFoundError: ``folder`` holds no ``warm_start.json``.
+    """
+    record = Path(folder) / _RECORD
+    if not record.is_file():
+        raise CheckpointNotFoundError(f"{folder} is not a warm start: it holds no {_RECORD}")
+    return _saved_config(read_json(record))
 
 
 def _load(path: Path, config: WarmStartConfig) -> WarmStart:

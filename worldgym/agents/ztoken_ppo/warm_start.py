@@ -1,4 +1,10 @@
-"""Supervised warm start ("phase 2/3"): teach a scripted Z policy and the digit heads from env episodes."""
+"""Supervised warm start ("phase 2/3"): teach a scripted Z policy and the digit heads from env episodes.
+
+The behaviour comes from the env's registered expert (:mod:`worldgym.env_training`), like every warm start's
+demonstrations; it is a ``"vector"`` expert acting on batched envs, and what is learnt from it differs from the
+chat warm starts' SFT (:mod:`worldgym.agents.llm.warm_start`): the Z tokens' masked cross-entropy and the digit
+heads' cross-entropy against the env's true digits, on a policy with its own heads.
+"""
 
 from __future__ import annotations
 
@@ -15,6 +21,7 @@ from worldgym.agents.ztoken_ppo.config import ZTokenWarmStartConfig
 from worldgym.agents.ztoken_ppo.encoding import EncodedBatch, ObservationEncoder
 from worldgym.agents.ztoken_ppo.model import ZTokenPolicy
 from worldgym.agents.ztoken_ppo.rollout import run_until_episodes, vocab_of, ztoken_vector_env
+from worldgym.env_training import make_expert
 from worldgym.jsonl import append_jsonl
 
 
@@ -25,26 +32,21 @@ def collect_scripted_episodes(
     z_max: int,
     seed: int,
     rng: np.random.Generator,
+    env_id: str = "ZTokenDigits-v1",
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Play the behaviour policy (``k ~ U{z_min..z_max}`` tokens ``<Z_0>, <Z_1>, ...``, then ``<ANSWER>``).
+    """Play ``env_id``'s registered expert (:func:`worldgym.env_training.make_expert`; ZTokenDigits-v1's:
+    ``k ~ U{z_min..z_max}`` tokens ``<Z_0>, <Z_1>, ...``, then ``<ANSWER>``) on ``envs``, its draws from ``rng``.
+
+    This is the registry's vector expert, not the text experts' chats: the Z-token agent learns the behaviour's
+    tokens and its digit heads from the final observations and the env's true digits, not chat text.
 
     Returns the final observations (question + Z trace) and the true digits from the env's reward breakdown.
     """
-    num_z = vocab_of(envs).num_z_tokens
-    num_envs = envs.num_envs
-    targets = rng.integers(z_min, z_max + 1, size=num_envs)
-    emitted = np.zeros(num_envs, dtype=np.int64)
-
-    def act(_: np.ndarray) -> dict[str, np.ndarray]:
-        tokens = np.where(emitted >= targets, num_z, emitted % num_z)
-        return {"token": tokens, "digits": np.zeros((num_envs, 5), dtype=np.int64)}
-
-    def advance(_obs: np.ndarray, _action: dict, done: np.ndarray, _infos: dict) -> None:
-        emitted[:] += 1
-        for i in np.flatnonzero(done):
-            targets[i], emitted[i] = rng.integers(z_min, z_max + 1), 0
-
-    finished, _ = run_until_episodes(envs, episodes_per_env, seed, act, advance)
+    expert = make_expert(env_id, num_envs=envs.num_envs, num_z=vocab_of(envs).num_z_tokens, z_min=z_min,
+                         z_max=z_max, rng=rng)
+    expert.begin()
+    finished, _ = run_until_episodes(envs, episodes_per_env, seed, lambda _obs: expert.act(),
+                                     lambda _obs, _action, done, _infos: expert.advance(done))
     episodes = [episode for per_env in finished for episode in per_env]
     obs = np.stack([episode.observation for episode in episodes])
     return obs, np.asarray([episode.info["digit_true"] for episode in episodes], dtype=np.int64)
@@ -100,7 +102,8 @@ def warm_start(
     policy.train()
     for step in tqdm(range(config.steps), desc="warm start", disable=not progress):
         obs, digits = collect_scripted_episodes(
-            envs, per_env, config.z_min, config.z_max, config.seed * 1_000_003 + step * config.num_envs, rng
+            envs, per_env, config.z_min, config.z_max, config.seed * 1_000_003 + step * config.num_envs, rng,
+            env_id=env_id,
         )
         loss, metrics = warm_start_loss(
             policy,

@@ -4,8 +4,10 @@ A loader for the LongHealth benchmark's JSON (the user's file), a synthetic pane
 (fictional patients, generated from a seed), patient- or question-level splits, answer parsing and the env.
 """
 
+from worldgym.env_training import register_expert
 from worldgym.envs.longhealth.answers import PARSE_METHODS, ParsedAnswer, parse_answer
 from worldgym.envs.longhealth.env import LongHealthQAEnv
+from worldgym.envs.longhealth.expert import MultipleChoiceExpert
 from worldgym.envs.longhealth.loader import load_longhealth, parse_longhealth, patients_to_json
 from worldgym.envs.longhealth.prompts import (
     ANSWER_FORMATS,
@@ -19,6 +21,8 @@ from worldgym.envs.longhealth.schema import OPTION_LETTERS, AnswerLocation, Pati
 from worldgym.envs.longhealth.splits import split_questions
 from worldgym.envs.longhealth.synthetic import generate_panel, write_panel
 
+register_expert("LongHealthQA-v0", MultipleChoiceExpert)
+
 __all__ = [
     "ANSWER_FORMATS",
     "CANNOT_ANSWER",
@@ -28,6 +32,7 @@ __all__ = [
     "SYSTEM_PROMPTS",
     "AnswerLocation",
     "LongHealthQAEnv",
+    "MultipleChoiceExpert",
     "ParsedAnswer",
     "Patient",
     "Question",
