@@ -126,12 +126,8 @@ def expert_spec(env_id: str) -> ExpertSpec:
     Raises:
         ConfigError: no expert is registered for ``env_id`` (the message names the ids that have one).
     """
-    _load(env_id)
-    if env_id not in _EXPERTS:
-        _load_worldgym_envs()
-        raise ConfigError(f"env_id={env_id!r} is invalid: no expert is registered for it; register one with "
-                          f"worldgym.env_training.register_expert or use one of {sorted(_EXPERTS)}")
-    return _EXPERTS[env_id]
+    return _registered(_EXPERTS, env_id, "no expert is registered for it; register one with "
+                       "worldgym.env_training.register_expert")
 
 
 def make_expert(env_id: str, **options: Any) -> Any:
@@ -185,12 +181,18 @@ def current_env_id(warm_start_id: str) -> str:
 
 
 def _presets_of(env_id: str) -> _Presets:
+    return _registered(_PRESETS, env_id, "no presets are registered for it; register them with "
+                       "worldgym.env_training.register_presets")
+
+
+def _registered(table: dict[str, Any], env_id: str, missing: str) -> Any:
+    """``table[env_id]`` once the env's package is imported, else a ConfigError: ``missing``, and the ids the
+    table holds (every worldgym env package imported first, so that all of them are named)."""
     _load(env_id)
-    if env_id not in _PRESETS:
+    if env_id not in table:
         _load_worldgym_envs()
-        raise ConfigError(f"env_id={env_id!r} is invalid: no presets are registered for it; register them with "
-                          f"worldgym.env_training.register_presets or use one of {sorted(_PRESETS)}")
-    return _PRESETS[env_id]
+        raise ConfigError(f"env_id={env_id!r} is invalid: {missing} or use one of {sorted(table)}")
+    return table[env_id]
 
 
 def _load(env_id: str) -> None:
