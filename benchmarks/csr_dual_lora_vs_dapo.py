@@ -88,9 +88,6 @@ MODES: dict[str, dict[str, Any]] = {
     # separate adapters, each gradient clipped on its own: under the one shared clip the world model's gradient
     # (~100x the policy's) shrank the policy's steps, and separate's policy did not rise as DAPO's did
     "separate-own-clip": {"transfer": "separate", "clip_per_adapter": True},
-    # added after separate-own-clip's world model diverged (token accuracy 1.9% -> 0.0%) at its learning rate of
-    # 5e-3: the same at 1e-3
-    "separate-own-clip-wm1e-3": {"transfer": "separate", "clip_per_adapter": True, "wm_learning_rate": 1e-3},
     # the same-weights baseline: the policy learns the phone calls' replies in its own rollouts (weight 0.1)
     "echo": {"transfer": "echo"},
     # half of each step's groups phone the world model instead of the env (lookups stay real)
