@@ -24,8 +24,9 @@ def test_the_demo_runs_the_best_measured_mode(load_example):
     from worldgym.cli import parse_run
 
     agent = parse_run(load_example("train_dual_lora").PRESETS, ["demo"]).run.resolved_agent()
-    assert (agent.transfer, agent.auxiliary_grad_ratio, agent.num_steps, agent.eval_every, agent.eval_episodes) == (
-        "shared", 0.1, 16, 4, 64)
+    assert (agent.transfer, agent.clip_per_adapter, agent.auxiliary_grad_ratio, agent.wm_coef) == (
+        "separate", True, None, 0.5)  # the benchmark's separate-own-clip
+    assert (agent.num_steps, agent.eval_every, agent.eval_episodes, agent.seed) == (16, 4, 64, 0)
 
 
 def test_the_shipped_warm_start_is_the_tiny_presets_and_loads(tmp_path):
