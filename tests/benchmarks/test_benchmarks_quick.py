@@ -247,6 +247,7 @@ def test_csr_dual_lora_demo_time(tmp_path: Path) -> None:
     assert data["seconds"] > 0 and data["cores"] == os.cpu_count()
     assert [step for step, _ in data["success"]] == [0, 1] and all(0 <= s <= 1 for _, s in data["success"])
     assert (tmp_path / "runs" / "demo_time" / "curves.png").is_file()  # the demo's own outputs, in the scratch dir
+    assert (tmp_path / "csr_dual_lora_demo.png").stat().st_size > 0  # the copy the README shows
 
 
 def test_sheeprl_dreamer_step_skips_cleanly_without_sheeprl(tmp_path: Path) -> None:
