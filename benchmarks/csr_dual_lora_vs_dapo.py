@@ -39,6 +39,7 @@ import shutil
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -415,17 +416,21 @@ def _plot(summary: dict[str, Any], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     keys = list(summary["runs"])
+    palette = plt.get_cmap("tab20").colors  # one colour per mode, the same in every panel (10 repeat too soon)
     fig, axes = plt.subplots(len(keys), 2, figsize=(11, 3.6 * len(keys)), squeeze=False)
     for (success_ax, wm_ax), key in zip(axes, keys):
         for mode, row in summary["runs"][key].items():
+            color = palette[list(MODES).index(mode) % len(palette)]
             for ax, curves in ((success_ax, row["curves"]), (wm_ax, row["wm_accuracy_curves"])):
                 length = min(len(c) for c in curves)
                 tasks = np.array([row["tasks_by_step"][i][int(c[j][0])] for i, c in enumerate(curves)
                                   for j in range(length)]).reshape(len(curves), length).mean(0)
                 values = np.array([[v if v is not None else np.nan for _, v in c[:length]] for c in curves])
-                (line,) = ax.plot(tasks, np.nanmean(values, 0), marker="o", label=mode)
-                ax.fill_between(tasks, np.nanmin(values, 0), np.nanmax(values, 0), color=line.get_color(),
-                                alpha=0.15)
+                with warnings.catch_warnings():  # a collapsed policy makes no call: no world-model figure
+                    warnings.simplefilter("ignore", RuntimeWarning)
+                    low, mean, high = np.nanmin(values, 0), np.nanmean(values, 0), np.nanmax(values, 0)
+                ax.plot(tasks, mean, marker="o", label=mode, color=color)
+                ax.fill_between(tasks, low, high, color=color, alpha=0.15)
         success_ax.axhline(summary["thresholds"][key.split("-d")[0]], color="grey", linestyle=":")
         success_ax.set(xlabel="real training tasks", ylabel="validation success (greedy)", title=key)
         wm_ax.set(xlabel="real training tasks", ylabel="world-model token accuracy (validation calls)", title=key)
