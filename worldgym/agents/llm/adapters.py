@@ -116,20 +116,19 @@ def recompute_under_active_adapters(model: torch.nn.Module) -> ContextFn:
     without adapters recomputes as it is."""
     if not isinstance(model, PeftModel):
         return lambda: (nullcontext(), nullcontext())
-    trainable = trainable_adapters(model)
 
     def context_fn() -> tuple[AbstractContextManager[None], AbstractContextManager[None]]:
-        return nullcontext(), _recomputing_under(model, active_adapters(model), trainable)
+        return nullcontext(), _recomputing_under(model, active_adapters(model))
 
     return context_fn
 
 
 @contextmanager
-def _recomputing_under(model: PeftModel, names: tuple[str, ...], trainable: Sequence[str]) -> Iterator[None]:
+def _recomputing_under(model: PeftModel, names: tuple[str, ...]) -> Iterator[None]:
     if active_adapters(model) == names:  # the common case (one adapter, or no switch since): nothing to do
         yield
         return
-    with using_adapters(model, names, trainable):
+    with using_adapters(model, names, trainable_adapters(model)):  # looked up only when switching
         yield
 
 
