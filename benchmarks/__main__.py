@@ -3,12 +3,13 @@
     python -m benchmarks                  # every benchmark in full (hours), into benchmarks/results; both tables
     python -m benchmarks --quick          # every benchmark in seconds-to-a-minute each, into runs/benchmarks/quick;
                                           # prints the full table (the committed tables keep the committed figures)
-    python -m benchmarks --table-only     # only rewrite both tables from benchmarks/results
-    python -m benchmarks --check          # exit 1 when either table differs from benchmarks/results
+    python -m benchmarks --table-only     # only rewrite the tables from benchmarks/results
+    python -m benchmarks --check          # exit 1 when a table differs from benchmarks/results
     python -m benchmarks --only fuzz_envs dreamer --quick
 
-Two tables, each between ``<!-- benchmark-table:start -->`` and ``<!-- benchmark-table:end -->``: the README's
-short one (a headline per benchmark and a link to its docs page) and the full one on ``docs/results/benchmarks.md``.
+Three tables, each between ``<!-- benchmark-table:start -->`` and ``<!-- benchmark-table:end -->``: the README's
+short one (a headline per benchmark and a link to its docs page), the full one on ``docs/results/benchmarks.md``
+and the precision page's float32-vs-bf16 speed per kind of CPU (``docs/precision.md``).
 They are only ever rewritten from ``benchmarks/results`` (full runs), never from quick results.
 """
 
@@ -22,10 +23,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from benchmarks.common import QUICK_RESULTS, REPO, RESULTS, portable
-from benchmarks.table import render, render_summary, replace_table, table_in
+from benchmarks.table import render, render_cpu_precision, render_summary, replace_table, table_in
 
 README = REPO / "README.md"
 BENCHMARKS_PAGE = REPO / "docs" / "results" / "benchmarks.md"
+PRECISION_PAGE = REPO / "docs" / "precision.md"
 
 
 @dataclass(frozen=True)
@@ -80,6 +82,7 @@ SUITE: tuple[Benchmark, ...] = (
               ((), ("--model", "smollm2-135m", "--warm-start", "--compare", "dtype", "--difficulties", "3",
                     "--batch-sizes", "16", "--max-new-tokens", "192", "--max-episode-tokens", "8192", "--threads", "1")),
               ((), ("--compare", "dtype"))),
+    Benchmark("cpu_matmul_dtype.py", ((), ("--cap-isa", "AVX2")), ((), ("--cap-isa", "AVX2"))),
     Benchmark("llm_precision.py",
               (("learner", "--model", "smollm2-135m", "--threads", "1"),
                ("dapo-step", "--model", "smollm2-135m", "--dtypes", "bfloat16"),
@@ -119,7 +122,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--quick", action="store_true", help="every benchmark's --quick mode")
-    mode.add_argument("--table-only", action="store_true", help="run nothing: rewrite both benchmark tables")
+    mode.add_argument("--table-only", action="store_true", help="run nothing: rewrite the benchmark tables")
     mode.add_argument("--check", action="store_true", help="run nothing: fail when a benchmark table is stale")
     parser.add_argument("--only", nargs="+", choices=[b.name for b in SUITE], help="run only these benchmarks")
     parser.add_argument("--results-dir", type=Path, default=None,
@@ -127,12 +130,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--readme", type=Path, default=README, help="the README whose short table is rewritten")
     parser.add_argument("--benchmarks-page", type=Path, default=BENCHMARKS_PAGE,
                         help="the docs page whose full table is rewritten")
+    parser.add_argument("--precision-page", type=Path, default=PRECISION_PAGE,
+                        help="the docs page whose per-CPU precision table is rewritten")
     return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    tables = {args.readme: render_summary, args.benchmarks_page: render}  # file -> the table it holds
+    # file -> the table it holds
+    tables = {args.readme: render_summary, args.benchmarks_page: render, args.precision_page: render_cpu_precision}
     if args.check:
         stale = False
         for path, table in tables.items():

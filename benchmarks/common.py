@@ -1,5 +1,6 @@
 """What every benchmark script shares: where results go, the ``--quick`` / ``--results-dir`` flags, and JSON
-that never holds a machine's absolute paths.
+that never holds a machine's absolute paths and always says which machine made it (``"machine"``:
+:func:`worldgym.machine.machine_info`).
 
 A script run as a file (``python benchmarks/<name>.py``) imports this module as ``benchmarks.common`` after
 putting the repository root on ``sys.path``.
@@ -61,11 +62,27 @@ def portable(path: str | Path) -> str:
 
 
 def write_json(path: Path, payload: Any, indent: int = 1) -> Path:
-    """Write ``payload`` as JSON (``Path`` values as :func:`portable` strings) and print where it went."""
+    """Write ``payload`` as JSON (``Path`` values as :func:`portable` strings) and print where it went.
+
+    A results object gets the machine it was made on under ``"machine"`` (:func:`with_machine`).
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
+    if isinstance(payload, dict):
+        payload = with_machine(payload)
     path.write_text(json.dumps(payload, indent=indent, default=_portable_default) + "\n")
     print(f"wrote {portable(path)}")
     return path
+
+
+def with_machine(payload: dict[str, Any]) -> dict[str, Any]:
+    """``payload`` with ``"machine"`` set to this machine's :func:`~worldgym.machine.machine_info` (CPU model,
+    cores, ISA level, AMX/AVX512-BF16, versions, load average). A script's own ``"machine"`` details are kept
+    beside it (a dict merged under it, a string as ``"platform"``)."""
+    from worldgym.machine import machine_info
+
+    own = payload.get("machine")
+    extra = own if isinstance(own, dict) else {} if own is None else {"platform": own}
+    return {**payload, "machine": {**extra, **machine_info()}}
 
 
 def _portable_default(value: Any) -> str:

@@ -49,6 +49,7 @@ import worldgym  # noqa: F401  (registers the ids)
 from worldgym.agents.dual_lora import DualLoRAConfig, DualLoRATrainer, wm_success_correlation
 from worldgym.agents.dual_lora.presets import dual_lora_config, engine, warm_start_config
 from worldgym.agents.llm.warm_start import WarmStart
+from worldgym.machine import machine_label
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a file: find the benchmarks package
 from benchmarks.common import (
@@ -362,6 +363,8 @@ def report(args: argparse.Namespace) -> None:
         model, difficulty, temperature, warm_start_name = setting
         chosen = [p for p in parts if _setting(p) == setting]
         dapo_seconds = [s for p in chosen if p["mode"] == "dapo" for s in p["step_seconds"]]
+        # step times compare only within one machine: say which machines the parts were made on
+        machines = sorted({machine_label(p.get("machine")) for p in chosen})
         rows = {}
         for mode in [m for m in MODES if any(p["mode"] == m for p in chosen)]:
             runs = sorted((p for p in chosen if p["mode"] == mode), key=lambda p: p["seed"])
@@ -393,6 +396,8 @@ def report(args: argparse.Namespace) -> None:
                 "aux_grad_cosine_range": [p.get("aux_grad_cosine_range") for p in runs],
                 "seconds_per_step": float(np.mean(seconds)),
                 "step_time_vs_dapo": float(np.mean(seconds) / np.mean(dapo_seconds)) if dapo_seconds else None,
+                "machines": [machine_label(p.get("machine")) for p in runs],
+                "step_time_machines_differ": len(machines) > 1,
                 "curves": [p["curve"] for p in runs],
                 "wm_accuracy_curves": [p["wm_accuracy_curve"] for p in runs],
                 "invalid_call_rate_curves": [p.get("invalid_call_rate_curve") for p in runs],

@@ -44,6 +44,7 @@ from transformers import PreTrainedModel
 
 from worldgym.agents.llm.adapters import seeded_lora
 from worldgym.agents.llm.scoring import score_tokens
+from worldgym.machine import machine_info, machine_kind
 from worldgym.precision import autocast, cast_for_training, cpu_supports_bf16
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a file: find the benchmarks package
@@ -222,8 +223,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     # read only now: another mode may have written its figures to the same file while this one ran
     results = json.loads(path.read_text()) if path.is_file() else {}
     key = args.mode.replace("-", "_")
-    if key == "dapo_step" and key in results:  # one dtype per run is fine: keep the other's figures
-        figures["figures"] = {**results[key]["figures"], **figures["figures"]}
+    figures["machine"] = machine_info()  # each mode's figures say where they were made (the file may mix)
+    earlier = results.get(key, {})
+    if key == "dapo_step" and machine_kind(earlier.get("machine", {})) == machine_kind(figures["machine"]):
+        figures["figures"] = {**earlier.get("figures", {}), **figures["figures"]}  # one dtype per run: keep the other's
     results |= {"model": args.model, "cpu_native_bf16": cpu_supports_bf16(), "python": platform.python_version(),
                 "torch": torch.__version__, "cpu_count": os.cpu_count(), key: figures}
     write_json(path, results, indent=2)

@@ -80,7 +80,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
             return None
         os.environ["_WORLDGYM_SHEEPRL_REEXEC"] = "1"
         os.execv(python, [str(python), __file__, *(sys.argv[1:] if argv is None else argv)])
-    row = measure(args)
+    from worldgym.machine import machine_info  # stdlib (and torch) only, like this script
+
+    row = measure(args) | {"machine": machine_info()}  # rows made on other machines stay labelled
     path = results_dir(args) / RESULTS_NAME
     table = json.loads(path.read_text()) if path.is_file() else {"rows": []}
     table["rows"] = [r for r in table["rows"] if not _same_settings(r, row)] + [row]

@@ -16,10 +16,12 @@ from pathlib import Path
 from statistics import mean
 from typing import Any
 
+from worldgym.machine import isa_label
+
 START = "<!-- benchmark-table:start -->"
 END = "<!-- benchmark-table:end -->"
-HEADER = "| script | measures | result (CPU) |\n|---|---|---|"
-SUMMARY_HEADER = "| benchmark | headline (CPU) | details |\n|---|---|---|"
+HEADER = "| script | measures | machine | result (CPU) |\n|---|---|---|---|"
+SUMMARY_HEADER = "| benchmark | machine | headline (CPU) | details |\n|---|---|---|---|"
 
 Results = dict[str, Any]
 
@@ -351,6 +353,22 @@ def _llm_precision(data: Results) -> str:
     return f"{data['model']}: " + "; ".join(parts)
 
 
+def _cpu_matmul_dtype(data: Results) -> str:
+    def entry(row: Results) -> str:
+        shown = ", ".join(f"{shape.split('_')[0]} {figures['gflops']['float32']:.0f} -> "
+                          f"{figures['gflops']['bfloat16']:.1f} GFLOP/s (**{figures['bf16_vs_float32']:.2f}x**)"
+                          for shape, figures in row["shapes"].items())
+        return f"{isa_label(row['machine'])}: {shown}"
+
+    return "float32 -> bf16, 1 thread: " + "; ".join(entry(row) for row in data["machines"].values())
+
+
+def _short_cpu_matmul_dtype(data: Results) -> str:
+    return "bf16 matmul vs float32: " + ", ".join(
+        f"**{next(iter(row['shapes'].values()))['bf16_vs_float32']:.2f}x** on {isa_label(row['machine'])}"
+        for row in data["machines"].values())
+
+
 def _rollout_precision(data: Results) -> str:
     runs = {run["dtype"]: run for run in data["runs"]}
     full, half = runs["float32"], runs["bfloat16"]
@@ -574,6 +592,9 @@ ROWS: tuple[Row, ...] = (
         "held-out KL drop and accuracy recovery, on-policy vs offline vs hybrid, text vs random init",
         ("cartridge_on_vs_offline.json",), _cartridge,
         headline=_short_cartridge, page="results/cartridges.md"),
+    Row("`benchmarks/cpu_matmul_dtype.py`", "float32 vs bf16 matrix products on each kind of CPU measured (what "
+        "`dtype=\"auto\"` decides on): GFLOP/s, one thread", ("cpu_matmul_dtype.json",), _cpu_matmul_dtype,
+        headline=_short_cpu_matmul_dtype, page="precision.md", in_summary=False),
     Row("`benchmarks/llm_precision.py`", "float32 vs bf16 on the LLM stack: learner throughput, a DAPO step, "
         "the CSR warm start's SFT", ("llm_precision_smollm2.json",), _llm_precision,
         headline=_short_llm_precision, page="results/precision.md"),
@@ -612,9 +633,46 @@ def _cell(row: Row, results: Path, short: bool) -> str:
     return f"*quick run, figures mean nothing*: {text}" if any(data.get("quick") for data in required) else text
 
 
+def _machine_cell(row: Row, results: Path) -> str:
+    """The instruction-set level and native bf16 of the machines a row's figures were made on
+    (:func:`worldgym.machine.isa_label`; a file made before results recorded it: "not recorded")."""
+    labels: list[str] = []
+    for data in (_load(results / name) for name in (*row.files, *row.optional)):
+        if data is None:
+            continue
+        entries = data["machines"].values() if isinstance(data.get("machines"), dict) else [data]
+        for entry in entries:
+            machine = entry.get("machine")
+            recorded = isinstance(machine, dict) and "cpu_isa" in machine  # older files: a platform string at most
+            label = isa_label(machine if recorded else None)
+            if label not in labels:
+                labels.append(label)
+    return " / ".join(labels) or "not recorded"
+
+
 def render(results: Path) -> str:
     """The full markdown table (header included) for the results JSON in ``results``."""
-    return "\n".join([HEADER, *(f"| {row.script} | {row.measures} | {_cell(row, results, False)} |" for row in ROWS)])
+    return "\n".join([HEADER, *(f"| {row.script} | {row.measures} | {_machine_cell(row, results)} | "
+                                 f"{_cell(row, results, False)} |" for row in ROWS)])
+
+
+def render_cpu_precision(results: Path) -> str:
+    """The precision page's table: float32 vs bf16 matmul speed on each kind of CPU measured
+    (``cpu_matmul_dtype.json``), one row per kind with the machine it was measured on."""
+    data = _load(results / "cpu_matmul_dtype.json")
+    if data is None:
+        return "not measured yet (no cpu_matmul_dtype.json)"
+    first = next(iter(data["machines"].values()))["shapes"]
+    header = ["CPU", "instruction set"] + [f"{shape.replace('_', ' ')}: float32 / bf16 GFLOP/s (bf16 vs float32)"
+                                           for shape in first]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for row in data["machines"].values():
+        cells = [f"{figures['gflops']['float32']:.0f} / {figures['gflops']['bfloat16']:.1f} "
+                 f"(**{figures['bf16_vs_float32']:.2f}x**)" for figures in row["shapes"].values()]
+        machine = row["machine"]
+        lines.append(f"| {machine['cpu_model']}, {machine['cpu_count']} cores | {isa_label(machine)} | "
+                     + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
 
 def render_summary(results: Path, docs: str = "docs") -> str:
@@ -622,7 +680,8 @@ def render_summary(results: Path, docs: str = "docs") -> str:
     lines = [SUMMARY_HEADER]
     for row in (row for row in ROWS if row.in_summary):
         name = row.script.strip("`").removeprefix("benchmarks/")
-        lines.append(f"| `{name}` | {_cell(row, results, True)} | [{row.page.removesuffix('.md')}]({docs}/{row.page}) |")
+        lines.append(f"| `{name}` | {_machine_cell(row, results)} | {_cell(row, results, True)} | "
+                     f"[{row.page.removesuffix('.md')}]({docs}/{row.page}) |")
     return "\n".join(lines)
 
 

@@ -7,7 +7,9 @@ than float32). Logits, log-softmax, losses and advantages are computed in float3
 
 ``"auto"`` picks bfloat16 where the hardware computes it natively (a CPU with AMX-BF16 or AVX512-BF16, a CUDA
 device that supports bf16) and float32 elsewhere; float32 remains the choice for exact comparisons (the
-engine's sampled logprobs then equal the learner's to the last bit).
+engine's sampled logprobs then equal the learner's to the last bit). An explicit ``"bfloat16"`` on a CPU without
+native bf16 still runs, with one :class:`EmulatedBF16Warning`: its matmuls are emulated there, tens of times
+slower than float32.
 
 >>> resolve_dtype("float32", "cpu")
 torch.float32
@@ -21,14 +23,18 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
+import warnings
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Literal
 
 import torch
 
+from worldgym.machine import cpu_flags, cpu_isa, cpu_model
+
 __all__ = [
     "PRECISIONS",
+    "EmulatedBF16Warning",
     "Precision",
     "autocast",
     "cast_for_training",
@@ -47,6 +53,10 @@ _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 _BF16_CPU_FLAGS = ("amx_bf16", "avx512_bf16")
 
 
+class EmulatedBF16Warning(UserWarning):
+    """``dtype="bfloat16"`` was asked for on a CPU that has no native bf16 matrix instructions."""
+
+
 def check_precision(name: str, value: object) -> None:
     """Raise ``ValueError`` naming the field unless ``value`` is one of :data:`PRECISIONS`."""
     if value not in PRECISIONS:
@@ -55,21 +65,27 @@ def check_precision(name: str, value: object) -> None:
 
 @functools.cache
 def cpu_supports_bf16() -> bool:
-    """Whether this CPU has native bf16 matrix instructions (AMX-BF16 or AVX512-BF16).
-
-    Asks torch first (its CPU-capability probes), then the kernel's ``/proc/cpuinfo`` flags.
+    """Whether this CPU has native bf16 matrix instructions (AMX-BF16 or AVX512-BF16) that torch's kernels may
+    use: the kernel's ``/proc/cpuinfo`` flags, unless ``ONEDNN_MAX_CPU_ISA`` caps the matmul kernels below them.
     """
-    probes = ("_is_amx_tile_supported", "_is_avx512_bf16_supported")
-    cpu = getattr(torch._C, "_cpu", None)
-    for probe in probes:
-        check = getattr(cpu, probe, None)
-        if check is not None and check():
-            return True
-    cpuinfo = Path("/proc/cpuinfo")
-    if cpuinfo.is_file():
-        flags = cpuinfo.read_text(errors="replace").split()
-        return any(flag in flags for flag in _BF16_CPU_FLAGS)
-    return False
+    capped = (os.environ.get("ONEDNN_MAX_CPU_ISA") or os.environ.get("DNNL_MAX_CPU_ISA") or "").upper()
+    if capped and capped != "ALL" and not any(name in capped for name in ("BF16", "AMX", "AVX10")):
+        return False
+    return any(flag in cpu_flags() for flag in _BF16_CPU_FLAGS)
+
+
+@functools.cache
+def warn_if_bf16_emulated() -> None:
+    """Warn once per process (an :class:`EmulatedBF16Warning`) that bf16 on this CPU is emulated, naming the CPU
+    and its ISA level; nothing on a CPU with native bf16. Called whenever a setting asks for bf16 on the CPU."""
+    if cpu_supports_bf16():
+        return
+    warnings.warn(
+        f'dtype="bfloat16" on a CPU without native bf16 ({cpu_model()}, ISA level {cpu_isa()}, no AMX-BF16 or '
+        "AVX512-BF16): its bf16 matrix products are emulated and run tens of times slower than float32 "
+        '(docs/precision.md); dtype="auto" picks float32 here. Running on in bfloat16 as asked.',
+        EmulatedBF16Warning, stacklevel=3,
+    )
 
 
 def resolve_dtype(precision: str | torch.dtype, device: str | torch.device = "cpu") -> torch.dtype:
@@ -79,9 +95,11 @@ def resolve_dtype(precision: str | torch.dtype, device: str | torch.device = "cp
             raise ValueError(f"dtype {precision} is not supported: use torch.float32 or torch.bfloat16")
         return precision
     check_precision("dtype", precision)
-    if precision != "auto":
-        return _DTYPES[precision]
     device = torch.device(device)
+    if precision != "auto":
+        if precision == "bfloat16" and device.type == "cpu":
+            warn_if_bf16_emulated()
+        return _DTYPES[precision]
     if device.type == "cuda":
         native = torch.cuda.is_available() and torch.cuda.is_bf16_supported()
     else:
@@ -189,4 +207,4 @@ def _adapter_casts_off(model: torch.nn.Module, active: bool) -> Iterator[None]:
                 layer.cast_input_dtype_enabled = value
 
 
-__all__ += ["model_autocast"]
+__all__ += ["model_autocast", "warn_if_bf16_emulated"]

@@ -59,6 +59,23 @@ def test_csr_env_throughput(tmp_path: Path) -> None:
     assert data["policies"]["sampled_calls"]["success_rate"] == 0.0
 
 
+def test_cpu_matmul_dtype_keeps_one_labelled_entry_per_kind_of_cpu(tmp_path: Path) -> None:
+    from worldgym.machine import machine_info, machine_kind
+
+    run("cpu_matmul_dtype.py", results=tmp_path)
+    run("cpu_matmul_dtype.py", "--cap-isa", "AVX2", results=tmp_path)
+    data = load(tmp_path / "cpu_matmul_dtype.json")
+    here = machine_kind(machine_info())
+    assert set(data["machines"]) == {here, "capped-avx2"}  # the capped run is a stand-in with its own key
+    capped = data["machines"]["capped-avx2"]["machine"]
+    assert capped["onednn_max_cpu_isa"] == "AVX2" and capped["cpu_isa"] == "AVX2"
+    for entry in data["machines"].values():
+        assert entry["quick"] is True and entry["machine"]["cpu_model"]
+        for figures in entry["shapes"].values():
+            assert figures["gflops"]["float32"] > 0 and figures["gflops"]["bfloat16"] > 0
+    assert data["machine"]["cpu_isa"]  # the file as a whole records who wrote it last
+
+
 def test_fuzz_envs(tmp_path: Path) -> None:
     run("fuzz_envs.py", results=tmp_path)
     data = load(tmp_path / "fuzz_envs.json")

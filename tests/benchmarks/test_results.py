@@ -10,7 +10,17 @@ import pytest
 
 from benchmarks.__main__ import main as suite_main
 from benchmarks.common import absolute_paths
-from benchmarks.table import END, ROWS, START, render, render_summary, replace_table, table_in
+from benchmarks.table import (
+    END,
+    ROWS,
+    START,
+    render,
+    render_cpu_precision,
+    render_summary,
+    replace_table,
+    table_in,
+)
+from worldgym.machine import isa_label
 
 REPO = Path(__file__).resolve().parents[2]
 RESULTS = REPO / "benchmarks" / "results"
@@ -44,6 +54,11 @@ def test_docs_table_is_generated_from_the_committed_results() -> None:
     assert table_in(page) == render(RESULTS), "stale docs benchmark table: run `python -m benchmarks --table-only`"
 
 
+def test_precision_page_table_is_generated_from_the_committed_results() -> None:
+    page = (REPO / "docs" / "precision.md").read_text()
+    assert table_in(page) == render_cpu_precision(RESULTS), "stale: run `python -m benchmarks --table-only`"
+
+
 def test_summary_links_each_row_to_an_existing_docs_page() -> None:
     missing = [row.page for row in ROWS if not (REPO / "docs" / row.page).is_file()]
     assert missing == []
@@ -67,14 +82,34 @@ def test_replace_table_needs_both_markers_in_order() -> None:
 
 
 def test_table_only_rewrites_both_tables_and_check_sees_staleness(tmp_path: Path) -> None:
-    readme, page = tmp_path / "README.md", tmp_path / "benchmarks.md"
-    for path in (readme, page):
+    readme, page, precision = tmp_path / "README.md", tmp_path / "benchmarks.md", tmp_path / "precision.md"
+    for path in (readme, page, precision):
         path.write_text(f"# x\n\n## Benchmarks\n{START}\n| stale |\n{END}\n\n## Next\n")
-    files = ["--readme", str(readme), "--benchmarks-page", str(page)]
+    files = ["--readme", str(readme), "--benchmarks-page", str(page), "--precision-page", str(precision)]
     assert suite_main(["--check", *files]) == 1
     assert suite_main(["--table-only", *files]) == 0
     assert readme.read_text() == f"# x\n\n## Benchmarks\n{START}\n{render_summary(RESULTS)}\n{END}\n\n## Next\n"
     assert page.read_text() == f"# x\n\n## Benchmarks\n{START}\n{render(RESULTS)}\n{END}\n\n## Next\n"
+    assert table_in(precision.read_text()) == render_cpu_precision(RESULTS)
     assert suite_main(["--check", *files]) == 0
     page.write_text(page.read_text().replace(render(RESULTS), "| stale |"))
     assert suite_main(["--check", *files]) == 1
+
+
+def test_results_record_the_machine_and_tables_show_its_instruction_set(tmp_path: Path) -> None:
+    from benchmarks.common import write_json
+    from benchmarks.table import Row, _machine_cell
+
+    write_json(tmp_path / "new.json", {"figure": 1.0, "machine": "x86_64"})
+    written = json.loads((tmp_path / "new.json").read_text())
+    machine = written["machine"]
+    assert machine["platform"] == "x86_64"  # a script's own machine string is kept beside the fields
+    for field in ("cpu_model", "cpu_count", "cpu_isa", "amx_bf16", "avx512_bf16", "torch", "transformers",
+                  "load_average"):
+        assert field in machine
+    (tmp_path / "old.json").write_text(json.dumps({"figure": 2.0, "machine": "x86_64"}))
+    def row(*files: str) -> Row:
+        return Row("s", "m", files, lambda *data: "")
+    assert _machine_cell(row("new.json"), tmp_path) == isa_label(machine)
+    assert _machine_cell(row("old.json"), tmp_path) == "not recorded"
+    assert _machine_cell(row("new.json", "old.json"), tmp_path) == f"{isa_label(machine)} / not recorded"

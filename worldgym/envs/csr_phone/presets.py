@@ -74,9 +74,10 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
             # pass with recomputed activations peaks ~7 GB above the model (measured on 1 x 8,000 tokens)
             "microbatch_size": 1, "activation_checkpointing": True,
             "cpu_mmap_threshold": CPU_MMAP_THRESHOLD,
-            # bf16 rollouts and updates over the (float32-trained, shipped) warm start: d3 rollouts 1.51x faster,
-            # the same greedy success (benchmarks/csr_rollout_speed.py --compare dtype; llm_precision.py)
-            "dtype": "bfloat16",
+            # the fast precision of this machine: bf16 rollouts and updates where the CPU has native bf16 (on an
+            # AMX CPU d3 rollouts ran 1.51x faster, the same greedy success: csr_rollout_speed.py --compare
+            # dtype; llm_precision.py), float32 where bf16 would be emulated (tens of times slower)
+            "dtype": "auto",
         },
         "engine": {**_ENGINE, "batch_size": 32},
     },
