@@ -43,6 +43,7 @@ def _cpuinfo_fields() -> dict[str, str]:
     return fields
 
 
+@functools.cache
 def cpu_flags() -> frozenset[str]:
     """The CPU's feature flags as the kernel names them (``avx2``, ``avx512_bf16``, ``amx_bf16``, ...)."""
     return frozenset(_cpuinfo_fields().get("flags", "").split())

@@ -67,9 +67,13 @@ def test_greedy_generate_matches_sdpa(tokenizer, fast_calls: list[bool], dtype: 
         assert torch.equal(tokens, reference_tokens)
 
 
+@pytest.mark.parametrize("amx", [True, False])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("masked", [True, False])
-def test_one_step_equals_sdpa_on_strided_views(dtype: torch.dtype, masked: bool) -> None:
+def test_one_step_equals_sdpa_on_strided_views(monkeypatch: pytest.MonkeyPatch, dtype: torch.dtype, masked: bool,
+                                               amx: bool) -> None:
+    # each CPU kind's layout (enable_gqa for bf16 on AMX, folded elsewhere) gives sdpa's result
+    monkeypatch.setattr(decode_attention, "cpu_flags", lambda: frozenset({"avx512_bf16", *(["amx_bf16"] * amx)}))
     module = torch.nn.Module()
     module.num_key_value_groups, module.is_causal = 3, True
     query = torch.randn(4, 9, 1, 16, dtype=dtype)
@@ -125,3 +129,11 @@ def test_refuses_other_attention(tokenizer) -> None:
     windowed = build_tiny_model(tokenizer, seed=0)
     windowed.config.layer_types = ["sliding_attention"] * windowed.config.num_hidden_layers
     assert not use_fast_decode_attention(windowed) and windowed.config._attn_implementation == "sdpa"
+
+
+def test_layout_follows_the_cpu_kind(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(decode_attention, "cpu_flags", lambda: frozenset({"avx512_bf16", "amx_bf16"}))
+    assert not decode_attention.folds_query_groups(torch.bfloat16)  # AMX: enable_gqa measured faster
+    assert decode_attention.folds_query_groups(torch.float32)
+    monkeypatch.setattr(decode_attention, "cpu_flags", lambda: frozenset({"avx512_bf16"}))
+    assert decode_attention.folds_query_groups(torch.bfloat16)  # AVX512-BF16 without AMX: folded ~6x faster

@@ -3,11 +3,13 @@
 For a one-token query with grouped KV heads, transformers' ``sdpa`` function calls PyTorch's CPU flash kernel
 either with ``enable_gqa=True`` (when there is no attention mask) or with the query heads of a group folded
 into the query length (``pack_gqa``, when left padding gives a mask). Which layout is faster depends on the
-dtype only: in bfloat16 the ``enable_gqa`` layout (about 5 ms per SmolLM2 layer at 16 rows x 3,000 positions on
-one core, against 7 ms folded), in float32 the folded one (about 9.5 ms against 11.5 ms). This function picks the
-faster layout whatever the mask; masks are built exactly as for ``sdpa`` (``benchmarks/decode_attention.py``
-has the measurements). Everything else (prefill, training, sliding windows, soft-capping, other devices)
-goes to transformers' ``sdpa`` function unchanged.
+dtype and the CPU (SmolLM2 layer, 16 rows x 3,000 positions, one core; ``benchmarks/decode_attention.py``):
+in float32 the folded one everywhere; in bfloat16 the ``enable_gqa`` layout on a CPU with AMX (about 5 ms
+against 7 ms folded), but the folded one on a CPU with AVX512-BF16 and no AMX, where ``enable_gqa`` is ~6x
+slower (136 ms against 23 ms). This function picks the faster layout for the dtype and CPU whatever the mask
+(a fixed rule, so runs on one machine stay deterministic); masks are built exactly as for ``sdpa``.
+Everything else (prefill, training, sliding windows, soft-capping, other devices) goes to transformers'
+``sdpa`` function unchanged.
 """
 
 from __future__ import annotations
@@ -21,11 +23,13 @@ from transformers import AttentionInterface, PreTrainedModel
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
-__all__ = ["FAST_DECODE_ATTENTION", "decode_attention_forward", "handles_decode", "use_fast_decode_attention"]
+from worldgym.machine import cpu_flags
+
+__all__ = ["FAST_DECODE_ATTENTION", "decode_attention_forward", "folds_query_groups", "handles_decode",
+           "use_fast_decode_attention"]
 
 FAST_DECODE_ATTENTION = "worldgym_decode"
-_FOLDED_DTYPES = (torch.float32,)  # one-token queries of a group folded into the query length
-_GQA_DTYPES = (torch.bfloat16,)  # heads left apart, the kernel maps them to their KV head (enable_gqa)
+_DTYPES = (torch.float32, torch.bfloat16)
 _UNSUPPORTED_KWARGS = ("softcap", "sliding_window", "position_bias", "s_aux", "sinks")
 
 
@@ -35,7 +39,7 @@ def handles_decode(module: torch.nn.Module, query: torch.Tensor, key: torch.Tens
     dtype, without dropout, gradients, extra biases or windows, and a mask (if any) shared by all heads."""
     if query.device.type != "cpu" or query.shape[2] != 1 or dropout != 0.0:
         return False
-    if query.dtype not in _FOLDED_DTYPES + _GQA_DTYPES or not key.dtype == value.dtype == query.dtype:
+    if query.dtype not in _DTYPES or not key.dtype == value.dtype == query.dtype:
         return False
     if torch.is_grad_enabled() and any(t.requires_grad for t in (query, key, value)):
         return False
@@ -57,13 +61,19 @@ def decode_attention_forward(module: torch.nn.Module, query: torch.Tensor, key: 
                                       is_causal=is_causal, **kwargs)
     batch, heads, _, dim = query.shape
     kv_heads = key.shape[1]
-    if query.dtype in _FOLDED_DTYPES and heads != kv_heads:
+    if heads != kv_heads and folds_query_groups(query.dtype):
         folded = query.reshape(batch, kv_heads, heads // kv_heads, dim)  # [B, H_kv, group, D]
         output = F.scaled_dot_product_attention(folded, key, value, attn_mask=attention_mask, scale=scaling)
     else:
         output = F.scaled_dot_product_attention(query, key, value, attn_mask=attention_mask, scale=scaling,
                                                 enable_gqa=heads != kv_heads)
     return output.reshape(batch, heads, 1, dim).transpose(1, 2).contiguous(), None
+
+
+def folds_query_groups(dtype: torch.dtype) -> bool:
+    """Whether a group's one-token queries are folded into the query length (else ``enable_gqa``): in float32
+    always, in bfloat16 unless the CPU has AMX (the only CPU kind where ``enable_gqa`` measured faster)."""
+    return dtype != torch.bfloat16 or "amx_bf16" not in cpu_flags()
 
 
 def _plain_causal(model: PreTrainedModel) -> bool:
