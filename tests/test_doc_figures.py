@@ -13,8 +13,10 @@ previous such comment or heading; a comment on its own line after a table covers
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -23,13 +25,18 @@ REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results"
 PAGES = sorted([REPO / "README.md", *(REPO / "docs").rglob("*.md")])
 MARKER = re.compile(r"<!-- figures: (\S+) (.*?) -->")
-ITEM = re.compile(r"^([\w.\-]+?)(?:([*/])([\d.]+))?=([\d,]+(?:\.\d+)?)$")
+ITEM = re.compile(r"^(.+?)(?:([*/])(\d+(?:\.\d+)?))?=(-?[\d,]+(?:\.\d+)?)$")
 
 
 def lookup(data, path: str):
-    """The value at a dotted key path (``success.-1.1``)."""
-    for part in path.split("."):
-        data = data[int(part)] if isinstance(data, list) else data[part]
+    """The value at a dotted key path (``success.-1.1``); a key may itself hold dots (``shared-capped-0.1``)."""
+    parts = path.split(".")
+    while parts:
+        if isinstance(data, list):
+            data = data[int(parts.pop(0))]
+            continue
+        size = next((n for n in range(len(parts), 0, -1) if ".".join(parts[:n]) in data), 1)
+        data, parts = data[".".join(parts[:size])], parts[size:]
     return data
 
 
@@ -106,3 +113,14 @@ def test_a_figure_edited_in_the_text_only_fails(results: Path) -> None:
 def test_a_missing_file_or_key_fails(results: Path) -> None:
     assert check_page("x <!-- figures: gone.json a=1 -->", results) == ["gone.json: no such results file"]
     assert check_page("1 <!-- figures: run.json nothing=1 -->", results) == ["run.json: no number at nothing"]
+
+
+_tables_spec = importlib.util.spec_from_file_location("results_tables", REPO / "tools" / "results_tables.py")
+results_tables = sys.modules.setdefault("results_tables", importlib.util.module_from_spec(_tables_spec))
+_tables_spec.loader.exec_module(results_tables)
+
+
+@pytest.mark.parametrize("page", sorted(results_tables.TABLES))
+def test_generated_results_tables_are_up_to_date(page: str) -> None:
+    text = (REPO / page).read_text()
+    assert results_tables.render_page(page, text) == text, "stale table: run `python tools/results_tables.py`"
