@@ -43,7 +43,7 @@ def lookup(data, path: str):
 def text_before(text: str, position: int) -> str:
     """The text a comment at ``position`` closes: back to the previous figures comment or heading."""
     start = max(text.rfind("<!-- figures:", 0, position), text.rfind("\n#", 0, position), 0)
-    return re.sub(r"<!--.*?-->", "", text[start:position], flags=re.S)
+    return re.sub(r"<!--.*?-->", "", text[start:position], flags=re.DOTALL)
 
 
 def check_page(text: str, results: Path = RESULTS) -> list[str]:
