@@ -44,9 +44,9 @@ def render_dual_lora(results: Path = RESULTS) -> str:
     data = json.loads((results / "csr_dual_lora_vs_dapo.json").read_text())
     runs = data["runs"]["tiny-d1"]
     threshold = round(100 * data["thresholds"]["tiny"])
-    lines = [f"| mode | seeds | steps | d1 validation at the end, % (per seed) | mean | tasks to {threshold}% "
-             "(per seed) | world-model token accuracy, % | d2 validation, % | s per step | vs DAPO |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+    header = (f"| mode | seeds | steps | d1 validation at the end, % (per seed) | mean | tasks to {threshold}% "
+              "(per seed) | world-model token accuracy, % | d2 validation, % | s per step | vs DAPO |")
+    lines = [header, "|---|---|---|---|---|---|---|---|---|---|"]
     for mode, label in DUAL_LORA_MODES.items():
         run = runs[mode]
         seeds = " / ".join(str(seed) for seed in run["seeds"])
