@@ -15,6 +15,8 @@ They are only ever rewritten from ``benchmarks/results`` (full runs), never from
 from __future__ import annotations
 
 import argparse
+import json
+import shlex
 import subprocess
 import sys
 import time
@@ -47,8 +49,11 @@ def _dapo(difficulty: int, seed: int) -> tuple[str, ...]:
             str(seed), "--steps", "16", "--max-turns", "8", "--eval-every", "4", "--episodes", "64")
 
 
-def _dual_lora(mode: str, seed: int) -> tuple[str, ...]:
-    return ("run", "--model", "tiny", "--mode", mode, "--seed", str(seed))
+def _dual_lora_runs() -> tuple[tuple[str, ...], ...]:
+    """The tiny-model runs behind the committed dual-LoRA table: the command each one recorded, as it ran."""
+    data = json.loads((RESULTS / "csr_dual_lora_vs_dapo.json").read_text())
+    return tuple(tuple(shlex.split(command)[2:]) for run in data["runs"]["tiny-d1"].values()
+                 for command in run["commands"])
 
 
 def _cartridge(mode: str, init: str, seed: int) -> tuple[str, ...]:
@@ -72,8 +77,7 @@ SUITE: tuple[Benchmark, ...] = (
               (("random",), ("warm-start", "--model", "tiny", "--decodings", "constrained"),
                ("dapo", "--model", "tiny", "--decoding", "constrained", "--difficulty", "1"), ("report",))),
     Benchmark("csr_dual_lora_vs_dapo.py",
-              (*(_dual_lora(m, s) for m in ("dapo", "separate", "stacked", "shared", "iwm") for s in (0, 1, 2)),
-               _dual_lora("shared-l0.05", 0), ("final-eval", "--difficulties", "2", "--episodes", "32"),
+              (*_dual_lora_runs(), ("final-eval", "--difficulties", "2", "--episodes", "32"),
                ("report",), ("demo-time",)),
               (("run", "--mode", "dapo"), ("run", "--mode", "separate"), ("report",), ("demo-time",))),
     Benchmark("csr_rollout_speed.py",
