@@ -73,10 +73,29 @@ def render_csr_phone_success(results: Path = RESULTS) -> str:
     return "\n".join(lines)
 
 
+SCALEOUT_LABELS = {"in-process": "in process (2 torch threads)", "in-process-1-thread": "in process, 1 torch thread",
+                   "ray-1-sync": "Ray, 1 worker, sync", "ray-1-async": "Ray, 1 worker, async",
+                   "ray-2-sync": "Ray, 2 workers, sync", "ray-2-async": "Ray, 2 workers, async"}
+
+
+def render_ray_scaleout(results: Path = RESULTS) -> str:
+    """In process vs Ray rollout workers, from ``ray_scaleout.json`` (medians of the repeats)."""
+    data = json.loads((results / "ray_scaleout.json").read_text())
+    lines = ["| configuration | steps/s | learner waits for rollouts (s/step) | update (s/step) | workers busy | lag |",
+             "|---|---|---|---|---|---|"]
+    for name, label in SCALEOUT_LABELS.items():
+        row = data["results"][name]
+        busy = f"{100 * row['worker_utilisation']:.0f}%" if name.startswith("ray") else "-"
+        lines.append(f"| {label} | {row['steps_per_s']:.2f} | {row['phases_s']['rollout']:.2f} | "
+                     f"{row['phases_s']['update']:.2f} | {busy} | {row['policy_lag_mean']:.0f} |")
+    return "\n".join(lines)
+
+
 # page -> {table name: renderer}
 TABLES: dict[str, dict[str, Callable[[Path], str]]] = {
     "docs/results/dual-lora.md": {"dual-lora-table": render_dual_lora},
     "docs/envs/csr-phone.md": {"csr-phone-success-table": render_csr_phone_success},
+    "docs/results/scale-out.md": {"ray-scaleout-table": render_ray_scaleout},
 }
 
 
