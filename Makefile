@@ -3,10 +3,12 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-# torch is installed first and on its own so that the extras below never pull a CUDA build by accident.
-# Default: the CPU wheel (on this kind of machine it lies on local disk). With a GPU, use PyPI's default Linux
-# wheel, which is the CUDA build:   make setup TORCH_SPEC=torch
+# torch is installed first and on its own so that the extras below never pull a CUDA build by accident:
+# from PyTorch's CPU wheel index (TORCH_INDEX) first; only if that index cannot be reached or has no such wheel,
+# from the package index, whose Linux wheel is the CUDA build (with NVIDIA's CUDA libraries). With a GPU, ask
+# for the CUDA build directly:   make setup TORCH_INDEX=
 TORCH_SPEC ?= torch==2.13.0
+TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 EXTRAS ?= llm,gameboy,dev,bench,dist,docs,interop
 export OMP_WAIT_POLICY ?= PASSIVE
 
@@ -16,7 +18,7 @@ setup: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --disable-pip-version-check "$(TORCH_SPEC)"
+	$(if $(TORCH_INDEX),$(BIN)/pip install --quiet --disable-pip-version-check --index-url "$(TORCH_INDEX)" "$(TORCH_SPEC)" || ,)$(BIN)/pip install --quiet --disable-pip-version-check "$(TORCH_SPEC)"
 	$(BIN)/pip install --quiet --disable-pip-version-check -e ".[$(EXTRAS)]"
 	touch $@
 

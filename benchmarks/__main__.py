@@ -16,6 +16,8 @@ They are only ever rewritten from ``benchmarks/results`` (full runs), never from
 from __future__ import annotations
 
 import argparse
+import json
+import shlex
 import subprocess
 import sys
 import time
@@ -44,17 +46,18 @@ class Benchmark:
         return self.script.removesuffix(".py")
 
 
-def _dapo(difficulty: int, seed: int) -> tuple[str, ...]:
-    return ("dapo", "--model", "tiny", "--decoding", "constrained", "--difficulty", str(difficulty), "--seed",
-            str(seed), "--steps", "16", "--max-turns", "8", "--eval-every", "4", "--episodes", "64")
+def _recorded_parts(folder: str, pattern: str) -> tuple[tuple[str, ...], ...]:
+    """The command each committed part file ``benchmarks/results/<folder>/<pattern>`` recorded, as it ran (after
+    ``python benchmarks/<script>``), in file-name order."""
+    return tuple(tuple(shlex.split(json.loads(path.read_text())["command"])[2:])
+                 for path in sorted((RESULTS / folder).glob(pattern)))
 
 
-def _dual_lora(mode: str, seed: int) -> tuple[str, ...]:
-    return ("run", "--model", "tiny", "--mode", mode, "--seed", str(seed))
-
-
-def _cartridge(mode: str, init: str, seed: int) -> tuple[str, ...]:
-    return ("run", "--model", "tiny", "--mode", mode, "--init", init, "--seed", str(seed))
+def _dual_lora_runs() -> tuple[tuple[str, ...], ...]:
+    """The tiny-model runs behind the committed dual-LoRA table: the command each one recorded, as it ran."""
+    data = json.loads((RESULTS / "csr_dual_lora_vs_dapo.json").read_text())
+    return tuple(tuple(shlex.split(command)[2:]) for run in data["runs"]["tiny-d1"].values()
+                 for command in run["commands"])
 
 
 # The full commands are the ones behind the committed results (see each results file's "command" fields).
@@ -70,12 +73,11 @@ SUITE: tuple[Benchmark, ...] = (
               (("random",), ("warm-start", "--model", "tiny"),
                ("warm-start", "--model", "smollm2-135m", "--decodings", "free", "--difficulties", "1", "2", "3",
                 "--episodes", "16"),
-               *(_dapo(d, s) for d in (1, 2) for s in (0, 1, 2)), ("report",)),
+               *_recorded_parts("csr_policy", "tiny-dapo-*.json"), ("report",)),
               (("random",), ("warm-start", "--model", "tiny", "--decodings", "constrained"),
                ("dapo", "--model", "tiny", "--decoding", "constrained", "--difficulty", "1"), ("report",))),
     Benchmark("csr_dual_lora_vs_dapo.py",
-              (*(_dual_lora(m, s) for m in ("dapo", "separate", "stacked", "shared", "iwm") for s in (0, 1, 2)),
-               _dual_lora("shared-l0.05", 0), ("final-eval", "--difficulties", "2", "--episodes", "32"),
+              (*_dual_lora_runs(), ("final-eval", "--difficulties", "2", "--episodes", "32"),
                ("report",), ("demo-time",)),
               (("run", "--mode", "dapo"), ("run", "--mode", "separate"), ("report",), ("demo-time",))),
     Benchmark("csr_rollout_speed.py",
@@ -94,9 +96,7 @@ SUITE: tuple[Benchmark, ...] = (
     Benchmark("cpu_allocator_memory.py", ((),), ((),)),
     Benchmark("grpo_vs_trl.py", ((),), ((),)),
     Benchmark("cartridge_on_vs_offline.py",
-              (*(_cartridge(m, i, s) for s in (0, 1, 2) for m, i in (("on_policy", "text"), ("offline", "text"),
-                                                                     ("hybrid", "text"), ("on_policy", "random"))),
-               ("report",)),
+              (*_recorded_parts("cartridge", "tiny-*.json"), ("report",)),
               (("run", "--mode", "on_policy"), ("run", "--mode", "offline"), ("report",))),
     Benchmark("ray_scaleout.py", ((),), ((),)),
     Benchmark("serve_load.py", ((),), ((),)),

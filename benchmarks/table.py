@@ -338,17 +338,17 @@ def _llm_precision(data: Results) -> str:
         settings = learner["settings"]
         parts.append(f"LoRA fwd+bwd, {settings['rows']} x {settings['length']:,} tokens: "
                      f"{figures['float32']['tokens_per_s']:.0f} -> {figures['bfloat16']['tokens_per_s']:.0f} tokens/s "
-                     f"(**{learner['bf16_speedup']:.2f}x**, goal 5x; loss {learner['loss_gap']:.0e} apart)")
+                     f"(**{learner['bf16_speedup']:.2f}x**; loss {learner['loss_gap']:.0e} apart)")
     step = data.get("dapo_step")
     if step:
         times = ", ".join(f"{dtype} {row['time/step_s'] / 60:.1f} min (rollout {row['time/rollout_s'] / 60:.1f}, "
                           f"update {row['time/update_s'] / 60:.1f})" for dtype, row in step["figures"].items())
-        parts.append(f"one DAPO step, {step['what'].split(', ', 1)[-1]}: {times} (goal 5 min)")
+        parts.append(f"one DAPO step, {step['what'].split(', ', 1)[-1]}: {times}")
     sft = data.get("sft")
     if sft:
         success = "; ".join(f"{dtype} " + " / ".join(f"{_pct(row['success'])}" for row in by_d.values())
                             + f" at {'/'.join(by_d)}" for dtype, by_d in sft["validation"].items())
-        parts.append(f"CSR warm-start SFT in bf16: {sft['sft_summary_seconds'] / 60:.1f} min (goal 15); greedy "
+        parts.append(f"CSR warm-start SFT in bf16: {sft['sft_summary_seconds'] / 60:.1f} min; greedy "
                      f"validation {success}")
     return f"{data['model']}: " + "; ".join(parts)
 
@@ -375,7 +375,7 @@ def _rollout_precision(data: Results) -> str:
     return (f"{data['model']} warm start, d{full['difficulty']}, {full['episodes']} greedy episodes at batch "
             f"{full['batch']}: {full['wall_s'] / full['episodes']:.1f} -> {half['wall_s'] / half['episodes']:.1f} s "
             f"per episode (**{full['wall_s'] / half['wall_s']:.2f}x**, CPU time {full['cpu_s'] / half['cpu_s']:.2f}x; "
-            f"goal <= 10 s); success "
+            f"); success "
             f"{_pct(full['success_rate'])} vs {_pct(half['success_rate'])}; {half['diverging_episodes']} of "
             f"{half['episodes']} episodes diverge")
 
@@ -385,7 +385,7 @@ def _decode_attention(data: Results) -> str:
     bf16 = next(row for row in data["layers"] if row["dtype"] == "bfloat16" and row["positions"] == step["positions"])
     return (f"{step['rows']} rows x {step['positions']:,} cached positions, one layer in bf16 with a padding mask: "
             f"transformers' sdpa {bf16['mask']['hf_sdpa']:.1f} ms, the engine's {bf16['mask']['fast']:.1f} ms "
-            f"(goal 2; reading the KV once takes {bf16['mask']['read']:.1f} ms); whole {step['model']} step bf16 "
+            f"(reading the KV once takes {bf16['mask']['read']:.1f} ms); whole {step['model']} step bf16 "
             f"{step['bfloat16']['sdpa']['mask']:.0f} -> {step['bfloat16']['fast']['mask']:.0f} ms")
 
 

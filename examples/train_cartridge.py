@@ -16,7 +16,7 @@ the held-out questions of the same patient (never trained on) measure the KL wit
 the greedy accuracy with no documents, with the cartridge and with the documents (the teacher).
 
 ``tiny`` builds a 0.8M Qwen3 and teaches it the answer format first (SFT on the training patients' questions with
-their documents, cached in ``--distill.warm-start-dir``; ~20 min once on 2 cores, reused afterwards); the
+their documents, cached in ``--distill.warm-start-dir``: made once, reused afterwards); the
 cartridge then learns a held-out patient. The warm-up is seeded by ``--distill.seed`` (another seed trains
 another teacher). That tiny teacher does not read (about chance accuracy with the documents), so its accuracy
 figures mean nothing; the held-out KL is a real measurement. ``smollm2`` as it is does not answer either (with the

@@ -1,7 +1,7 @@
 """Train the dual-LoRA world-model agent on CSRPhone-v1: a policy adapter (DAPO on the 0/1 task reward) and a
 world-model adapter that learns to predict the representative's reply to each phone call, on one frozen base.
 
-    python examples/train_dual_lora.py demo                        # `make demo`: ~9 min on 2 CPU cores
+    python examples/train_dual_lora.py demo                        # `make demo` (benchmarks/results/csr_dual_lora_demo.json)
     python examples/train_dual_lora.py                             # tiny model, d1, 16 steps, validation 64
     python examples/train_dual_lora.py tiny --agent.transfer stacked --difficulty 2
     python examples/train_dual_lora.py smollm2                     # a real pretrained model (`make smollm2`)

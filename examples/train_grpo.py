@@ -1,6 +1,6 @@
 """Train an LLM with GRPO/DAPO on MathQA-v1 or CSRPhone-v1, from a supervised warm start, on CPU.
 
-    python examples/train_grpo.py                       # MathQA-v1 (preset math-qa), ~6 min on 2 busy CPU cores
+    python examples/train_grpo.py                       # MathQA-v1 (preset math-qa)
     python examples/train_grpo.py csr-tiny              # CSRPhone-v1: tiny model, constrained copy arguments, d1
     python examples/train_grpo.py csr-smollm2 --difficulty 3                     # a real pretrained model
     python examples/train_grpo.py reasoning-gym --grpo.env-kwargs '{"dataset": "basic_arithmetic"}'  # interop extra

@@ -18,6 +18,7 @@ from worldgym.agents.llm.warm_start import WarmStartConfig
 from worldgym.agents.ztoken_ppo import ZTokenPPOConfig
 from worldgym.envs.gameboy import GameBoyEnvConfig
 from worldgym.envs.gameboy.errors import AssemblyError, HeaderChecksumError, RomFileError, StateError
+from worldgym.envs.gameboy.lockstep import LockstepMismatch
 from worldgym.envs.longhealth import LongHealthQAEnv, generate_panel
 from worldgym.envs.math_qa import MathQAEnv
 from worldgym.envs.ztoken import ZTokenVocab
@@ -37,7 +38,7 @@ BUILT_IN = {CheckpointError: ValueError, CheckpointNotFoundError: FileNotFoundEr
             ModelNotInstalledError: ImportError, ReplayNotReadyError: RuntimeError, TrainingFailure: RuntimeError,
             RomFileError: ValueError, HeaderChecksumError: ValueError, AssemblyError: ValueError,
             StateError: ValueError, UserError: Exception, RemoteEnvError: ConnectionError,
-            RemoteEnvSchemaError: ValueError}
+            RemoteEnvSchemaError: ValueError, LockstepMismatch: AssertionError}
 
 
 @pytest.mark.parametrize(("error", "built_in"), BUILT_IN.items(), ids=lambda value: value.__name__)

@@ -7,7 +7,7 @@
 
 from worldgym.registration import register_envs
 
-__version__ = "0.1.0"
+__version__ = "0.2.0.dev0"
 
 register_envs()
 

@@ -69,8 +69,11 @@ class OpenEnvGym(gym.Env[str, Any]):
     A server whose actions have no form here raises :class:`~worldgym.errors.RemoteEnvSchemaError`.
 
     ## Arguments
-    base_url (``http://host:port`` or ``ws://...``), connect_timeout_s, timeout_s (per request),
-    max_observation_chars, max_action_chars.
+    base_url: the server, ``http://host:port`` or ``ws://...``.
+    connect_timeout_s: seconds to wait for the connection.
+    timeout_s: seconds to wait for each request's answer.
+    max_observation_chars: longest observation text (the observation space's bound).
+    max_action_chars: longest action text of a text env.
 
     ## Version History
     * v0: initial version.

@@ -26,8 +26,8 @@ def distillation_loss(
     """The loss to minimise (mean over the ``N`` completion tokens) and its figures.
 
     Args:
-        teacher_logits, student_logits: ``[N, V]`` logits of the same ``N`` completion positions; the teacher's
-            carry no gradient.
+        teacher_logits: ``[N, V]`` logits of the ``N`` completion positions; they carry no gradient.
+        student_logits: ``[N, V]`` logits of the same positions.
         kind: ``"full"``: forward KL(teacher ‖ student) over the whole vocabulary; ``"topk"``: the same sum over
             the teacher's ``top_k`` most likely tokens at each position (the cartridges paper's estimator);
             ``"sampled_reverse"``: the reverse KL(student ‖ teacher) estimated on the sampled tokens ``tokens``

@@ -85,9 +85,10 @@ class CartridgeDistillTrainer:
 
     Args:
         config: the settings.
-        model, tokenizer: the frozen model (default: the teacher warm-up of a tiny ``config.model``, or the
-            pretrained ``config.model``); its weights are never trained (under ``config.dtype`` bfloat16 they are
-            stored in bfloat16, in place).
+        model: the frozen model (default: the teacher warm-up of a tiny ``config.model``, or the pretrained
+            ``config.model``); its weights are never trained (under ``config.dtype`` bfloat16 they are stored
+            in bfloat16, in place).
+        tokenizer: its tokenizer (default: the one that comes with the default model).
 
     The run folder gets ``metrics.jsonl``, ``checkpoint-last`` (cartridge, Adam state, RNG, step) and, at the
     end of :meth:`train`, ``cartridge/`` (:meth:`Cartridge.save`).

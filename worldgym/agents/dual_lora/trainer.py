@@ -49,11 +49,14 @@ class DualLoRATrainer(GRPOTrainer):
 
     Args:
         config: the settings.
-        model, tokenizer: the warm start to build on (a full model, or a ``PeftModel`` whose adapter is merged
-            into the frozen base); the tokenizer needs the world model's markers (``WM_SPECIAL_TOKENS``).
-            Default: a tiny model built from config with such a tokenizer, or ``config.model`` loaded by name.
-        make_env, make_eval_env, make_engine, reward_fn: as for :class:`GRPOTrainer`. The engine gets the
-            policy model with only the policy's adapters active.
+        model: the warm start to build on (a full model, or a ``PeftModel`` whose adapter is merged into the
+            frozen base). Default: a tiny model built from config, or ``config.model`` loaded by name.
+        tokenizer: its tokenizer, with the world model's markers (``WM_SPECIAL_TOKENS``).
+        make_env: as for :class:`GRPOTrainer`.
+        make_eval_env: as for :class:`GRPOTrainer`.
+        make_engine: as for :class:`GRPOTrainer`; the engine gets the policy model with only the policy's
+            adapters active.
+        reward_fn: as for :class:`GRPOTrainer`.
 
     >>> trainer = DualLoRATrainer(DualLoRAConfig(env_id="CSRPhone-v1", max_turns=2,
     ...     env_kwargs={"difficulty": 1}, num_steps=1, prompts_per_step=1, group_size=2, max_new_tokens=8,

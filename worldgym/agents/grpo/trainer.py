@@ -106,7 +106,8 @@ class GRPOTrainer:
             on the training env's text).
         tokenizer: its chat tokenizer (left padding, an eos that ends assistant turns); given without a model,
             a tiny ``config.model`` is built for it.
-        make_env / make_eval_env: env factories (default: ``config.env_id`` with ``env_kwargs`` /
+        make_env: the training env factory (default: ``config.env_id`` with ``env_kwargs``).
+        make_eval_env: the validation env factory (default: ``config.env_id`` with
             ``env_kwargs | eval_env_kwargs``).
         make_engine: builds the generation engine from the policy once it exists (default:
             :class:`HFEngine` on it), e.g. ``lambda policy: VLLMEngine("Qwen/Qwen3-8B", peft_model=policy)``.

@@ -49,9 +49,11 @@ class NamedModel:
     """A pretrained model that ships inside a Python package.
 
     Args:
-        package: the import name of the package holding the file. gguf_file: the GGUF file inside it.
-        install: the command that installs it. tool_format: how the chat template shows tools (``"signatures"``
-        keeps a small model's chats short; it learns the tool format in the warm start).
+        package: the import name of the package holding the file.
+        gguf_file: the GGUF file inside it.
+        install: the command that installs it.
+        tool_format: how the chat template shows tools (``"signatures"`` keeps a small model's chats short; it
+            learns the tool format in the warm start).
         lora_target_modules: the linear layers LoRA adapts in this architecture.
     """
 

@@ -96,15 +96,15 @@ def train_chat_tokenizer(
     one env's text still encodes everything. Training is deterministic for the same corpus.
 
     Args:
-        texts: the corpus (env prompts, observations, tool schemas, expert replies). vocab_size: target
-        vocabulary size, special tokens included (must exceed the 256 byte symbols). min_frequency: least
-        count for a merge. extra_special_tokens: more atomic tokens to reserve (after :data:`SPECIAL_TOKENS`).
+        texts: the corpus (env prompts, observations, tool schemas, expert replies).
+        vocab_size: target vocabulary size, special tokens included (must exceed the 256 byte symbols).
+        min_frequency: least count for a merge.
+        extra_special_tokens: more atomic tokens to reserve (after :data:`SPECIAL_TOKENS`).
         tool_format: how the chat template shows ``tools=``: ``"json"`` (each OpenAI schema as JSON, as real
-        models expect) or ``"signatures"`` (one ``name(arg, ...)`` line per tool,
-        :data:`COMPACT_TOOLS_CHAT_TEMPLATE`; for tiny models that learn the tools from demonstrations).
-        split_digits: one token per digit, so
-        numbers (phone numbers, account values) tokenize the same way wherever they appear and a model copies
-        them digit by digit.
+            models expect) or ``"signatures"`` (one ``name(arg, ...)`` line per tool,
+            :data:`COMPACT_TOOLS_CHAT_TEMPLATE`; for tiny models that learn the tools from demonstrations).
+        split_digits: one token per digit, so numbers (phone numbers, account values) tokenize the same way
+            wherever they appear and a model copies them digit by digit.
 
     Returns:
         A ``PreTrainedTokenizerFast`` with ``eos_token=<|im_end|>``, ``pad_token=<|endoftext|>``, left padding

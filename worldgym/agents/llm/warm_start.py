@@ -78,14 +78,18 @@ class WarmStartConfig:
         model: ``"tiny"``/``"small"`` (a Qwen3 built from config, trained in full, with a tokenizer trained
             on the expert chats) or a pretrained model for :func:`load_chat_model` (``"smollm2-135m"``, a local
             path, a hub name), adapted with LoRA.
-        env_id, env_kwargs: the env whose registered expert (:func:`worldgym.env_training.register_expert`) is
-            imitated (``split`` is always ``"train"``).
-        difficulties, episodes_per_difficulty: expert episodes per difficulty level; None: the levels the
-            env's expert registered (CSRPhone-v1: 1-3); ``()``: no levels (e.g. LongHealthQA-v0),
-            episodes_per_difficulty episodes in all.
-        epochs, batch_size, learning_rate, max_length: SFT settings (:class:`SFTConfig`).
-        lora_rank, lora_alpha: the LoRA adapter of a pretrained model (all linear layers, plus the rows of the
+        env_id: the env whose registered expert (:func:`worldgym.env_training.register_expert`) is imitated.
+        env_kwargs: its constructor arguments (``split`` is always ``"train"``).
+        difficulties: the difficulty levels of the expert episodes; None: the levels the env's expert
+            registered (CSRPhone-v1: 1-3); ``()``: no levels (e.g. LongHealthQA-v0).
+        episodes_per_difficulty: expert episodes per difficulty level (in all, when there are no levels).
+        epochs: SFT epochs (:class:`SFTConfig`).
+        batch_size: SFT batch size.
+        learning_rate: SFT learning rate.
+        max_length: SFT maximum chat length in tokens.
+        lora_rank: the rank of the LoRA adapter of a pretrained model (all linear layers, plus the rows of the
             special tokens added to its vocabulary).
+        lora_alpha: its alpha.
         extra_special_tokens: more atomic tokens to reserve (e.g. a world model's markers).
         seed: expert episodes, model init and batch order.
         shared_prefix_tokens: batch chats that open with this many identical tokens together and run their

@@ -45,9 +45,10 @@ class ZTokenPPOTrainer:
 
     Args:
         config: the settings.
-        policy, encoder: the policy to train and its observation encoder (both or neither); default: loaded
-            from ``config.init_checkpoint`` when set, else built from ``config.model``. Under bfloat16
-            (``config.dtype``) the policy's frozen weights, if any, are cast to bfloat16 in place.
+        policy: the policy to train (with ``encoder``, or neither); default: loaded from
+            ``config.init_checkpoint`` when set, else built from ``config.model``. Under bfloat16
+            (``config.dtype``) its frozen weights, if any, are cast to bfloat16 in place.
+        encoder: the policy's observation encoder (with ``policy``, or neither).
 
     >>> from worldgym.agents.ztoken_ppo import ZTokenModelConfig
     >>> config = ZTokenPPOConfig(env_kwargs={"num_z_tokens": 4, "max_new_tokens": 4, "operand_digits": 1},

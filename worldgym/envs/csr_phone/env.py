@@ -104,8 +104,10 @@ class CSRPhoneEnv(ToolEnv):
     split: which companies tasks come from: "train", "validation" or "test" (disjoint company sets).
     world_seed: seed of the generated world (companies, departments, numbers); episodes are seeded by
         ``reset``.
-    prerequisite_bonus, step_penalty: reward shaping, both 0.0 (off) by default.
-    max_turns: tool calls per episode (16). render_mode: None or "ansi" (the transcript so far).
+    prerequisite_bonus: reward for each prerequisite step completed for the first time (0.0: off).
+    step_penalty: reward subtracted on every tool call (0.0: off).
+    max_turns: tool calls per episode, invalid ones included; then the episode is truncated.
+    render_mode: None or "ansi" (the transcript so far).
 
     ## Vector envs
     Works in ``gymnasium.vector.SyncVectorEnv`` and ``AsyncVectorEnv``; pass ``shared_memory=False`` to the

@@ -19,6 +19,7 @@ import numpy as np
 from worldgym.envs.gameboy.emulator import GameBoyEmulator
 from worldgym.envs.gameboy.layout import BREAK_HIT
 from worldgym.envs.gameboy.rom_builder import assemble, build_rom
+from worldgym.errors import WorldgymError
 
 # IO registers whose values PyBoy models exactly at instruction boundaries. JOYP (0xFF00) is left out because
 # PyBoy caches it until the next write, SB (0xFF01) because PyBoy always reads 0xFF, STAT (0xFF41) because
@@ -61,8 +62,10 @@ main:
 """
 
 
-class LockstepMismatch(AssertionError):
-    """The Warp emulator and PyBoy disagree at a checkpoint; the message names the field and the repro bundle."""
+class LockstepMismatch(WorldgymError, AssertionError):
+    """The Warp emulator and PyBoy disagree at a checkpoint; the message names the field and the repro bundle.
+
+    An ``AssertionError`` (a failed equivalence check) and a :class:`~worldgym.errors.WorldgymError`."""
 
 
 @dataclass

@@ -41,6 +41,10 @@ class GameBoyEnv(gym.Env[np.ndarray, np.integer]):
     steps report ``False``). With the same seed and actions, this env follows the same trajectory as
     ``GameBoyVecEnv(num_envs=1)`` (the task draws from this env's ``np_random``).
 
+    ## Arguments
+    render_mode: None or "rgb_array" (the screen, 144x160 RGB).
+    config: a :class:`GameBoyEnvConfig`; or pass its fields as keyword arguments (below), not both.
+
     ## Version History
     * v0: initial version (``gym.make`` used to fail: GameBoy-v0 had only a vector entry point).
     """

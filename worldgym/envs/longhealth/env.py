@@ -88,13 +88,23 @@ class LongHealthQAEnv(gym.Env[str, str]):
     no option could be read or the action is not a string.
 
     ## Arguments
-    data_path, panel, num_patients (10), panel_seed (0): the questions' source (see above). task (1-3).
-    documents ("full" or "none"). split ("all", "train", "validation", "test", "held_out"), split_by ("patient" or
-    "question"), split_seed: see :mod:`worldgym.envs.longhealth.splits`. patient_ids: only these patients'
-    questions (distractors still come from the whole panel). num_distractors (10): other patients' documents
-    in tasks 2-3. shuffle_documents: shuffle task 1's documents too (tasks 2-3 always shuffle).
-    answer_format ("letter" or "text"): whether the prompt asks for the option's letter (LongHealth's own prompt)
-    or its text copied out; either is graded. max_answer_chars (4096). render_mode: None or "ansi".
+    data_path: a LongHealth JSON file (the benchmark's ``benchmark_v5.json`` or :func:`write_panel`'s output).
+    panel: JSON data or patients in memory, instead of ``data_path``.
+    num_patients: patients in the synthetic panel used when neither ``data_path`` nor ``panel`` is given.
+    panel_seed: seed of the synthetic panel.
+    task: 1 (information extraction), 2 (identification among distractors) or 3 (negation).
+    documents: "full" (the documents in the prompt, the teacher's view) or "none" (question and options
+        only, the student's view).
+    split: "all", "train", "validation", "test" or "held_out" (see :mod:`worldgym.envs.longhealth.splits`).
+    split_by: "patient" or "question": what the splits keep apart.
+    split_seed: seed of the split.
+    patient_ids: only these patients' questions (distractors still come from the whole panel).
+    num_distractors: other patients' documents in tasks 2-3.
+    shuffle_documents: shuffle task 1's documents too (tasks 2-3 always shuffle).
+    answer_format: "letter" (LongHealth's own prompt) or "text" (the option's text copied out); either is
+        graded.
+    max_answer_chars: longest answer in the action space (longer replies are graded anyway).
+    render_mode: None or "ansi".
 
     ## Vector envs
     Works in ``gymnasium.vector.SyncVectorEnv`` and ``AsyncVectorEnv`` (pass ``shared_memory=False`` to the

@@ -49,9 +49,18 @@ class MathQAEnv(gym.Env[str, str]):
     could not be graded) when there is no number to grade or the action is not a string.
 
     ## Arguments
-    split, difficulty (1-3 or a list), num_problems, seed (of the problem set), dataset_path (overrides the
-    generator), problems (explicit list, overrides both). ``reset(options={"index": i})`` picks problem ``i``;
-    otherwise the problem is drawn with the env's seeded RNG.
+    split: "train" or "test"; the generator's splits never share a question.
+    difficulty: 1-3, or a list of levels to draw from (generated problems only).
+    num_problems: problems the generator makes for the split.
+    seed: seed of the generated problem set (episodes are seeded by ``reset``).
+    dataset_path: a GSM8K jsonl or parquet file to read problems from instead of the generator.
+    problems: an explicit list of :class:`MathProblem`; overrides both the generator and ``dataset_path``.
+    max_question_chars: longest question observed; a longer one is cut with a marker.
+    max_answer_chars: longest answer in the action space (longer text is graded anyway).
+    render_mode: None or "ansi".
+
+    ``reset(options={"index": i})`` picks problem ``i``; otherwise the problem is drawn with the env's
+    seeded RNG.
 
     ## Version History
     * v1: a non-string action is an invalid answer, reward 0 (v0 graded ``str(action)``), and ungradable

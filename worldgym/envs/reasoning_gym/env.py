@@ -79,9 +79,15 @@ class ReasoningGymEnv(gym.Env[str, str]):
     tagged answer, the action is not a string, or the dataset's grader failed on the answer.
 
     ## Arguments
-    dataset (a reasoning-gym dataset name), size (tasks in the split), seed (the generator's seed), split
-    ("train" or "test", see :func:`build_split`), config (the dataset's own settings, e.g.
-    ``{"min_animals": 2}``), system_prompt (a name of ``reasoning_gym.utils.SYSTEM_PROMPTS`` or the text).
+    dataset: a reasoning-gym dataset name (``leg_counting``, ``basic_arithmetic``, ...).
+    size: tasks in the split.
+    seed: the dataset generator's seed.
+    split: "train" or "test" (see :func:`build_split`).
+    config: the dataset's own settings, e.g. ``{"min_animals": 2}``.
+    system_prompt: a name of ``reasoning_gym.utils.SYSTEM_PROMPTS`` or the prompt's text.
+    max_answer_chars: longest answer in the action space (longer text is graded anyway).
+    render_mode: None or "ansi".
+
     ``reset(options={"index": i})`` picks task ``i``; otherwise the env's seeded RNG draws one.
 
     ## Version History

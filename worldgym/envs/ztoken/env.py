@@ -56,9 +56,18 @@ class ZTokenDigitsEnv(gym.Env[np.ndarray, dict[str, Any]]):
     Terminated at ``<ANSWER>``; truncated after ``max_new_tokens`` tokens without one.
 
     ## Arguments
-    ``num_z_tokens`` (V), ``max_new_tokens``, ``ops``, ``operand_digits`` (difficulty), ``split`` ("train" or
-    "test", disjoint by a hash seeded with ``split_seed``), ``test_fraction``, ``partial_scale``,
-    ``keep_prob``, ``length_penalty``, ``render_mode`` ("ansi").
+    num_z_tokens: V, the number of latent tokens ``<Z_0> ... <Z_{V-1}>``.
+    max_new_tokens: tokens per episode before truncation.
+    ops: the operators problems use, ``"+"`` and/or ``"*"``.
+    operand_digits: digits per operand (the difficulty).
+    split: "train" or "test", disjoint by a hash seeded with ``split_seed``.
+    split_seed: seed of the split's hash.
+    test_fraction: share of problems in the test split.
+    partial_scale: scale of the partial credit ``correct / applied`` when some digit is wrong.
+    keep_prob: per digit position (most significant first), the probability that a position whose true
+        digit is 0 counts towards partial credit (positions with a non-zero digit always count).
+    length_penalty: reward subtracted per generated token.
+    render_mode: None or "ansi".
 
     ## Version History
     * v1: truncation is charged ``length_penalty`` per token like an answer is (v0 gave exactly 0; rewards

@@ -19,10 +19,11 @@ class SamplingParams:
     """How to sample.
 
     Args:
-        temperature: softmax temperature; 0 means greedy decoding. top_p: nucleus sampling mass (1.0 = off).
-        max_new_tokens: generation stops after this many tokens (finish reason ``"length"``). n: completions
-        per prompt. seed: seed of this call's sampling; the same seed, prompts and weights give the same
-        tokens.
+        temperature: softmax temperature; 0 means greedy decoding.
+        top_p: nucleus sampling mass (1.0 = off).
+        max_new_tokens: generation stops after this many tokens (finish reason ``"length"``).
+        n: completions per prompt.
+        seed: seed of this call's sampling; the same seed, prompts and weights give the same tokens.
     """
 
     temperature: float = 1.0
