@@ -60,7 +60,8 @@ class OpenEnvGym(gym.Env[str, Any]):
     its limit. Stepping an ended episode raises ``ResetNeeded``.
 
     ## Info
-    A worldgym server's info as the env gave it (JSON types: tuples become lists); another server's:
+    A worldgym server's info as the env gave it, less the keys the server keeps from clients (answers, the
+    client's own text; :mod:`worldgym.serve.info`), in JSON types (tuples become lists); another server's:
     ``observation`` (its fields). A step's info always has ``success`` (False unless the server says so).
 
     ## Errors
