@@ -19,7 +19,7 @@ from worldgym.serve.limits import DEFAULT_MAX_MESSAGE_BYTES, ServeLimits
 from worldgym.serve.models import EnvObservation, TextAction, ToolAction
 from worldgym.serve.session import SessionCount, run_session
 
-__all__ = ["DEFAULT_MAX_SESSIONS", "DEFAULT_SESSION_TIMEOUT_S", "create_app", "serve"]
+__all__ = ["DEFAULT_MAX_SESSIONS", "DEFAULT_SESSION_TIMEOUT_S", "build_server", "check_exposure", "create_app", "serve"]
 
 DEFAULT_MAX_SESSIONS = 256
 DEFAULT_SESSION_TIMEOUT_S = 300.0
@@ -123,15 +123,15 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
-def serve(env_id: str, host: str = "127.0.0.1", port: int = 8000, *, max_sessions: int = DEFAULT_MAX_SESSIONS,
-          session_timeout: float | None = DEFAULT_SESSION_TIMEOUT_S,
-          max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES, max_connections: int = 1024,
-          handshake_timeout: float = 10.0, token: str | None = None, insecure: bool = False,
-          log_level: str = "warning", **env_kwargs: Any) -> None:
-    """Run :func:`create_app` with uvicorn until interrupted: messages bounded at the protocol level too (also
-    after permessage-deflate decompression), at most ``max_connections`` open connections (uvicorn answers 503
-    beyond), ``handshake_timeout`` seconds for a new connection's headers. ``token`` defaults to
-    ``$WORLDGYM_SERVE_TOKEN``.
+def build_server(env_id: str, host: str = "127.0.0.1", port: int = 8000, *,
+                 max_sessions: int = DEFAULT_MAX_SESSIONS, session_timeout: float | None = DEFAULT_SESSION_TIMEOUT_S,
+                 max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES, max_connections: int = 1024,
+                 handshake_timeout: float = 10.0, token: str | None = None, insecure: bool = False,
+                 log_level: str = "warning", **env_kwargs: Any) -> Any:
+    """The ``uvicorn.Server`` that :func:`serve` runs: :func:`create_app` with messages bounded at the protocol
+    level too (also after permessage-deflate decompression), at most ``max_connections`` open connections
+    (uvicorn answers 503 beyond), ``handshake_timeout`` seconds for a new connection's headers. ``token``
+    defaults to ``$WORLDGYM_SERVE_TOKEN``.
 
     Raises:
         ValueError: a non-loopback ``host`` without a token or ``insecure`` (see :func:`check_exposure`).
@@ -155,7 +155,11 @@ def serve(env_id: str, host: str = "127.0.0.1", port: int = 8000, *, max_session
                             http=handshake_timeout_protocol(limits.handshake_timeout_s),
                             limit_concurrency=raise_open_file_limit(limits.max_connections),
                             ws_max_size=limits.max_message_bytes, ws_max_queue=4, timeout_keep_alive=5)
-    server = uvicorn.Server(config)
     config.load()  # installs uvicorn's logging: the filter goes on after it
     logging.getLogger("asyncio").addFilter(OneLineAcceptErrors())
-    server.run()
+    return uvicorn.Server(config)
+
+
+def serve(env_id: str, host: str = "127.0.0.1", port: int = 8000, **options: Any) -> None:
+    """Run :func:`build_server` (same arguments) until interrupted."""
+    build_server(env_id, host, port, **options).run()

@@ -14,13 +14,10 @@ TOKEN_ENV_VAR = "WORLDGYM_SERVE_TOKEN"
 CLOSE_POLICY = 1008  # RFC 6455: policy violation (before the handshake completes, uvicorn answers HTTP 403)
 
 
-class _BodyTooLarge(Exception):
-    pass
-
-
 class GuardRequests:
     """Refuse, before any route runs: a request or socket without ``Authorization: Bearer <token>`` (when a
-    token is set; HTTP 401, or the handshake refused), and an HTTP body over ``max_body_bytes`` (HTTP 413).
+    token is set; HTTP 401, or the handshake refused), and an HTTP body declared over ``max_body_bytes`` (HTTP
+    413). No route reads a body (they are all GETs), so an undeclared (chunked) body is refused unread (405).
 
     A WebSocket message's size is bounded by the server (uvicorn's ``ws_max_size``) and by the ``/ws`` route.
     """
@@ -40,41 +37,15 @@ class GuardRequests:
             else:
                 await _respond(send, 401, "a bearer token is required", [(b"www-authenticate", b"Bearer")])
             return
-        if scope["type"] == "websocket":
-            await self.app(scope, receive, send)
-            return
-        declared = _header(scope, b"content-length")
+        declared = _header(scope, b"content-length") if scope["type"] == "http" else None
         if declared is not None and (not declared.isdigit() or int(declared) > self.max_body_bytes):
             await _respond(send, 413, f"request bodies are limited to {self.max_body_bytes} bytes")
             return
-        await self._bounded(scope, receive, send)
+        await self.app(scope, receive, send)
 
     def _authorized(self, scope: dict[str, Any]) -> bool:
         given = _header(scope, b"authorization")
         return given is not None and hmac.compare_digest(given.encode("latin-1"), self._token)
-
-    async def _bounded(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        """Run the app with a ``receive`` that stops a chunked body at the bound."""
-        received, started = 0, False
-
-        async def bounded_receive() -> dict[str, Any]:
-            nonlocal received
-            message = await receive()
-            received += len(message.get("body", b""))
-            if received > self.max_body_bytes:
-                raise _BodyTooLarge
-            return message
-
-        async def tracking_send(message: dict[str, Any]) -> None:
-            nonlocal started
-            started = started or message["type"] == "http.response.start"
-            await send(message)
-
-        try:
-            await self.app(scope, bounded_receive, tracking_send)
-        except _BodyTooLarge:
-            if not started:
-                await _respond(send, 413, f"request bodies are limited to {self.max_body_bytes} bytes")
 
 
 def _header(scope: dict[str, Any], name: bytes) -> str | None:
