@@ -86,6 +86,21 @@ class ToolCall:
         """
         return json.dumps({"name": _plain(self.name), "arguments": _plain(self.arguments)}, default=repr)
 
+    def summary(self, max_chars: int = 2000) -> str:
+        """The call as :meth:`to_json` when that is short (at most ``max_chars`` characters), else a cut repr;
+        its cost does not grow with the arguments' size (what an env keeps of a huge call).
+
+        >>> ToolCall("lookup", {"ids": list(range(10**6))}).summary(60)
+        "lookup {'ids': [0, 1, 2, 3, 4, 5, 6, 7, ...]}"
+        """
+        if _fits(self.arguments, max_chars):
+            text = self.to_json()
+            if len(text) <= max_chars:
+                return text
+        name = self.name if isinstance(self.name, str) and len(self.name) <= 80 else _brief(self.name)
+        text = f"{name} {_SHORT_REPR.repr(self.arguments)}"
+        return text if len(text) <= max_chars else text[: max_chars - 3] + "..."
+
     def _key(self) -> str:
         return json.dumps({"name": _plain(self.name, canonical=True),
                            "arguments": _plain(self.arguments, canonical=True)}, sort_keys=True, default=repr)
@@ -183,6 +198,22 @@ def _brief(value: Any, limit: int = 80) -> str:
     except Exception:  # noqa: BLE001 - any object's repr may fail (too deep, too long, a broken __repr__)
         text = f"<{type(value).__name__}>"
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _fits(value: Any, max_chars: int) -> bool:
+    """Whether ``value`` holds at most ``max_chars`` values and characters of strings (looked at up to that)."""
+    stack, budget = [value], max_chars
+    while stack:
+        item = stack.pop()
+        budget -= len(item) + 1 if isinstance(item, str) else 1
+        if budget < 0:
+            return False
+        if _is_container(item):
+            if len(item) > budget:
+                return False
+            stack.extend(item.values() if isinstance(item, Mapping) else item)
+            stack.extend(item.keys() if isinstance(item, Mapping) else ())
+    return True
 
 
 def nesting_exceeds(value: Any, max_depth: int) -> bool:

@@ -11,7 +11,13 @@ import gymnasium as gym
 
 from worldgym.config import check_choice, check_field, check_positive_int
 from worldgym.spaces import Tool, ToolCall, ToolCallError, ToolCallSpace, invalid_call_text
-from worldgym.text import OBSERVATION_CHANGES, UnicodeText, fit_observation_text, stored_action_text
+from worldgym.text import (
+    MAX_STORED_ACTION_CHARS,
+    OBSERVATION_CHANGES,
+    UnicodeText,
+    fit_observation_text,
+    stored_action_text,
+)
 
 __all__ = ["ToolEnv", "ToolResult"]
 
@@ -132,7 +138,7 @@ def _reason(error: ToolCallError) -> str:
 
 def _describe(action: Any) -> str:
     if isinstance(action, ToolCall):
-        return action.to_json()
+        return action.summary(MAX_STORED_ACTION_CHARS)
     if isinstance(action, ToolCallError):
         return f"<invalid: {_reason(action)}>"
     return f"<invalid action of type {type(action).__name__}>"

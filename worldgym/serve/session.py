@@ -137,11 +137,12 @@ def answer(env: GymEnvironment, action_cls: type[Action], raw: str | bytes) -> s
 
 def parse_action(action_cls: type[Action], data: dict[str, Any]) -> Action | str:
     """``data`` as an ``action_cls``, or the error reply: unknown fields are named (a few), never echoed."""
-    unknown = [key for key in data if key not in action_cls.model_fields]
+    fields = action_cls.model_fields
+    unknown = [key for key in data if key not in fields]
     if unknown:
         names = ", ".join(repr(key[:40]) for key in unknown[:5]) + (", ..." if len(unknown) > 5 else "")
         return _error(WSErrorCode.VALIDATION_ERROR, f"{len(unknown)} unknown action field(s): {names}; "
-                      f"expected some of {sorted(action_cls.model_fields)}")
+                      f"expected some of {sorted(fields)}")
     try:
         return action_cls.model_validate(data)
     except ValidationError as error:
