@@ -106,16 +106,17 @@ def test_a_cheap_message_gets_a_small_answer_and_never_its_input_back(url):
         assert len(wrong["data"]["errors"]) <= MAX_LISTED_ERRORS
 
 
-def test_oversized_and_decompression_bomb_messages_close_only_their_own_socket(url):
+def test_oversized_messages_close_only_their_own_socket_and_nothing_is_compressed(url):
     with _ws(url) as good:
         assert _ask(good, {"type": "reset", "data": {"seed": 1}})["type"] == "observation"
-        for payload in ["x" * (LIMIT + 1),  # plain: over the limit on the wire
-                        json.dumps({"type": "step", "data": {"text": " " * (20 * LIMIT)}})]:  # deflates to ~KBs
-            with _ws(url) as bad:  # websockets compresses with permessage-deflate by default
-                bad.send(payload)
+        assert "Sec-WebSocket-Extensions" not in good.response.headers  # permessage-deflate declined: no bombs
+        for payload in ["x" * (LIMIT + 1), json.dumps({"type": "step", "data": {"text": " " * (20 * LIMIT)}})]:
+            with _ws(url) as bad:
+                with contextlib.suppress(OSError, ConnectionClosed):  # the server may close mid-message
+                    bad.send(payload)
                 with pytest.raises(ConnectionClosed) as closed:
                     bad.recv(timeout=10)
-                assert closed.value.rcvd is not None and closed.value.rcvd.code == 1009
+                assert closed.value.rcvd is None or closed.value.rcvd.code == 1009
         assert _ask(good, {"type": "state"})["type"] == "state"  # the good session goes on
 
 

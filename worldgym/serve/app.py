@@ -129,7 +129,7 @@ def build_server(env_id: str, host: str = "127.0.0.1", port: int = 8000, *,
                  handshake_timeout: float = 10.0, token: str | None = None, insecure: bool = False,
                  log_level: str = "warning", **env_kwargs: Any) -> Any:
     """The ``uvicorn.Server`` that :func:`serve` runs: :func:`create_app` with messages bounded at the protocol
-    level too (also after permessage-deflate decompression), at most ``max_connections`` open connections
+    level too (permessage-deflate is off: a message's size on the wire is its size), at most ``max_connections`` open connections
     (uvicorn answers 503 beyond), ``handshake_timeout`` seconds for a new connection's headers. ``token``
     defaults to ``$WORLDGYM_SERVE_TOKEN``.
 
@@ -154,7 +154,8 @@ def build_server(env_id: str, host: str = "127.0.0.1", port: int = 8000, *,
     config = uvicorn.Config(app, host=host, port=port, log_level=log_level,
                             http=handshake_timeout_protocol(limits.handshake_timeout_s),
                             limit_concurrency=raise_open_file_limit(limits.max_connections),
-                            ws_max_size=limits.max_message_bytes, ws_max_queue=4, timeout_keep_alive=5)
+                            ws_max_size=limits.max_message_bytes, ws_max_queue=4, timeout_keep_alive=5,
+                            ws_per_message_deflate=False)  # no (de)compression on the event loop, no bombs
     config.load()  # installs uvicorn's logging: the filter goes on after it
     logging.getLogger("asyncio").addFilter(OneLineAcceptErrors())
     return uvicorn.Server(config)

@@ -4,7 +4,8 @@ A session is created when its socket opens and freed when the socket closes (a `
 disconnect, or ``session_timeout_s`` of silence, after which the server closes the socket): it has no id a
 client could name from elsewhere, and the open session count is the number of open sockets. Every message is
 parsed, validated, stepped and serialised in a worker thread, so one client's heavy message does not stall the
-event loop that serves the others.
+event loop that serves the others; messages over :data:`HEAVY_MESSAGE_BYTES` take turns on one thread, so many
+of them (from one client or several) hold the interpreter no more than one does.
 
 Messages are OpenEnv's: ``{"type": "reset", "data": {"seed", "episode_id", "options"}}``, ``{"type": "step",
 "data": <action>}``, ``{"type": "state"}``, ``{"type": "close"}``; answers ``{"type": "observation" | "state" |
@@ -18,9 +19,10 @@ import json
 import logging
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+import anyio
 from openenv.core.env_server.serialization import serialize_observation
 from openenv.core.env_server.types import Action, WSErrorCode
 from pydantic import ValidationError
@@ -39,14 +41,16 @@ CLOSE_TOO_BIG = 1009  # RFC 6455: message too big
 CLOSE_TRY_LATER = 1013  # RFC 6455: try again later (capacity)
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _RESET_KEYS = ("seed", "episode_id", "options")
+HEAVY_MESSAGE_BYTES = 64 * 1024  # a tool call or an answer is far smaller; larger messages take turns
 
 
 @dataclass
 class SessionCount:
-    """Open sessions (one per open ``/ws`` socket) and the most allowed."""
+    """Open sessions (one per open ``/ws`` socket), the most allowed, and the one lane of heavy messages."""
 
     max: int
     active: int = 0
+    heavy_lane: anyio.CapacityLimiter = field(default_factory=lambda: anyio.CapacityLimiter(1))
 
     def try_open(self) -> bool:
         """Take a slot; False when all ``max`` are taken."""
@@ -76,7 +80,7 @@ async def run_session(websocket: WebSocket, make_env: Callable[[], GymEnvironmen
             logger.exception("a session's env could not be built")
             await websocket.send_text(_error(WSErrorCode.FACTORY_ERROR, "the server could not build the env"))
             return
-        await _serve_messages(websocket, env, action_cls, limits)
+        await _serve_messages(websocket, env, action_cls, limits, sessions.heavy_lane)
     except WebSocketDisconnect:
         pass
     finally:
@@ -86,7 +90,7 @@ async def run_session(websocket: WebSocket, make_env: Callable[[], GymEnvironmen
 
 
 async def _serve_messages(websocket: WebSocket, env: GymEnvironment, action_cls: type[Action],
-                          limits: ServeLimits) -> None:
+                          limits: ServeLimits, heavy_lane: anyio.CapacityLimiter) -> None:
     while True:
         try:
             message = await asyncio.wait_for(websocket.receive(), limits.session_timeout_s)
@@ -101,7 +105,10 @@ async def _serve_messages(websocket: WebSocket, env: GymEnvironment, action_cls:
         if len(raw) > limits.max_message_bytes:  # uvicorn stops larger frames first; other servers may not
             await websocket.close(CLOSE_TOO_BIG, f"messages are limited to {limits.max_message_bytes} bytes")
             return
-        reply = await run_in_threadpool(answer, env, action_cls, raw)
+        if len(raw) > HEAVY_MESSAGE_BYTES:
+            reply = await anyio.to_thread.run_sync(answer, env, action_cls, raw, limiter=heavy_lane)
+        else:
+            reply = await run_in_threadpool(answer, env, action_cls, raw)
         if reply is None:  # the client said goodbye
             await websocket.close()
             return
