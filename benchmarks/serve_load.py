@@ -238,6 +238,9 @@ async def leak_check(url: str, pid: int, sessions: int, idle_rss_mib: float) -> 
     from websockets.asyncio.client import connect
 
     ws_url = url.replace("http://", "ws://") + "/ws"
+    settled = time.perf_counter()  # the load levels' sessions are freed as their sockets close: wait for it
+    while await asyncio.to_thread(active_sessions, url) and time.perf_counter() - settled < LEAK_DEADLINE_S:
+        await asyncio.sleep(0.05)
 
     async def opened(seed: int) -> Any:
         ws = await connect(ws_url, max_size=None, open_timeout=60)

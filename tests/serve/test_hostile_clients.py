@@ -23,11 +23,13 @@ from websockets.sync.client import ClientConnection
 from websockets.sync.client import connect as ws_connect
 
 import worldgym  # noqa: F401  (registers the env ids)
+from worldgym.errors import RemoteEnvError
 from worldgym.serve import create_app
 from worldgym.serve.app import build_server, check_exposure
 from worldgym.serve.environment import GymEnvironment, action_kind
 from worldgym.serve.info import CLIENT_INFO_KEYS
 from worldgym.serve.session import MAX_LISTED_ERRORS
+from worldgym.wrappers.openenv import OpenEnvGym
 
 LIMIT = 256 * 1024  # the test servers' message limit
 TOKEN = "s3cret-token-for-tests-only"
@@ -300,6 +302,13 @@ def test_a_token_guards_every_route_and_the_socket(serve_app):
         _ws(url)
     with _ws(url, additional_headers={"Authorization": f"Bearer {TOKEN}"}) as ws:
         assert _ask(ws, {"type": "reset", "data": {"seed": 0}})["type"] == "observation"
+    with pytest.raises(RemoteEnvError, match="could not connect"):
+        OpenEnvGym(url, timeout_s=5)
+    env = OpenEnvGym(url, timeout_s=5, token=TOKEN)
+    try:
+        assert env.reset(seed=0)[0] == gym.make("CSRPhone-v1").reset(seed=0)[0]
+    finally:
+        env.close()
 
 
 def test_serving_beyond_loopback_needs_a_token_or_insecure(monkeypatch):
