@@ -66,7 +66,7 @@ DEFAULT_SERVER_SESSIONS = 256
 KILL_TIMEOUT_S = 10.0
 GOAL_ATTACK_P99_RATIO = 2.0
 GOAL_FAT_RSS_MB = 50.0
-FAT_MESSAGE_BYTES = 1_000_000  # just under the server's default 1 MiB message limit
+FAT_MESSAGE_BYTES = 260_000  # just under the server's default 256 KiB message limit
 FAT_MESSAGES = 15
 
 
@@ -321,12 +321,17 @@ async def good_session(url: str, seconds: float, seed: int) -> dict[str, float]:
     return figures(load, wall_s)
 
 
-def attacker(url: str, seconds: float) -> None:
-    """A hostile client for ``seconds`` (run in its own process): every kind of message the server must bound."""
-    asyncio.run(_attack(url, seconds))
+ATTACK_KINDS = ("heavy", "oversized", "dribble", "metadata")
 
 
-async def _attack(url: str, seconds: float) -> None:
+def attacker(url: str, seconds: float, kinds: tuple[str, ...] = ATTACK_KINDS) -> None:
+    """A hostile client for ``seconds`` (run in its own process) doing each of ``kinds``: ``heavy`` (messages
+    near the size limit that fail validation, bad resets), ``oversized`` (over the limit, plain and
+    compressible), ``dribble`` (100 half-sent handshakes), ``metadata`` (4 clients asking ``/metadata``)."""
+    asyncio.run(_attack(url, seconds, kinds))
+
+
+async def _attack(url: str, seconds: float, kinds: tuple[str, ...]) -> None:
     import json
 
     import httpx
@@ -338,8 +343,8 @@ async def _attack(url: str, seconds: float) -> None:
         json.dumps({"type": "step", "data": {"type": "call_tool", "tool_name": "auth_info_form",
                                              "arguments": {"fields": ["x"] * items}}}),
         json.dumps({"type": "step", "data": {"type": "call_tool", "tool_name": "make_phone_call", "arguments": {
-            "phone_number": "1", "auth_info": {f"k{i}": 1 for i in range(FAT_MESSAGE_BYTES // 12)}}}}),
-        json.dumps({"type": "step", "data": {f"u{i}": 0 for i in range(FAT_MESSAGE_BYTES // 12)}}),
+            "phone_number": "1", "auth_info": {f"k{i}": 1 for i in range(FAT_MESSAGE_BYTES // 14)}}}}),
+        json.dumps({"type": "step", "data": {f"u{i}": 0 for i in range(FAT_MESSAGE_BYTES // 14)}}),
         json.dumps({"type": "reset", "data": {"seed": -1, "options": [1] * items}}),
     ]
     oversized = "x" * (4 * FAT_MESSAGE_BYTES)
@@ -377,19 +382,22 @@ async def _attack(url: str, seconds: float) -> None:
             while time.monotonic() < deadline:
                 await http.get(f"{url}/metadata")
 
-    tasks = [heavy(message) for message in messages] + [refused(oversized), refused(bomb)]
-    tasks += [dribble() for _ in range(100)] + [metadata() for _ in range(4)]
-    await asyncio.gather(*tasks, return_exceptions=True)
+    tasks = {"heavy": [heavy(message) for message in messages], "oversized": [refused(oversized), refused(bomb)],
+             "dribble": [dribble() for _ in range(100)], "metadata": [metadata() for _ in range(4)]}
+    for kind in set(tasks) - set(kinds):
+        for coroutine in tasks[kind]:
+            coroutine.close()
+    await asyncio.gather(*(task for kind in kinds for task in tasks[kind]), return_exceptions=True)
 
 
-def attack_check(url: str, seconds: float, seed: int) -> dict[str, Any]:
-    """The good session's figures alone and beside :func:`attacker` (started a second ahead, in its own
-    process so the measuring loop is not the attacker's)."""
+def attack_check(url: str, seconds: float, seed: int, kinds: tuple[str, ...] = ATTACK_KINDS) -> dict[str, Any]:
+    """The good session's figures alone and beside :func:`attacker` (started 3 s ahead, in its own process so
+    the measuring loop is not the attacker's)."""
     import multiprocessing
 
     alone = asyncio.run(good_session(url, seconds, seed))
     print(_line("good alone", alone))
-    process = multiprocessing.get_context("spawn").Process(target=attacker, args=(url, seconds + 5.0))
+    process = multiprocessing.get_context("spawn").Process(target=attacker, args=(url, seconds + 5.0, kinds))
     process.start()
     time.sleep(3.0)
     attacked = asyncio.run(good_session(url, seconds, seed))
@@ -398,7 +406,7 @@ def attack_check(url: str, seconds: float, seed: int) -> dict[str, Any]:
         process.kill()
     print(_line("good attacked", attacked))
     ratio = attacked["p99_ms"] / alone["p99_ms"]
-    return {"alone": alone, "attacked": attacked, "p99_ratio": ratio,
+    return {"kinds": list(kinds), "alone": alone, "attacked": attacked, "p99_ratio": ratio,
             "goal_p99_ratio": GOAL_ATTACK_P99_RATIO, "goal_met": ratio <= GOAL_ATTACK_P99_RATIO}
 
 
@@ -444,6 +452,7 @@ def measure_attack(args: argparse.Namespace) -> dict[str, Any]:
         asyncio.run(load_level(url, process.pid, 1, min(args.seconds, 1.0), args.seed))  # warm up the server
         idle = rss_mib(process.pid)
         results: dict[str, Any] = {"attack": attack_check(url, args.seconds, args.seed)}
+        results["attack_by_kind"] = [attack_check(url, args.seconds, args.seed, (kind,)) for kind in args.attack_kinds]
         results["fat_sessions"] = asyncio.run(fat_sessions(url, process.pid, args.fat_sessions, idle))
         print(f"fat sessions: {results['fat_sessions']}")
     finally:
@@ -553,6 +562,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="OpenEnvGym clients when the server is killed (default 32; 4 with --quick)")
     parser.add_argument("--attack", action="store_true",
                         help="run only the attack and fat-session checks (writes serve_attack.json)")
+    parser.add_argument("--attack-kinds", nargs="*", default=[], choices=ATTACK_KINDS,
+                        help="with --attack, also run the attacker with each of these kinds alone")
     parser.add_argument("--fat-sessions", type=int, default=None,
                         help="sessions of the fat-session memory check (default 100; 10 with --quick)")
     parser.add_argument("--seed", type=int, default=0)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 __all__ = ["DEFAULT_MAX_MESSAGE_BYTES", "ServeLimits"]
 
-DEFAULT_MAX_MESSAGE_BYTES = 1 << 20  # 1 MiB: a tool call or answer is kilobytes; uvicorn's own default is 16 MiB
+DEFAULT_MAX_MESSAGE_BYTES = 256 * 1024  # a tool call or answer is kilobytes; uvicorn's own default is 16 MiB
 
 
 @dataclass(frozen=True)
@@ -19,7 +19,7 @@ class ServeLimits:
         session_timeout_s (float | None): seconds a session may stay silent before the server closes its socket
             (default 300; None: never).
         max_message_bytes (int): the largest WebSocket message or HTTP request body, after decompression
-            (default 1 MiB); a larger message closes the socket (code 1009), a larger body gets HTTP 413.
+            (default 256 KiB); a larger message closes the socket (code 1009), a larger body gets HTTP 413.
         max_connections (int): open connections (sockets, handshakes included) before uvicorn answers 503
             (default 1024, uvicorn's ``limit_concurrency``).
         handshake_timeout_s (float): seconds a new connection has to send its request's headers (default 10).

@@ -4,8 +4,8 @@ A session is created when its socket opens and freed when the socket closes (a `
 disconnect, or ``session_timeout_s`` of silence, after which the server closes the socket): it has no id a
 client could name from elsewhere, and the open session count is the number of open sockets. Every message is
 parsed, validated, stepped and serialised in a worker thread, so one client's heavy message does not stall the
-event loop that serves the others; messages over :data:`HEAVY_MESSAGE_BYTES` take turns on one thread, so many
-of them (from one client or several) hold the interpreter no more than one does.
+event loop that serves the others; messages over :data:`HEAVY_MESSAGE_BYTES` go through one :class:`HeavyLane`,
+so many of them (from one client or several) take no more of the interpreter than a fifth of the time.
 
 Messages are OpenEnv's: ``{"type": "reset", "data": {"seed", "episode_id", "options"}}``, ``{"type": "step",
 "data": <action>}``, ``{"type": "state"}``, ``{"type": "close"}``; answers ``{"type": "observation" | "state" |
@@ -18,11 +18,11 @@ import asyncio
 import json
 import logging
 import re
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
-import anyio
 from openenv.core.env_server.serialization import serialize_observation
 from openenv.core.env_server.types import Action, WSErrorCode
 from pydantic import ValidationError
@@ -32,7 +32,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 from worldgym.serve.environment import GymEnvironment
 from worldgym.serve.limits import ServeLimits
 
-__all__ = ["MAX_LISTED_ERRORS", "SessionCount", "run_session"]
+__all__ = ["HEAVY_MESSAGE_BYTES", "MAX_LISTED_ERRORS", "HeavyLane", "SessionCount", "run_session"]
 
 logger = logging.getLogger(__name__)
 MAX_LISTED_ERRORS = 10
@@ -42,15 +42,38 @@ CLOSE_TRY_LATER = 1013  # RFC 6455: try again later (capacity)
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _RESET_KEYS = ("seed", "episode_id", "options")
 HEAVY_MESSAGE_BYTES = 64 * 1024  # a tool call or an answer is far smaller; larger messages take turns
+REST_FACTOR = 4.0  # the heavy lane rests 4x as long as it worked: heavy work gets at most 1/5 of the time
+T = TypeVar("T")
+
+
+class HeavyLane:
+    """One lane for heavy messages: they run one at a time, and after each the lane rests :data:`REST_FACTOR`
+    times as long as it took, so heavy work (parsing a large message holds the interpreter for milliseconds)
+    gets at most a fifth of the time whoever sends it, and small messages are not kept waiting behind it."""
+
+    def __init__(self) -> None:
+        self._turn = asyncio.Lock()
+        self._rest_until = 0.0
+
+    async def run(self, function: Callable[..., T], *args: Any) -> T:
+        """``function(*args)`` in a worker thread, in turn."""
+        async with self._turn:
+            await asyncio.sleep(max(0.0, self._rest_until - time.monotonic()))
+            began = time.monotonic()
+            try:
+                return await run_in_threadpool(function, *args)
+            finally:
+                ended = time.monotonic()
+                self._rest_until = ended + REST_FACTOR * (ended - began)
 
 
 @dataclass
 class SessionCount:
-    """Open sessions (one per open ``/ws`` socket), the most allowed, and the one lane of heavy messages."""
+    """Open sessions (one per open ``/ws`` socket), the most allowed, and the lane of heavy messages."""
 
     max: int
     active: int = 0
-    heavy_lane: anyio.CapacityLimiter = field(default_factory=lambda: anyio.CapacityLimiter(1))
+    heavy_lane: HeavyLane = field(default_factory=HeavyLane)
 
     def try_open(self) -> bool:
         """Take a slot; False when all ``max`` are taken."""
@@ -90,7 +113,7 @@ async def run_session(websocket: WebSocket, make_env: Callable[[], GymEnvironmen
 
 
 async def _serve_messages(websocket: WebSocket, env: GymEnvironment, action_cls: type[Action],
-                          limits: ServeLimits, heavy_lane: anyio.CapacityLimiter) -> None:
+                          limits: ServeLimits, heavy_lane: HeavyLane) -> None:
     while True:
         try:
             message = await asyncio.wait_for(websocket.receive(), limits.session_timeout_s)
@@ -106,7 +129,7 @@ async def _serve_messages(websocket: WebSocket, env: GymEnvironment, action_cls:
             await websocket.close(CLOSE_TOO_BIG, f"messages are limited to {limits.max_message_bytes} bytes")
             return
         if len(raw) > HEAVY_MESSAGE_BYTES:
-            reply = await anyio.to_thread.run_sync(answer, env, action_cls, raw, limiter=heavy_lane)
+            reply = await heavy_lane.run(answer, env, action_cls, raw)
         else:
             reply = await run_in_threadpool(answer, env, action_cls, raw)
         if reply is None:  # the client said goodbye
