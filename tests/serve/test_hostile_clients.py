@@ -274,7 +274,7 @@ def test_a_failing_factory_tells_the_client_nothing_of_the_server(url, monkeypat
     monkeypatch.setattr(GymEnvironment, "__init__", broken)
     caplog.set_level(logging.ERROR)
     with _ws(url) as ws:
-        reply = json.loads(ws.recv(timeout=10))
+        reply = _ask(ws, {"type": "reset", "data": {"seed": 0}})  # the env is built at the first message
     assert reply["data"]["code"] == "FACTORY_ERROR" and "/srv" not in json.dumps(reply)
     assert "api_key" not in json.dumps(reply) and any("/srv/private" in r.getMessage() or r.exc_info
                                                       for r in caplog.records)

@@ -28,6 +28,7 @@ from worldgym.errors import ConfigError
 from worldgym.serve import create_app
 from worldgym.serve.environment import jsonable
 from worldgym.serve.info import client_info
+from worldgym.serve.models import ToolAction
 from worldgym.spaces import ToolCall, ToolCallError
 
 
@@ -200,3 +201,22 @@ def test_create_app_rejects_what_it_cannot_serve():
         create_app("CSRPhone-v1", max_sessions=0)
     with pytest.raises(ConfigError, match="difficulty=9 is invalid: use one of"):
         create_app("CSRPhone-v1", difficulty=9)
+
+
+def test_an_env_failure_ends_the_episode_with_an_error_observation(monkeypatch, caplog):
+    from worldgym.serve.environment import GymEnvironment
+
+    env = GymEnvironment("CSRPhone-v1")
+    env.reset(seed=0)
+
+    def broken(*args: Any, **kwargs: Any) -> None:
+        raise RuntimeError("/srv/secret/state.db is locked")
+
+    monkeypatch.setattr(env._env, "step", broken)
+    failed = env.step(ToolAction(tool_name="search_company", arguments={"company": "x"}))
+    assert failed.done and failed.info["response_type"] == "env_error" and "/srv" not in failed.text
+    assert env.step(ToolAction(tool_name="search_company", arguments={"company": "x"})).info["response_type"] == \
+        "reset_needed"
+    monkeypatch.setattr(env._env, "reset", broken)
+    assert env.reset(seed=1).info["response_type"] == "env_error"
+    assert sum("/srv/secret" in record.exc_text for record in caplog.records if record.exc_text) == 2

@@ -106,6 +106,9 @@ class GymEnvironment(Environment):
             text, info = self._env.reset(seed=seed, options=options)
         except (TypeError, ValueError, KeyError, gym.error.Error) as error:  # options the env rejects
             return _error(f"reset failed: {_brief(str(error))}", "reset_failed")
+        except Exception:  # an env bug, not the client's: log it here, answer the client
+            logger.exception("%s: reset failed", self.env_id)
+            return _error("the env failed to reset: try again or report it to the server's operator", "env_error")
         self._running = True
         self._episode_id = episode_id or str(uuid.uuid4())
         self._step_count = 0

@@ -1,6 +1,6 @@
 """The ``/ws`` endpoint: one session per WebSocket connection, owned by it, speaking OpenEnv's message protocol.
 
-A session is created when its socket opens and freed when the socket closes (a ``close`` message, the client's
+A session is created when its socket opens (its env at the first message) and freed when the socket closes (a ``close`` message, the client's
 disconnect, or ``session_timeout_s`` of silence, after which the server closes the socket): it has no id a
 client could name from elsewhere, and the open session count is the number of open sockets. Every message is
 parsed, validated, stepped and serialised in a worker thread, so one client's heavy message does not stall the
@@ -86,6 +86,13 @@ class SessionCount:
         self.active -= 1
 
 
+@dataclass
+class _Slot:
+    """A connection's env: built at its first message, so a connection that sends nothing usable builds none."""
+
+    env: GymEnvironment | None = None
+
+
 async def run_session(websocket: WebSocket, make_env: Callable[[], GymEnvironment], action_cls: type[Action],
                       sessions: SessionCount, limits: ServeLimits) -> None:
     """Serve one connection's session until the socket closes; the env is built and closed off the loop."""
@@ -95,25 +102,19 @@ async def run_session(websocket: WebSocket, make_env: Callable[[], GymEnvironmen
                                          active_sessions=sessions.active, max_sessions=sessions.max))
         await websocket.close(CLOSE_TRY_LATER)
         return
-    env: GymEnvironment | None = None
+    slot = _Slot()
     try:
-        try:
-            env = await run_in_threadpool(make_env)
-        except Exception:  # the factory's message may name server paths or arguments: log it, tell the client less
-            logger.exception("a session's env could not be built")
-            await websocket.send_text(_error(WSErrorCode.FACTORY_ERROR, "the server could not build the env"))
-            return
-        await _serve_messages(websocket, env, action_cls, limits, sessions.heavy_lane)
+        await _serve_messages(websocket, slot, make_env, action_cls, limits, sessions.heavy_lane)
     except WebSocketDisconnect:
         pass
     finally:
         sessions.release()
-        if env is not None:
-            await run_in_threadpool(env.close)
+        if slot.env is not None:
+            await run_in_threadpool(slot.env.close)
 
 
-async def _serve_messages(websocket: WebSocket, env: GymEnvironment, action_cls: type[Action],
-                          limits: ServeLimits, heavy_lane: HeavyLane) -> None:
+async def _serve_messages(websocket: WebSocket, slot: _Slot, make_env: Callable[[], GymEnvironment],
+                          action_cls: type[Action], limits: ServeLimits, heavy_lane: HeavyLane) -> None:
     while True:
         try:
             message = await asyncio.wait_for(websocket.receive(), limits.session_timeout_s)
@@ -128,10 +129,17 @@ async def _serve_messages(websocket: WebSocket, env: GymEnvironment, action_cls:
         if len(raw) > limits.max_message_bytes:  # uvicorn stops larger frames first; other servers may not
             await websocket.close(CLOSE_TOO_BIG, f"messages are limited to {limits.max_message_bytes} bytes")
             return
+        if slot.env is None:
+            try:
+                slot.env = await run_in_threadpool(make_env)
+            except Exception:  # the factory's message may name server paths or arguments: log it, say less
+                logger.exception("a session's env could not be built")
+                await websocket.send_text(_error(WSErrorCode.FACTORY_ERROR, "the server could not build the env"))
+                return
         if len(raw) > HEAVY_MESSAGE_BYTES:
-            reply = await heavy_lane.run(answer, env, action_cls, raw)
+            reply = await heavy_lane.run(answer, slot.env, action_cls, raw)
         else:
-            reply = await run_in_threadpool(answer, env, action_cls, raw)
+            reply = await run_in_threadpool(answer, slot.env, action_cls, raw)
         if reply is None:  # the client said goodbye
             await websocket.close()
             return
