@@ -2,7 +2,8 @@
 the same env in-process, memory per session, leaked sessions, and a killed server seen by every client.
 
 Usage: ``python benchmarks/serve_load.py [--sessions 1 64 256] [--seconds 15] [--attack] [--quick]
-[--results-dir DIR]``; writes ``serve_load.json`` (``serve_attack.json`` with ``--attack``) (and ``serve_load.png``) to ``benchmarks/results/`` (see ``--help``). Needs the
+[--results-dir DIR]``; writes ``serve_load.json`` and ``serve_load.png`` (``serve_attack.json`` with
+``--attack``) to ``benchmarks/results/`` (see ``--help``). Needs the
 ``interop`` extra (openenv-core, fastapi, uvicorn) and Linux (the server's memory and CPU are read from ``/proc``).
 
 The server runs in its own process (``python -m worldgym serve CSRPhone-v1`` on a free localhost port); the

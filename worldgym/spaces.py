@@ -29,8 +29,9 @@ from typing import Any
 import numpy as np
 from gymnasium.spaces import Space
 
-__all__ = ["COPY_ANNOTATION", "MAX_ARGUMENT_DEPTH", "MAX_INT_DIGITS", "MAX_VALIDATION_ERRORS",
-           "PRINTABLE_CHARSET", "Tool", "ToolCall", "ToolCallError", "ToolCallSpace", "invalid_call_text", "nesting_exceeds", "validate_json"]
+__all__ = ["COPY_ANNOTATION", "MAX_ARGUMENT_DEPTH", "MAX_INT_DIGITS", "MAX_VALIDATION_ERRORS", "PRINTABLE_CHARSET",
+           "Tool", "ToolCall", "ToolCallError", "ToolCallSpace", "invalid_call_text", "nesting_exceeds",
+           "validate_json"]
 
 # Characters text observations and actions may contain (printable ASCII, incl. whitespace).
 PRINTABLE_CHARSET = frozenset(string.printable)

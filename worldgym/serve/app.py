@@ -129,9 +129,9 @@ def build_server(env_id: str, host: str = "127.0.0.1", port: int = 8000, *,
                  handshake_timeout: float = 10.0, token: str | None = None, insecure: bool = False,
                  log_level: str = "warning", **env_kwargs: Any) -> Any:
     """The ``uvicorn.Server`` that :func:`serve` runs: :func:`create_app` with messages bounded at the protocol
-    level too (permessage-deflate is off: a message's size on the wire is its size), at most ``max_connections`` open connections
-    (uvicorn answers 503 beyond), ``handshake_timeout`` seconds for a new connection's headers. ``token``
-    defaults to ``$WORLDGYM_SERVE_TOKEN``.
+    level too (permessage-deflate is off: a message's size on the wire is its size), at most
+    ``max_connections`` open connections (uvicorn answers 503 beyond), ``handshake_timeout`` seconds for a new
+    connection's headers. ``token`` defaults to ``$WORLDGYM_SERVE_TOKEN``.
 
     Raises:
         ValueError: a non-loopback ``host`` without a token or ``insecure`` (see :func:`check_exposure`).

@@ -1,11 +1,12 @@
 """The ``/ws`` endpoint: one session per WebSocket connection, owned by it, speaking OpenEnv's message protocol.
 
-A session is created when its socket opens (its env at the first message) and freed when the socket closes (a ``close`` message, the client's
-disconnect, or ``session_timeout_s`` of silence, after which the server closes the socket): it has no id a
-client could name from elsewhere, and the open session count is the number of open sockets. Every message is
-parsed, validated, stepped and serialised in a worker thread, so one client's heavy message does not stall the
-event loop that serves the others; messages over :data:`HEAVY_MESSAGE_BYTES` go through one :class:`HeavyLane`,
-so many of them (from one client or several) take no more of the interpreter than a fifth of the time.
+A session is created when its socket opens (its env at the first message) and freed when the socket closes (a
+``close`` message, the client's disconnect, or ``session_timeout_s`` of silence, after which the server closes
+the socket): it has no id a client could name from elsewhere, and the open session count is the number of open
+sockets. Every message is parsed, validated, stepped and serialised in a worker thread, so one client's heavy
+message does not stall the event loop that serves the others; messages over :data:`HEAVY_MESSAGE_BYTES` go
+through one :class:`HeavyLane`, so many of them (from one client or several) take no more of the interpreter
+than a fifth of the time.
 
 Messages are OpenEnv's: ``{"type": "reset", "data": {"seed", "episode_id", "options"}}``, ``{"type": "step",
 "data": <action>}``, ``{"type": "state"}``, ``{"type": "close"}``; answers ``{"type": "observation" | "state" |
