@@ -7,6 +7,7 @@ import contextlib
 import json
 import logging
 import socket
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -23,12 +24,14 @@ from websockets.sync.client import ClientConnection
 from websockets.sync.client import connect as ws_connect
 
 import worldgym  # noqa: F401  (registers the env ids)
+from worldgym.__main__ import main as worldgym_command
 from worldgym.errors import RemoteEnvError
 from worldgym.serve import create_app
 from worldgym.serve.app import build_server, check_exposure
 from worldgym.serve.environment import GymEnvironment, action_kind
 from worldgym.serve.info import CLIENT_INFO_KEYS
 from worldgym.serve.session import MAX_LISTED_ERRORS
+from worldgym.serve.transport import OneLineAcceptErrors
 from worldgym.wrappers.openenv import OpenEnvGym
 
 LIMIT = 256 * 1024  # the test servers' message limit
@@ -189,6 +192,16 @@ def test_dribbled_handshakes_are_closed_and_connections_are_bounded(caplog):
     assert len(lines) >= 12 and not any(record.exc_info for record in caplog.records)
 
 
+def test_running_out_of_descriptors_logs_one_line_not_a_traceback():
+    try:
+        raise OSError(24, "Too many open files")
+    except OSError:
+        record = logging.LogRecord("asyncio", logging.ERROR, __file__, 1, "socket.accept() out of system resource",
+                                   None, sys.exc_info())
+    assert OneLineAcceptErrors().filter(record) and record.exc_info is None
+    assert logging.Formatter().format(record) == "socket.accept() out of system resource: [Errno 24] Too many open files"
+
+
 # ------------------------------------------------------------------- 5. bad input: 4xx or an error observation
 @pytest.mark.parametrize("data", [{"seed": -1}, {"seed": "7"}, {"seed": 1e999}, {"seed": 2**70}, {"seed": True},
                                   {"options": [1, 2]}, {"options": "x"},
@@ -323,3 +336,5 @@ def test_serving_beyond_loopback_needs_a_token_or_insecure(monkeypatch):
     check_exposure("0.0.0.0", None, insecure=True)
     with pytest.raises(ValueError, match="at least 16 characters"):
         create_app("CSRPhone-v1", token="short")
+    with pytest.raises(SystemExit, match="worldgym serve: error: refusing to serve on '0.0.0.0'"):
+        worldgym_command(["serve", "CSRPhone-v1", "--host", "0.0.0.0"])

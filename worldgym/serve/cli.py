@@ -55,10 +55,13 @@ def _json_object(text: str) -> dict[str, Any]:
 
 
 def run_serve(args: argparse.Namespace) -> None:
-    """Serve ``args.env_id`` until interrupted."""
+    """Serve ``args.env_id`` until interrupted; a bad setting exits with its message (no traceback)."""
     from worldgym.serve.app import serve
 
-    serve(args.env_id, args.host, args.port, max_sessions=args.max_sessions, session_timeout=args.session_timeout,
-          max_message_bytes=args.max_message_bytes, max_connections=args.max_connections,
-          handshake_timeout=args.handshake_timeout, token=args.token, insecure=args.insecure,
-          log_level=args.log_level, **args.env_kwargs)
+    try:
+        serve(args.env_id, args.host, args.port, max_sessions=args.max_sessions,
+              session_timeout=args.session_timeout, max_message_bytes=args.max_message_bytes,
+              max_connections=args.max_connections, handshake_timeout=args.handshake_timeout, token=args.token,
+              insecure=args.insecure, log_level=args.log_level, **args.env_kwargs)
+    except ValueError as error:  # a refused exposure, a limit out of range, env arguments the env rejects
+        raise SystemExit(f"worldgym serve: error: {error}") from None
