@@ -173,7 +173,7 @@ def test_capacity_counts_sockets_and_frees_with_them():
 # ------------------------------------------------------------------- 4. slow clients
 def test_dribbled_handshakes_are_closed_and_connections_are_bounded(caplog):
     caplog.set_level(logging.WARNING)
-    with _running(handshake_timeout=1.0, max_connections=16) as url, contextlib.ExitStack() as stack:
+    with _running(handshake_timeout=3.0, max_connections=16) as url, contextlib.ExitStack() as stack:
         port = int(url.rsplit(":", 1)[1])
         dribblers = []
         for _ in range(12):
