@@ -1,8 +1,9 @@
 """``worldgym serve CSRPhone-v1`` under load: steps/s and step latency at 1, 64 and 256 concurrent sessions vs
 the same env in-process, memory per session, leaked sessions, and a killed server seen by every client.
 
-Usage: ``python benchmarks/serve_load.py [--sessions 1 64 256] [--seconds 15] [--quick] [--results-dir DIR]``;
-writes ``serve_load.json`` (and ``serve_load.png``) to ``benchmarks/results/`` (see ``--help``). Needs the
+Usage: ``python benchmarks/serve_load.py [--sessions 1 64 256] [--seconds 15] [--attack] [--quick]
+[--results-dir DIR]``; writes ``serve_load.json`` and ``serve_load.png`` (``serve_attack.json`` with
+``--attack``) to ``benchmarks/results/`` (see ``--help``). Needs the
 ``interop`` extra (openenv-core, fastapi, uvicorn) and Linux (the server's memory and CPU are read from ``/proc``).
 
 The server runs in its own process (``python -m worldgym serve CSRPhone-v1`` on a free localhost port); the
@@ -23,7 +24,13 @@ saturated from 64 sessions on (one paced level aside). Reported:
   * leak check: ``--leak-sessions`` sessions opened at once, then dropped without a goodbye (TCP aborted, no
     close frame); the server's session count must fall back to 0 (well before the idle timeout could do it);
   * server kill: ``--kill-clients`` ``OpenEnvGym`` clients mid-episode, the server SIGKILLed; each client's next
-    step must raise ``worldgym.errors.RemoteEnvError`` within its ``timeout_s``.
+    step must raise ``worldgym.errors.RemoteEnvError`` within its ``timeout_s``;
+  * attack (``--attack``, written to ``serve_attack.json``): one well-behaved session alone, then beside an
+    attacker process (messages near the size limit that fail validation, unknown-key floods, oversized and
+    deflate-bomb messages, bad resets, dribbled handshakes, ``/metadata`` floods): the good session's p50 / p99
+    both ways (goal: p99 with the attacker within 2x of without); then ``--fat-sessions`` sessions, each sending
+    15 messages just under the size limit, closed, and the server's RSS after against the idle server's (goal:
+    within 50 MB).
 The machine's cores are shared with the clients (and other jobs: the load average is recorded).
 """
 
@@ -56,7 +63,12 @@ GOAL_SESSIONS_PER_CORE = 256
 GOAL_P99_MS = 50.0
 IDLE_TIMEOUT_S = 300.0  # the server's session timeout: far longer than the leak check may take
 LEAK_DEADLINE_S = 30.0
+DEFAULT_SERVER_SESSIONS = 256
 KILL_TIMEOUT_S = 10.0
+GOAL_ATTACK_P99_RATIO = 2.0
+GOAL_FAT_RSS_MB = 50.0
+FAT_MESSAGE_BYTES = 260_000  # just under the server's default 256 KiB message limit
+FAT_MESSAGES = 15
 
 
 @dataclass
@@ -227,6 +239,9 @@ async def leak_check(url: str, pid: int, sessions: int, idle_rss_mib: float) -> 
     from websockets.asyncio.client import connect
 
     ws_url = url.replace("http://", "ws://") + "/ws"
+    settled = time.perf_counter()  # the load levels' sessions are freed as their sockets close: wait for it
+    while await asyncio.to_thread(active_sessions, url) and time.perf_counter() - settled < LEAK_DEADLINE_S:
+        await asyncio.sleep(0.05)
 
     async def opened(seed: int) -> Any:
         ws = await connect(ws_url, max_size=None, open_timeout=60)
@@ -289,6 +304,162 @@ def _step_once(env: Any, call: Any, killed: float, outcomes: list[tuple[str, flo
     except Exception as error:  # noqa: BLE001  (any exception is the finding)
         name = type(error).__name__
     outcomes.append((name, time.perf_counter() - killed))
+
+
+# ---------------------------------------------------------------------------------------------- attack
+async def good_session(url: str, seconds: float, seed: int) -> dict[str, float]:
+    """One well-behaved session stepping the expert for ``seconds`` (closed loop): its figures."""
+    client, observation = await open_session(url, seed)
+    start, stop, load = asyncio.Event(), asyncio.Event(), Load()
+    task = asyncio.create_task(play(client, observation, start, stop, load, 0.0))
+    began = time.perf_counter()
+    start.set()
+    await asyncio.sleep(seconds)
+    stop.set()
+    await task
+    wall_s = time.perf_counter() - began
+    await client.close()
+    return figures(load, wall_s)
+
+
+ATTACK_KINDS = ("heavy", "oversized", "dribble", "metadata")
+
+
+def attacker(url: str, seconds: float, kinds: tuple[str, ...] = ATTACK_KINDS) -> None:
+    """A hostile client for ``seconds`` (run in its own process) doing each of ``kinds``: ``heavy`` (messages
+    near the size limit that fail validation, bad resets), ``oversized`` (over the limit, plain and
+    compressible), ``dribble`` (100 half-sent handshakes), ``metadata`` (4 clients asking ``/metadata``)."""
+    asyncio.run(_attack(url, seconds, kinds))
+
+
+async def _attack(url: str, seconds: float, kinds: tuple[str, ...]) -> None:
+    import json
+
+    import httpx
+    from websockets.asyncio.client import connect
+
+    ws_url = url.replace("http://", "ws://") + "/ws"
+    items = FAT_MESSAGE_BYTES // 5 - 100
+    messages = [  # each just under the limit, each failing validation in a different place
+        json.dumps({"type": "step", "data": {"type": "call_tool", "tool_name": "auth_info_form",
+                                             "arguments": {"fields": ["x"] * items}}}),
+        json.dumps({"type": "step", "data": {"type": "call_tool", "tool_name": "make_phone_call", "arguments": {
+            "phone_number": "1", "auth_info": {f"k{i}": 1 for i in range(FAT_MESSAGE_BYTES // 14)}}}}),
+        json.dumps({"type": "step", "data": {f"u{i}": 0 for i in range(FAT_MESSAGE_BYTES // 14)}}),
+        json.dumps({"type": "reset", "data": {"seed": -1, "options": [1] * items}}),
+    ]
+    oversized = "x" * (4 * FAT_MESSAGE_BYTES)
+    bomb = json.dumps({"type": "step", "data": {"raw_text": " " * (16 * FAT_MESSAGE_BYTES)}})
+    deadline = time.monotonic() + seconds
+
+    async def heavy(message: str) -> None:
+        async with connect(ws_url, max_size=None, open_timeout=30) as ws:
+            while time.monotonic() < deadline:
+                await ws.send(message)
+                await ws.recv()
+
+    async def refused(message: str) -> None:
+        while time.monotonic() < deadline:
+            try:
+                async with connect(ws_url, max_size=None, open_timeout=30) as ws:
+                    await ws.send(message)
+                    await ws.recv()
+            except Exception:  # noqa: BLE001, S110  (the server closing the socket is the point)
+                pass
+
+    async def dribble() -> None:
+        host, port = url.removeprefix("http://").split(":")
+        while time.monotonic() < deadline:
+            try:
+                _, writer = await asyncio.open_connection(host, int(port))
+                writer.write(b"GET /ws HTTP/1.1\r\nHost: x\r\n")
+                await asyncio.sleep(min(30.0, max(deadline - time.monotonic(), 0)))
+                writer.close()
+            except OSError:
+                await asyncio.sleep(0.5)
+
+    async def metadata() -> None:
+        async with httpx.AsyncClient(timeout=30) as http:
+            while time.monotonic() < deadline:
+                await http.get(f"{url}/metadata")
+
+    tasks = {"heavy": [heavy(message) for message in messages], "oversized": [refused(oversized), refused(bomb)],
+             "dribble": [dribble() for _ in range(100)], "metadata": [metadata() for _ in range(4)]}
+    for kind in set(tasks) - set(kinds):
+        for coroutine in tasks[kind]:
+            coroutine.close()
+    await asyncio.gather(*(task for kind in kinds for task in tasks[kind]), return_exceptions=True)
+
+
+def attack_check(url: str, seconds: float, seed: int, kinds: tuple[str, ...] = ATTACK_KINDS) -> dict[str, Any]:
+    """The good session's figures alone and beside :func:`attacker` (started 3 s ahead, in its own process so
+    the measuring loop is not the attacker's)."""
+    import multiprocessing
+
+    alone = asyncio.run(good_session(url, seconds, seed))
+    print(_line("good alone", alone))
+    process = multiprocessing.get_context("spawn").Process(target=attacker, args=(url, seconds + 5.0, kinds))
+    process.start()
+    time.sleep(3.0)
+    attacked = asyncio.run(good_session(url, seconds, seed))
+    process.join(30)
+    if process.is_alive():
+        process.kill()
+    print(_line("good attacked", attacked))
+    ratio = attacked["p99_ms"] / alone["p99_ms"]
+    return {"kinds": list(kinds), "alone": alone, "attacked": attacked, "p99_ratio": ratio,
+            "goal_p99_ratio": GOAL_ATTACK_P99_RATIO, "goal_met": ratio <= GOAL_ATTACK_P99_RATIO}
+
+
+async def fat_sessions(url: str, pid: int, sessions: int, idle_rss_mib: float) -> dict[str, Any]:
+    """``sessions`` sessions (10 at a time), each a reset and :data:`FAT_MESSAGES` steps of about
+    :data:`FAT_MESSAGE_BYTES` (an unreadable reply's raw text, which the env keeps a cut of), then closed: the
+    server's RSS at the peak and a few seconds after the last closed, against the idle server's."""
+    import json
+
+    from websockets.asyncio.client import connect
+
+    ws_url = url.replace("http://", "ws://") + "/ws"
+    fat = json.dumps({"type": "step", "data": {"type": "call_tool", "invalid_reason": "no tool call",
+                                               "raw_text": "y" * (FAT_MESSAGE_BYTES - 200)}})
+    peak = idle_rss_mib
+
+    async def one(seed: int) -> None:
+        async with connect(ws_url, max_size=None, open_timeout=30) as ws:
+            await ws.send(f'{{"type": "reset", "data": {{"seed": {seed}}}}}')
+            await ws.recv()
+            for _ in range(FAT_MESSAGES):
+                await ws.send(fat)
+                await ws.recv()
+
+    for batch in range(0, sessions, 10):
+        await asyncio.gather(*(one(seed) for seed in range(batch, min(batch + 10, sessions))))
+        peak = max(peak, rss_mib(pid))
+    while await asyncio.to_thread(active_sessions, url):
+        await asyncio.sleep(0.1)
+    await asyncio.sleep(3.0)
+    after = rss_mib(pid)
+    return {"sessions": sessions, "messages_per_session": FAT_MESSAGES, "message_bytes": len(fat),
+            "idle_server_rss_mib": idle_rss_mib, "peak_server_rss_mib": peak, "server_rss_mib_after": after,
+            "growth_mb": (after - idle_rss_mib) * 1.048576, "goal_growth_mb": GOAL_FAT_RSS_MB,
+            "goal_met": (after - idle_rss_mib) * 1.048576 <= GOAL_FAT_RSS_MB}
+
+
+def measure_attack(args: argparse.Namespace) -> dict[str, Any]:
+    """The attack and fat-session checks against one server process."""
+    process, url = start_server(DEFAULT_SERVER_SESSIONS)
+    try:
+        wait_ready(process, url)
+        asyncio.run(load_level(url, process.pid, 1, min(args.seconds, 1.0), args.seed))  # warm up the server
+        idle = rss_mib(process.pid)
+        results: dict[str, Any] = {"attack": attack_check(url, args.seconds, args.seed)}
+        results["attack_by_kind"] = [attack_check(url, args.seconds, args.seed, (kind,)) for kind in args.attack_kinds]
+        results["fat_sessions"] = asyncio.run(fat_sessions(url, process.pid, args.fat_sessions, idle))
+        print(f"fat sessions: {results['fat_sessions']}")
+    finally:
+        process.kill()
+        process.wait()
+    return results
 
 
 # ---------------------------------------------------------------------------------------------- the run
@@ -390,10 +561,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="sessions opened and dropped by the leak check (default 1000; 50 with --quick)")
     parser.add_argument("--kill-clients", type=int, default=None,
                         help="OpenEnvGym clients when the server is killed (default 32; 4 with --quick)")
+    parser.add_argument("--attack", action="store_true",
+                        help="run only the attack and fat-session checks (writes serve_attack.json)")
+    parser.add_argument("--attack-kinds", nargs="*", default=[], choices=ATTACK_KINDS,
+                        help="with --attack, also run the attacker with each of these kinds alone")
+    parser.add_argument("--fat-sessions", type=int, default=None,
+                        help="sessions of the fat-session memory check (default 100; 10 with --quick)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     defaults = {"sessions": ([1, 8], [1, 64, 256]), "seconds": (0.5, 15.0), "leak_sessions": (50, 1000),
-                "kill_clients": (4, 32), "think_ms": (50.0, 500.0)}
+                "kill_clients": (4, 32), "think_ms": (50.0, 500.0), "fat_sessions": (10, 100)}
     for name, (quick, full) in defaults.items():
         if getattr(args, name) is None:
             setattr(args, name, quick if args.quick else full)
@@ -422,11 +599,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
         "cpu_count": os.cpu_count(),
         "load_average_before": os.getloadavg()[0],
     }
+    out = results_dir(args)
+    if args.attack:
+        results |= measure_attack(args)
+        results["load_average_after"] = os.getloadavg()[0]
+        write_json(out / "serve_attack.json", results, indent=2)
+        return results
     results |= measure(args)
     results["load_average_after"] = os.getloadavg()[0]
     results |= verdicts(results)
     _print_verdicts(results)
-    out = results_dir(args)
     plot(results, out / "serve_load.png")
     write_json(out / "serve_load.json", results, indent=2)
     return results

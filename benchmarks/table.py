@@ -396,7 +396,7 @@ def _precision_agents(data: Results) -> str:
                           for name, row in data["cartridge"].items())
     return f"float32 / bf16 step time: Z-token PPO {ppo}; cartridge distiller {cartridge}"
 
-def _serve_load(data: Results) -> str:
+def _serve_load(data: Results, attack: Results | None = None) -> str:
     levels = ", ".join(f"{row['sessions']}: {row['steps_per_s']:,.0f} steps/s, p50 / p99 {row['p50_ms']:.1f} / "
                        f"{row['p99_ms']:.1f} ms" for row in data["closed_loop"])
     paced, leak, kill = data["paced"], data["leak_check"], data["server_kill"]
@@ -406,7 +406,17 @@ def _serve_load(data: Results) -> str:
             f"{leak['sessions_opened']:,} dropped sessions leaked; kill: {kill['typed_errors']} / {kill['clients']} "
             f"clients got RemoteEnvError; goal {data['goals']['sessions_per_core']} sessions per core at p99 < "
             f"{data['goals']['p99_ms']:g} ms: {_serve_goal(data)} (load {data['load_average_before']:.1f}, "
-            f"{data['cpu_count']} shared cores)")
+            f"{data['cpu_count']} shared cores)" + ("" if attack is None else _serve_attack(attack)))
+
+
+def _serve_attack(data: Results) -> str:
+    met = {True: "met", False: "NOT met"}
+    attack, fat = data["attack"], data["fat_sessions"]
+    return (f"; beside an attacker ({', '.join(attack['kinds'])}) a good session's p99 {attack['alone']['p99_ms']:.1f}"
+            f" -> {attack['attacked']['p99_ms']:.1f} ms ({attack['p99_ratio']:.2f}x, goal <= "
+            f"{attack['goal_p99_ratio']:g}x {met[attack['goal_met']]}); after {fat['sessions']} fat sessions "
+            f"closed, RSS {fat['growth_mb']:+.1f} MB over idle (goal <= {fat['goal_growth_mb']:g} MB "
+            f"{met[fat['goal_met']]}; load {data['load_average_before']:.1f})")
 
 
 def _serve_goal(data: Results) -> str:
@@ -611,8 +621,10 @@ ROWS: tuple[Row, ...] = (
         "steps/s and time per phase", ("ray_scaleout.json",), _ray_scaleout,
         headline=_short_ray_scaleout, page="results/scale-out.md"),
     Row("`benchmarks/serve_load.py`", "`worldgym serve CSRPhone-v1` under 1-256 concurrent sessions vs in-process: "
-        "steps/s, p50 / p99 step latency, memory per session, leaked sessions, a killed server",
-        ("serve_load.json",), _serve_load, headline=_short_serve_load, page="interop.md", in_summary=False),
+        "steps/s, p50 / p99 step latency, memory per session, leaked sessions, a killed server; with `--attack`, a "
+        "good session's p99 beside an attacker and RSS after fat sessions close",
+        ("serve_load.json",), _serve_load, optional=("serve_attack.json",), headline=_short_serve_load,
+        page="interop.md", in_summary=False),
 )
 
 

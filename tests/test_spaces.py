@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from worldgym.spaces import (
     MAX_ARGUMENT_DEPTH,
+    MAX_VALIDATION_ERRORS,
     Tool,
     ToolCall,
     ToolCallError,
@@ -236,3 +237,18 @@ def test_unknown_tool_hint_for_case_and_compatibility_forms():
     assert message.endswith("(did you mean 'make_call'?)")
     (message,) = space.validate(ToolCall("m\u0430ke_call", {}))  # Cyrillic a: no compatibility form
     assert "did you mean" not in message
+
+
+def test_validation_stops_at_the_first_bound_and_caps_its_errors():
+    """A cheap message must not buy an expensive answer: a million bad items or unknown keys give a bounded
+    list of short errors, and nothing of the value is echoed back beyond a short excerpt."""
+    space = ToolCallSpace([Tool("tag", "Tag items.", {"type": "object", "additionalProperties": False, "properties": {
+        "items": {"type": "array", "maxItems": 4, "items": {"type": "integer"}},
+        "labels": {"type": "array", "items": {"type": "integer"}}}})])
+    too_many = space.validate(ToolCall("tag", {"items": ["x"] * 1_000_000}))
+    assert too_many == ["tag: items must have at most 4 items, got 1000000"]
+    all_bad = space.validate(ToolCall("tag", {"labels": ["x"] * 1_000_000}))
+    assert len(all_bad) == MAX_VALIDATION_ERRORS + 1 and all_bad[-1] == "tag: further errors not listed"
+    unknown = space.validate(ToolCall("tag", {f"k{i}": "v" * 1000 for i in range(300_000)}))
+    assert len(unknown) == MAX_VALIDATION_ERRORS + 1 and sum(map(len, unknown)) < 2000
+    assert len(space.validate(ToolCall("tag", {"items": "y" * 10_000_000}))[0]) < 200

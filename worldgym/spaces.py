@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import math
+import reprlib
 import string
 import unicodedata
 from collections.abc import Mapping, Sequence
@@ -28,8 +29,9 @@ from typing import Any
 import numpy as np
 from gymnasium.spaces import Space
 
-__all__ = ["COPY_ANNOTATION", "MAX_ARGUMENT_DEPTH", "MAX_INT_DIGITS", "PRINTABLE_CHARSET", "Tool", "ToolCall",
-           "ToolCallError", "ToolCallSpace", "invalid_call_text", "nesting_exceeds", "validate_json"]
+__all__ = ["COPY_ANNOTATION", "MAX_ARGUMENT_DEPTH", "MAX_INT_DIGITS", "MAX_VALIDATION_ERRORS", "PRINTABLE_CHARSET",
+           "Tool", "ToolCall", "ToolCallError", "ToolCallSpace", "invalid_call_text", "nesting_exceeds",
+           "validate_json"]
 
 # Characters text observations and actions may contain (printable ASCII, incl. whitespace).
 PRINTABLE_CHARSET = frozenset(string.printable)
@@ -44,6 +46,9 @@ MAX_ARGUMENT_DEPTH = 32
 # Integers with more digits are never read from tool-call text nor printed in decimal here: Python refuses
 # int <-> str conversions past its digit limit, which can be set as low as 640.
 MAX_INT_DIGITS = 600
+# Validation stops once it has this many errors for one value: a call with a million bad items costs a
+# bounded answer, not a million messages.
+MAX_VALIDATION_ERRORS = 10
 _INT_BOUND = 10**MAX_INT_DIGITS
 
 _SAMPLE_CHARSET = string.ascii_letters + string.digits + " -_"
@@ -81,6 +86,21 @@ class ToolCall:
         '{"name": "lookup", "arguments": {"company": "Acme", "city": "Oslo"}}'
         """
         return json.dumps({"name": _plain(self.name), "arguments": _plain(self.arguments)}, default=repr)
+
+    def summary(self, max_chars: int = 2000) -> str:
+        """The call as :meth:`to_json` when that is short (at most ``max_chars`` characters), else a cut repr;
+        its cost does not grow with the arguments' size (what an env keeps of a huge call).
+
+        >>> ToolCall("lookup", {"ids": list(range(10**6))}).summary(60)
+        "lookup {'ids': [0, 1, 2, 3, 4, 5, 6, 7, ...]}"
+        """
+        if _fits(self.arguments, max_chars):
+            text = self.to_json()
+            if len(text) <= max_chars:
+                return text
+        name = self.name if isinstance(self.name, str) and len(self.name) <= 80 else _brief(self.name)
+        text = f"{name} {_SHORT_REPR.repr(self.arguments)}"
+        return text if len(text) <= max_chars else text[: max_chars - 3] + "..."
 
     def _key(self) -> str:
         return json.dumps({"name": _plain(self.name, canonical=True),
@@ -163,15 +183,38 @@ def _canonical_json(value: Any) -> str:
     return json.dumps(_plain(value, canonical=True), sort_keys=True, default=repr)
 
 
+_SHORT_REPR = reprlib.Repr()  # a repr whose cost does not grow with a container's size
+_SHORT_REPR.maxlevel, _SHORT_REPR.maxlist, _SHORT_REPR.maxtuple, _SHORT_REPR.maxdict = 3, 8, 8, 8
+_SHORT_REPR.maxstring = _SHORT_REPR.maxother = 80
+
+
 def _brief(value: Any, limit: int = 80) -> str:
     """``repr(value)`` cut to ``limit`` characters, for error messages; never raises."""
     if isinstance(value, int) and not -_INT_BOUND < value < _INT_BOUND:
         return f"an integer of more than {MAX_INT_DIGITS} digits"
+    if isinstance(value, str) and len(value) > limit:
+        value = value[:limit]  # the repr of a long string costs its length: cut first
     try:
-        text = repr(value)
+        text = _SHORT_REPR.repr(value) if _is_container(value) else repr(value)
     except Exception:  # noqa: BLE001 - any object's repr may fail (too deep, too long, a broken __repr__)
         text = f"<{type(value).__name__}>"
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _fits(value: Any, max_chars: int) -> bool:
+    """Whether ``value`` holds at most ``max_chars`` values and characters of strings (looked at up to that)."""
+    stack, budget = [value], max_chars
+    while stack:
+        item = stack.pop()
+        budget -= len(item) + 1 if isinstance(item, str) else 1
+        if budget < 0:
+            return False
+        if _is_container(item):
+            if len(item) > budget:
+                return False
+            stack.extend(item.values() if isinstance(item, Mapping) else item)
+            stack.extend(item.keys() if isinstance(item, Mapping) else ())
+    return True
 
 
 def nesting_exceeds(value: Any, max_depth: int) -> bool:
@@ -255,12 +298,14 @@ def _validate_array(value: Sequence[Any], schema: Mapping[str, Any], where: str)
     errors = []
     if "minItems" in schema and len(value) < schema["minItems"]:
         errors.append(f"{where} must have at least {schema['minItems']} items, got {len(value)}")
-    if "maxItems" in schema and len(value) > schema["maxItems"]:
-        errors.append(f"{where} must have at most {schema['maxItems']} items, got {len(value)}")
+    if "maxItems" in schema and len(value) > schema["maxItems"]:  # past the bound, the items are not looked at
+        return errors + [f"{where} must have at most {schema['maxItems']} items, got {len(value)}"]
     if schema.get("uniqueItems") and len({_canonical_json(v) for v in value}) != len(value):
         errors.append(f"{where} must not contain duplicate items")
     if "items" in schema:
         for i, item in enumerate(value):
+            if len(errors) > MAX_VALIDATION_ERRORS:  # one past the cap: enough to say more exist
+                break
             errors += validate_json(item, schema["items"], f"{where}[{i}]")
     return errors
 
@@ -274,6 +319,8 @@ def _validate_object(value: Mapping[str, Any], schema: Mapping[str, Any], path: 
     properties = schema.get("properties", {})
     extra = schema.get("additionalProperties", True)
     for key, item in value.items():
+        if len(errors) > MAX_VALIDATION_ERRORS:
+            break
         if not isinstance(key, str):
             errors.append(f"argument names must be strings, got {_brief(key)}")
         elif key in properties:
@@ -341,7 +388,11 @@ class ToolCallSpace(Space[ToolCall]):
             return [f"unknown tool {_brief(call.name)}; available tools: {list(self.tools)}{hint}"]
         if not isinstance(call.arguments, Mapping):
             return [f"{call.name}: arguments must be an object, got {_json_type_name(call.arguments)}"]
-        return [f"{call.name}: {message}" for message in validate_json(call.arguments, tool.parameters)]
+        errors = validate_json(call.arguments, tool.parameters)
+        listed = [f"{call.name}: {message}" for message in errors[:MAX_VALIDATION_ERRORS]]
+        if len(errors) > MAX_VALIDATION_ERRORS:
+            listed.append(f"{call.name}: further errors not listed")
+        return listed
 
     def _hint(self, name: Any) -> str:
         """A "did you mean" for a name that differs from a tool's by case or Unicode compatibility form."""

@@ -12,6 +12,8 @@ reach the agent as they are in the file. :class:`UnicodeText` admits every ``str
 ('aaaaa ...[truncated]', {'truncated_from': 40})
 >>> fit_observation_text("caf\\u00e9 \\ud800", 20)
 ('café \\ufffd', {'surrogates_replaced': 1})
+>>> stored_action_text("b" * 40, 20)
+'bbbbb ...[truncated]'
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ from typing import Any
 
 from gymnasium import spaces
 
-__all__ = ["OBSERVATION_CHANGES", "SAMPLE_CHARSET", "TRUNCATION_MARKER", "UnicodeText", "fit_observation_text"]
+__all__ = ["MAX_STORED_ACTION_CHARS", "OBSERVATION_CHANGES", "SAMPLE_CHARSET", "TRUNCATION_MARKER", "UnicodeText",
+           "fit_observation_text", "stored_action_text"]
 
 # What ``UnicodeText.sample`` draws from: printable ASCII plus letters, punctuation, currency, fractions and
 # spaces from real data (GSM8K's questions hold each of these), a few other scripts and an emoji. Membership
@@ -32,6 +35,8 @@ SAMPLE_CHARSET = string.printable + "éñüßçøåÉÑ’‘“”–—…€�
 OBSERVATION_CHANGES = "observation_changes"
 # Appended to an observation cut to its space's length.
 TRUNCATION_MARKER = " ...[truncated]"
+# The most characters of one action an env keeps for ``render()`` (what it keeps per episode stays bounded).
+MAX_STORED_ACTION_CHARS = 2000
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
@@ -86,3 +91,9 @@ def fit_observation_text(text: str, max_length: int) -> tuple[str, dict[str, int
         keep = max(0, max_length - len(TRUNCATION_MARKER))
         fitted = (fitted[:keep] + TRUNCATION_MARKER)[:max_length]
     return fitted, changes
+
+
+def stored_action_text(text: str, max_length: int = MAX_STORED_ACTION_CHARS) -> str:
+    """``text`` as an env keeps it after the step (for ``render()``): cut as :func:`fit_observation_text` cuts
+    observations, so a client that sends megabytes per call does not grow the env by megabytes per call."""
+    return fit_observation_text(text, max_length)[0]

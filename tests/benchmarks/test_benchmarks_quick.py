@@ -180,6 +180,19 @@ def test_serve_load(tmp_path: Path) -> None:
     assert (tmp_path / "serve_load.png").stat().st_size > 0
 
 
+def test_serve_load_attack(tmp_path: Path) -> None:
+    pytest.importorskip("openenv", reason="needs the interop extra (openenv-core)")
+    run("serve_load.py", "--attack", results=tmp_path)
+    data = load(tmp_path / "serve_attack.json")
+    attack = data["attack"]
+    for row in (attack["alone"], attack["attacked"]):
+        assert row["steps_per_s"] > 0 and 0 < row["p50_ms"] <= row["p99_ms"] and row["success_rate"] == 1.0
+    assert attack["kinds"] == ["heavy", "oversized", "dribble", "metadata"] and attack["p99_ratio"] > 0
+    fat = data["fat_sessions"]
+    assert fat["sessions"] == 10 and fat["messages_per_session"] == 15
+    assert fat["idle_server_rss_mib"] <= fat["peak_server_rss_mib"] and fat["server_rss_mib_after"] > 0
+
+
 def test_csr_policy_every_stage(tmp_path: Path) -> None:
     tiny_d1 = ("--model", "tiny", "--decoding", "constrained", "--difficulty", "1")
     out = run_stages("csr_policy.py", ("random",), ("warm-start", "--model", "tiny", "--decodings", "constrained"),

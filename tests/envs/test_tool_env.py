@@ -106,3 +106,15 @@ def test_small_observation_limit_rejected():
 
     with pytest.raises(ValueError, match="max_observation_chars=10 is invalid: use an integer >= 32"):
         Tiny()
+
+
+def test_what_an_env_keeps_of_each_action_is_bounded():
+    from worldgym.text import MAX_STORED_ACTION_CHARS
+
+    env = GuessEnv(max_turns=8)
+    env.reset(seed=0)
+    for _ in range(3):
+        env.step(ToolCallError("no tool call", "x" * 1_000_000))
+        env.step(ToolCall("guess", {"number": "y" * 1_000_000}))
+    assert all(len(call) <= MAX_STORED_ACTION_CHARS for call, _ in env._transcript)
+    assert len(env.render()) < 4 * (MAX_STORED_ACTION_CHARS + 200)

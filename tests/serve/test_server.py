@@ -18,6 +18,7 @@ pytest.importorskip("openenv", reason="needs the interop extra (openenv-core)")
 from fastapi.testclient import TestClient
 from openenv.core import GenericEnvClient
 from openenv.core.mcp_client import MCPToolClient
+from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect as ws_connect
 
 import worldgym  # noqa: F401  (registers the env ids)
@@ -26,12 +27,19 @@ from worldgym.envs.csr_phone.policies import ExpertPolicy
 from worldgym.errors import ConfigError
 from worldgym.serve import create_app
 from worldgym.serve.environment import jsonable
+from worldgym.serve.info import client_info
+from worldgym.serve.models import ToolAction
 from worldgym.spaces import ToolCall, ToolCallError
 
 
 @pytest.fixture(scope="module")
 def csr_url(serve_app) -> str:
     return serve_app(create_app("CSRPhone-v1", max_sessions=64))
+
+
+def _served(info: dict[str, Any], env_id: str = "CSRPhone-v1") -> dict[str, Any]:
+    """``info`` as the server sends it: the keys a client may read, as JSON."""
+    return jsonable(client_info(env_id, info))
 
 
 def _call(call: ToolCall) -> dict[str, Any]:
@@ -61,7 +69,7 @@ def test_expert_episode_over_the_wire_matches_in_process(csr_url, seed):
     expert.reset(expected_text, expected_info)
     with GenericEnvClient(base_url=csr_url).sync() as remote:
         result = remote.reset(seed=seed)
-        assert (result.observation["text"], result.observation["info"]) == (expected_text, jsonable(expected_info))
+        assert (result.observation["text"], result.observation["info"]) == (expected_text, _served(expected_info))
         done = False
         while not done:
             call = expert.act(expected_text, expected_info)
@@ -69,7 +77,7 @@ def test_expert_episode_over_the_wire_matches_in_process(csr_url, seed):
             result = remote.step(_call(call))
             observation = result.observation
             assert observation["text"] == observation["result"] == expected_text
-            assert observation["info"] == jsonable(expected_info)
+            assert observation["info"] == _served(expected_info)
             assert (result.reward, result.done, observation["truncated"]) == (
                 reward, terminated or truncated, truncated)
             done = result.done
@@ -113,7 +121,7 @@ def test_bad_actions_get_the_in_process_error_observation_and_the_episode_goes_o
             expected = local.step(action)
             result = remote.step(_payload(action))
             assert (result.observation["text"], result.reward, result.done) == expected[0:2] + (False,)
-            assert result.observation["info"] == jsonable(expected[4])
+            assert result.observation["info"] == _served(expected[4])
             assert expected[4]["response_type"] == "invalid_call"
         expert = ExpertPolicy()
         expert.reset(text, info)
@@ -121,18 +129,16 @@ def test_bad_actions_get_the_in_process_error_observation_and_the_episode_goes_o
         assert result.observation["info"]["response_type"] != "invalid_call"
 
 
-def test_http_routes_never_answer_500():
+def test_http_serves_only_stateless_routes_and_never_answers_500():
     client = TestClient(create_app("CSRPhone-v1"))
-    payloads = [{"action": {"type": "call_tool", "tool_name": "x"}}, {"action": {"type": "bogus"}},
-                {"action": {"bogus": 1}}, {"action": {"type": "list_tools"}}, {"nothing": 1}]
-    statuses = [client.post("/step", json=payload).status_code for payload in payloads]
-    assert statuses == [200, 200, 422, 200, 422]
-    stateless = client.post("/step", json=payloads[0]).json()  # HTTP /step has no episode: OpenEnv's design
-    assert stateless["done"] is True and stateless["observation"]["info"]["response_type"] == "reset_needed"
-    math = TestClient(create_app("MathQA-v1", num_problems=5))
-    failed = math.post("/reset", json={"options": {"index": 99}})
-    assert failed.status_code == 200 and failed.json()["observation"]["info"]["response_type"] == "reset_failed"
+    assert client.get("/health").json() == {"status": "healthy"}
+    assert client.get("/metadata").json()["name"] == "CSRPhone-v1"
+    assert "invalid_reason" in client.get("/schema").json()["action"]["properties"]
     assert client.get("/sessions").json() == {"active": 0, "max": 256}
+    # Episodes run over /ws only: nothing over HTTP creates, steps, reads or closes a session.
+    for method, path in [("POST", "/reset"), ("POST", "/step"), ("GET", "/state"), ("POST", "/mcp"),
+                         ("GET", "/docs"), ("GET", "/openapi.json")]:
+        assert client.request(method, path, json={"method": "openenv/session/create"}).status_code in (404, 405)
 
 
 def test_a_text_env_takes_text_actions(serve_app):
@@ -141,7 +147,7 @@ def test_a_text_env_takes_text_actions(serve_app):
     _, info = local.reset(seed=5)
     answer = f"#### {local.unwrapped._problem.answer_text}"
     with GenericEnvClient(base_url=url).sync() as remote:
-        assert remote.reset(seed=5).observation["info"] == jsonable(info)
+        assert remote.reset(seed=5).observation["info"] == _served(info, "MathQA-v1")
         result = remote.step({"text": answer})
         assert (result.reward, result.done, result.observation["info"]["success"]) == (1.0, True, True)
         assert remote.step({"text": answer}).observation["info"]["response_type"] == "reset_needed"
@@ -175,14 +181,17 @@ def test_sessions_are_isolated_and_freed_when_clients_leave(csr_url):
 
 def test_idle_sessions_expire_and_capacity_is_enforced(serve_app):
     url = serve_app(create_app("CSRPhone-v1", max_sessions=1, session_timeout=0.5))
-    with GenericEnvClient(base_url=url).sync() as first:
-        first.reset(seed=0)
-        with ws_connect(url.replace("http://", "ws://") + "/ws") as second:  # the server speaks first, then closes
+    ws_url = url.replace("http://", "ws://") + "/ws"
+    with ws_connect(ws_url) as first:
+        first.send('{"type": "reset", "data": {"seed": 0}}')
+        assert json.loads(first.recv(timeout=10))["type"] == "observation"
+        with ws_connect(ws_url) as second:  # the server speaks first, then closes
             refusal = json.loads(second.recv(timeout=10))
         assert (refusal["type"], refusal["data"]["code"]) == ("error", "CAPACITY_REACHED")
-        assert _wait_for(lambda: _sessions(url) == 0, 8)  # OpenEnv's reaper looks every max(timeout / 4, 5) s
-        late = first.step({"type": "call_tool", "tool_name": "search_company", "arguments": {"company": "x"}})
-        assert late.done and late.observation["info"]["response_type"] == "session_closed"
+        with pytest.raises(ConnectionClosed) as closed:  # silent past the timeout: the server closes the socket
+            first.recv(timeout=10)
+        assert closed.value.rcvd.code == 1001 and "idle" in closed.value.rcvd.reason
+    assert _wait_for(lambda: _sessions(url) == 0, 5)
 
 
 def test_create_app_rejects_what_it_cannot_serve():
@@ -192,3 +201,22 @@ def test_create_app_rejects_what_it_cannot_serve():
         create_app("CSRPhone-v1", max_sessions=0)
     with pytest.raises(ConfigError, match="difficulty=9 is invalid: use one of"):
         create_app("CSRPhone-v1", difficulty=9)
+
+
+def test_an_env_failure_ends_the_episode_with_an_error_observation(monkeypatch, caplog):
+    from worldgym.serve.environment import GymEnvironment
+
+    env = GymEnvironment("CSRPhone-v1")
+    env.reset(seed=0)
+
+    def broken(*args: Any, **kwargs: Any) -> None:
+        raise RuntimeError("/srv/secret/state.db is locked")
+
+    monkeypatch.setattr(env._env, "step", broken)
+    failed = env.step(ToolAction(tool_name="search_company", arguments={"company": "x"}))
+    assert failed.done and failed.info["response_type"] == "env_error" and "/srv" not in failed.text
+    assert env.step(ToolAction(tool_name="search_company", arguments={"company": "x"})).info["response_type"] == \
+        "reset_needed"
+    monkeypatch.setattr(env._env, "reset", broken)
+    assert env.reset(seed=1).info["response_type"] == "env_error"
+    assert sum("/srv/secret" in record.exc_text for record in caplog.records if record.exc_text) == 2

@@ -34,6 +34,7 @@ from worldgym.envs.csr_phone.policies import ExpertPolicy, TextPolicy
 from worldgym.errors import RemoteEnvError, RemoteEnvSchemaError
 from worldgym.serve import create_app
 from worldgym.serve.environment import jsonable
+from worldgym.serve.info import client_info
 from worldgym.spaces import ToolCall, ToolCallSpace
 from worldgym.wrappers import ParseToolCall
 from worldgym.wrappers.openenv import OpenEnvGym
@@ -81,7 +82,7 @@ MALFORMED = ["Hello!", '<tool_call>{"name": "search_company", "arguments": {"com
 @pytest.mark.parametrize("seed", [0, 1])
 def test_parse_tool_call_over_the_wire_gives_the_in_process_trajectory(csr_url, seed):
     remote = ParseToolCall(gym.make("worldgym/OpenEnv-v0", base_url=csr_url))
-    expected = [(*step[:-1], jsonable(step[-1]))
+    expected = [(*step[:-1], jsonable(client_info("CSRPhone-v1", step[-1])))
                 for step in _trajectory(ParseToolCall(gym.make("CSRPhone-v1")), seed, MALFORMED)]
     got = _trajectory(remote, seed, MALFORMED)
     assert got == expected

@@ -11,7 +11,13 @@ import gymnasium as gym
 
 from worldgym.config import check_choice, check_field, check_positive_int
 from worldgym.spaces import Tool, ToolCall, ToolCallError, ToolCallSpace, invalid_call_text
-from worldgym.text import OBSERVATION_CHANGES, UnicodeText, fit_observation_text
+from worldgym.text import (
+    MAX_STORED_ACTION_CHARS,
+    OBSERVATION_CHANGES,
+    UnicodeText,
+    fit_observation_text,
+    stored_action_text,
+)
 
 __all__ = ["ToolEnv", "ToolResult"]
 
@@ -64,7 +70,7 @@ class ToolEnv(gym.Env[str, ToolCall]):
         self.render_mode = render_mode
         self._turn: int | None = None  # None until reset
         self._ended = False  # the episode terminated or was truncated; step() needs a reset first
-        self._transcript: list[tuple[Any, str]] = []  # (action, observation); formatted only by render()
+        self._transcript: list[tuple[str, str]] = []  # (action as stored_action_text, observation), for render()
 
     @abstractmethod
     def _reset_task(self, options: dict[str, Any] | None) -> tuple[str, dict[str, Any]]:
@@ -80,7 +86,7 @@ class ToolEnv(gym.Env[str, ToolCall]):
         self._turn = 0
         self._ended = False
         prompt, changes = fit_observation_text(prompt, self.max_observation_chars)
-        self._transcript = [(None, prompt)]
+        self._transcript = [("", prompt)]
         info = {**info, "tools": self.action_space.openai_tools(), "turn": 0}
         if changes:
             info[OBSERVATION_CHANGES] = changes
@@ -110,7 +116,7 @@ class ToolEnv(gym.Env[str, ToolCall]):
         terminated = result.terminated
         truncated = not terminated and self._turn >= self.max_turns
         self._ended = terminated or truncated
-        self._transcript.append((action, text))
+        self._transcript.append((stored_action_text(_describe(action)), text))
         info = {"turn": self._turn, "response_type": "tool_result", **result.info, "success": result.success}
         if changes:
             info[OBSERVATION_CHANGES] = changes
@@ -121,7 +127,7 @@ class ToolEnv(gym.Env[str, ToolCall]):
         if self.render_mode != "ansi" or not self._transcript:
             return None
         (_, prompt), *turns = self._transcript
-        return "\n".join([f"TASK: {prompt}"] + [f"CALL: {_describe(a)}\nRESULT: {text}" for a, text in turns])
+        return "\n".join([f"TASK: {prompt}"] + [f"CALL: {call}\nRESULT: {text}" for call, text in turns])
 
 
 def _reason(error: ToolCallError) -> str:
@@ -132,7 +138,7 @@ def _reason(error: ToolCallError) -> str:
 
 def _describe(action: Any) -> str:
     if isinstance(action, ToolCall):
-        return action.to_json()
+        return action.summary(MAX_STORED_ACTION_CHARS)
     if isinstance(action, ToolCallError):
         return f"<invalid: {_reason(action)}>"
     return f"<invalid action of type {type(action).__name__}>"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import math
 import uuid
 from collections.abc import Mapping
@@ -15,10 +16,15 @@ from openenv.core.env_server.mcp_types import ListToolsAction, ListToolsObservat
 from openenv.core.env_server.mcp_types import Tool as MCPTool
 from openenv.core.env_server.types import Action, EnvironmentMetadata, Observation
 
+from worldgym.serve.info import client_info
 from worldgym.serve.models import EnvObservation, EnvState, TextAction, ToolAction, ToolResultObservation
 from worldgym.spaces import ToolCall, ToolCallError, ToolCallSpace
 
 __all__ = ["GymEnvironment", "action_kind", "jsonable"]
+
+logger = logging.getLogger(__name__)
+MAX_SEED = 2**64  # seeds are ints in [0, MAX_SEED): what numpy takes, at a bounded cost
+MAX_EPISODE_ID_CHARS = 128
 
 
 def action_kind(env: gym.Env) -> str:
@@ -63,7 +69,9 @@ class GymEnvironment(Environment):
     Tool envs take :class:`ToolAction` (MCP ``list_tools`` / ``call_tool``), text envs :class:`TextAction`.
     Nothing a client sends raises: a bad call gets the env's own error observation, a step before ``reset``
     or after the episode's end (or after the server closed the session) an observation with ``done=True`` and
-    ``info["errors"]``, a reset the env rejects (bad options) the same.
+    ``info["errors"]``, a reset with a bad seed, options or episode id, or one the env rejects, the same
+    (``response_type`` ``"reset_failed"``). ``info`` holds only the keys :mod:`worldgym.serve.info` lets the
+    client read (no answers, no server paths).
     """
 
     SUPPORTS_CONCURRENT_SESSIONS = True  # every session has its own env instance; envs share no mutable state
@@ -90,15 +98,21 @@ class GymEnvironment(Environment):
         """Start an episode (``seed`` and ``options`` as in Gymnasium); unknown keyword arguments are ignored."""
         if self._env is None:
             return self._closed()
+        self._running = False
+        problem = _reset_problem(seed, episode_id, options)
+        if problem is not None:
+            return _error(f"reset failed: {problem}", "reset_failed")
         try:
             text, info = self._env.reset(seed=seed, options=options)
-        except (TypeError, ValueError) as error:  # bad seed or options: the client's mistake, not the server's
-            self._running = False
-            return _error(f"reset failed: {error}", "reset_failed")
+        except (TypeError, ValueError, KeyError, gym.error.Error) as error:  # options the env rejects
+            return _error(f"reset failed: {_brief(str(error))}", "reset_failed")
+        except Exception:  # an env bug, not the client's: log it here, answer the client
+            logger.exception("%s: reset failed", self.env_id)
+            return _error("the env failed to reset: try again or report it to the server's operator", "env_error")
         self._running = True
         self._episode_id = episode_id or str(uuid.uuid4())
         self._step_count = 0
-        return EnvObservation(text=text, info=jsonable(info), done=False, reward=None)
+        return EnvObservation(text=text, info=jsonable(client_info(self.env_id, info)), done=False, reward=None)
 
     def step(self, action: Action, timeout_s: float | None = None, **kwargs: Any) -> Observation:
         """Answer ``list_tools`` at any time; otherwise step the running episode with the action."""
@@ -109,11 +123,16 @@ class GymEnvironment(Environment):
         if not self._running:
             return _error("no episode is running: reset first (the last one ended, or none started)",
                           "reset_needed")
-        text, reward, terminated, truncated, info = self._env.step(self._gym_action(action))
+        try:
+            text, reward, terminated, truncated, info = self._env.step(self._gym_action(action))
+        except Exception:  # an env bug, not the client's: log it here, end the episode, answer the client
+            logger.exception("%s: step failed; the episode ended", self.env_id)
+            self._running = False
+            return _error("the env failed on this action; the episode ended: reset to start another", "env_error")
         self._step_count += 1
         self._running = not (terminated or truncated)
         fields = dict(text=text, reward=float(reward), done=terminated or truncated, truncated=truncated,
-                      info=jsonable(info))
+                      info=jsonable(client_info(self.env_id, info)))
         if self._kind == "tool":
             name = getattr(action, "tool_name", None)
             return ToolResultObservation(tool_name=name if isinstance(name, str) else "", result=text, **fields)
@@ -152,6 +171,30 @@ class GymEnvironment(Environment):
         env, self._env, self._running = self._env, None, False
         if env is not None:
             env.close()
+
+
+def _reset_problem(seed: Any, episode_id: Any, options: Any) -> str | None:
+    """Why a reset's arguments are not usable (None when they are): checked before the env sees them."""
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < MAX_SEED):
+        return f"seed must be null or an integer in [0, 2**64), got {_brief(seed)}"
+    if options is not None and not isinstance(options, Mapping):
+        return f"options must be null or an object, got {type(options).__name__}"
+    if episode_id is not None and (not isinstance(episode_id, str) or len(episode_id) > MAX_EPISODE_ID_CHARS):
+        return f"episode_id must be null or a string of at most {MAX_EPISODE_ID_CHARS} characters"
+    return None
+
+
+def _brief(value: Any, limit: int = 200) -> str:
+    """A short text for an error message: what the client sent is never echoed in full."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= MAX_SEED:
+        return "an integer out of range"
+    if isinstance(value, str):
+        text = value
+    elif isinstance(value, (bool, int, float)) or value is None:
+        text = repr(value)
+    else:
+        text = f"a value of type {type(value).__name__}"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _error(message: str, response_type: str) -> EnvObservation:

@@ -15,6 +15,7 @@ import httpx
 
 try:
     from openenv.core.generic_client import GenericEnvClient
+    from websockets.asyncio.client import connect as ws_connect
     from websockets.exceptions import WebSocketException
 except ImportError as error:  # exercised by tests/test_interop_extra.py
     raise ImportError(
@@ -60,7 +61,8 @@ class OpenEnvGym(gym.Env[str, Any]):
     its limit. Stepping an ended episode raises ``ResetNeeded``.
 
     ## Info
-    A worldgym server's info as the env gave it (JSON types: tuples become lists); another server's:
+    A worldgym server's info as the env gave it, less the keys the server keeps from clients (answers, the
+    client's own text; :mod:`worldgym.serve.info`), in JSON types (tuples become lists); another server's:
     ``observation`` (its fields). A step's info always has ``success`` (False unless the server says so).
 
     ## Errors
@@ -74,6 +76,8 @@ class OpenEnvGym(gym.Env[str, Any]):
     timeout_s: seconds to wait for each request's answer.
     max_observation_chars: longest observation text (the observation space's bound).
     max_action_chars: longest action text of a text env.
+    token: sent as ``Authorization: Bearer <token>`` on the socket and on HTTP, for a server started with
+        ``worldgym serve --token``.
 
     ## Version History
     * v0: initial version.
@@ -82,7 +86,9 @@ class OpenEnvGym(gym.Env[str, Any]):
     metadata = {"render_modes": []}
 
     def __init__(self, base_url: str, connect_timeout_s: float = 10.0, timeout_s: float = 30.0,
-                 max_observation_chars: int = 16384, max_action_chars: int = 4096):
+                 max_observation_chars: int = 16384, max_action_chars: int = 4096, token: str | None = None):
+        if token is not None and (not isinstance(token, str) or not token):
+            raise ValueError(f"token must be a non-empty string or None, got {type(token).__name__}")
         if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://", "ws://", "wss://")):
             raise ValueError(f"base_url must be an http(s):// or ws(s):// URL, got {base_url!r}")
         for name, value in (("connect_timeout_s", connect_timeout_s), ("timeout_s", timeout_s)):
@@ -95,6 +101,7 @@ class OpenEnvGym(gym.Env[str, Any]):
         self.connect_timeout_s = float(connect_timeout_s)
         self.timeout_s = float(timeout_s)
         self.max_observation_chars = max_observation_chars
+        self._headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._client: Any = None
         self._needs_reset = True
         self._connect()
@@ -110,8 +117,12 @@ class OpenEnvGym(gym.Env[str, Any]):
 
     # ------------------------------------------------------------------ connection
     def _connect(self) -> None:
-        client = GenericEnvClient(self.base_url, connect_timeout_s=self.connect_timeout_s,
-                                  message_timeout_s=self.timeout_s).sync()
+        client_cls = _BearerClient if self._headers else GenericEnvClient
+        client = client_cls(self.base_url, connect_timeout_s=self.connect_timeout_s,
+                            message_timeout_s=self.timeout_s)
+        if self._headers:
+            client.headers = self._headers
+        client = client.sync()
         try:
             client.connect()
         except _TRANSPORT_ERRORS as error:
@@ -143,7 +154,7 @@ class OpenEnvGym(gym.Env[str, Any]):
     def _action_properties(self) -> dict[str, Any]:
         url = self.base_url.replace("ws://", "http://", 1).replace("wss://", "https://", 1)
         try:
-            response = httpx.get(f"{url}/schema", timeout=self.timeout_s)
+            response = httpx.get(f"{url}/schema", headers=self._headers, timeout=self.timeout_s)
             response.raise_for_status()
             schema = response.json()["action"]
         except (httpx.HTTPError, ValueError, KeyError, TypeError) as error:
@@ -272,3 +283,18 @@ def _remote_text(observation: dict[str, Any]) -> str:
             result = result["data"]
         return result if isinstance(result, str) else json.dumps(result, default=str)
     return json.dumps(observation, default=str, sort_keys=True) if observation else ""
+
+
+class _BearerClient(GenericEnvClient):
+    """openenv-core's client, sending ``headers`` (the bearer token) with its WebSocket handshake."""
+
+    headers: dict[str, str]
+
+    async def connect(self) -> _BearerClient:
+        if self._ws is None:
+            try:
+                self._ws = await ws_connect(self._ws_url, open_timeout=self._connect_timeout,
+                                            max_size=self._max_message_size, additional_headers=self.headers)
+            except Exception as error:
+                raise ConnectionError(f"Failed to connect to {self._ws_url}: {error}") from error
+        return self

@@ -22,7 +22,7 @@ from worldgym.envs.longhealth.prompts import (
 from worldgym.envs.longhealth.schema import OPTION_LETTERS, Patient, Question
 from worldgym.envs.longhealth.splits import Split, SplitBy, split_questions
 from worldgym.envs.longhealth.synthetic import generate_panel
-from worldgym.text import UnicodeText
+from worldgym.text import UnicodeText, stored_action_text
 
 __all__ = ["DOCUMENT_VIEWS", "TASKS", "LongHealthQAEnv"]
 
@@ -271,7 +271,7 @@ class LongHealthQAEnv(gym.Env[str, str]):
         if parsed.letter is None:
             letters = ", ".join(episode.options)
             info["errors"] = [f"no option ({letters}) could be read; put its letter in <answer></answer>"]
-        self._last += f"\nA: {action[:500]}\nreward={reward}"
+        self._last += f"\nA: {stored_action_text(action, 500)}\nreward={reward}"
         return ("Correct." if reward > 0 else "Incorrect."), reward, True, False, info
 
     def render(self) -> str | None:

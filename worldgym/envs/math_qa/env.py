@@ -13,7 +13,7 @@ from worldgym.config import check_choice, check_field
 from worldgym.envs.math_qa.loader import load_gsm8k
 from worldgym.envs.math_qa.problems import MathProblem, Split, generate_problems
 from worldgym.envs.math_qa.reward import MathRewardModel, extract_answer
-from worldgym.text import OBSERVATION_CHANGES, UnicodeText, fit_observation_text
+from worldgym.text import OBSERVATION_CHANGES, UnicodeText, fit_observation_text, stored_action_text
 
 __all__ = ["SYSTEM_PROMPT", "MathQAEnv"]
 
@@ -149,7 +149,7 @@ class MathQAEnv(gym.Env[str, str]):
         info: dict[str, Any] = {"predicted": predicted, "answer": problem.answer_text, "success": reward > 0}
         if predicted is None:
             info["errors"] = ["no number found in the answer"]
-        self._last += f"\nA: {action}\nreward={reward}"
+        self._last += f"\nA: {stored_action_text(action)}\nreward={reward}"
         return ("Correct." if reward > 0 else "Incorrect."), reward, True, False, info
 
     def render(self) -> str | None:

@@ -11,7 +11,7 @@ from typing import Any, Literal
 import gymnasium as gym
 
 from worldgym.config import check_choice, check_field, check_positive_int
-from worldgym.text import UnicodeText
+from worldgym.text import UnicodeText, stored_action_text
 
 try:
     import reasoning_gym
@@ -150,7 +150,7 @@ class ReasoningGymEnv(gym.Env[str, str]):
         else:
             info["score"] = self._score(predicted, entry, info)
         info["success"] = info["score"] >= 1.0
-        self._last += f"\nA: {action}\nscore={info['score']}"
+        self._last += f"\nA: {stored_action_text(action)}\nscore={info['score']}"
         return ("Correct." if info["success"] else "Incorrect."), info["score"], True, False, info
 
     def _score(self, predicted: str, entry: dict[str, Any], info: dict[str, Any]) -> float:
