@@ -513,7 +513,7 @@ def cut_at_step(part: dict[str, Any], step: int) -> dict[str, Any]:
     """``part`` as if its run had stopped after the validation at ``step`` (the same budget for every run)."""
     part = dict(part)
     kept = sum(1 for validated, _ in part["curve"] if validated <= step)
-    for key in ("curve", "wm_accuracy_curve", "invalid_call_rate_curve"):
+    for key in ("curve", "episode_success_curve", "wm_accuracy_curve", "invalid_call_rate_curve"):
         if part.get(key) is not None:
             part[key] = part[key][:kept]
     for key in ("step_seconds", "imagined_episodes_by_step", "imagined_success_by_step", "real_success_by_step",
@@ -521,7 +521,60 @@ def cut_at_step(part: dict[str, Any], step: int) -> dict[str, Any]:
         if key in part:
             part[key] = part[key][:step]
     part["steps_done"] = min(part.get("steps_done", part["steps"]), step)
+    part["finished"] = part.get("finished", True) and part["steps_done"] >= part["steps"]
     return part
+
+
+def bootstrap_interval(groups: list[list[float]], level: float = 0.95, resamples: int = 10_000,
+                       seed: int = 0) -> tuple[float, float]:
+    """A percentile bootstrap interval of the mean over groups (seeds) of each group's mean (its episodes):
+    each resample draws the groups with replacement, then the episodes within each drawn group with
+    replacement. Deterministic for a ``seed``.
+
+    >>> bootstrap_interval([[1.0, 1.0], [0.0, 0.0]], resamples=1_000)  # every seed agrees with itself
+    (0.0, 1.0)
+    """
+    if not groups or any(len(group) == 0 for group in groups):
+        raise ValueError(f"bootstrap_interval needs at least one group and no empty one, got sizes "
+                         f"{[len(group) for group in groups]}")
+    rng = np.random.default_rng(seed)
+    values = [np.asarray(group, dtype=float) for group in groups]
+    picks = rng.integers(len(values), size=(resamples, len(values)))
+    means = np.empty(picks.shape)
+    for index, group in enumerate(values):
+        drawn = picks == index
+        episodes = rng.integers(len(group), size=(int(drawn.sum()), len(group)))
+        means[drawn] = group[episodes].mean(1)
+    low, high = np.quantile(means.mean(1), [(1 - level) / 2, (1 + level) / 2])
+    return float(low), float(high)
+
+
+def final_success_interval(runs: list[dict[str, Any]]) -> list[float] | None:
+    """The bootstrap 95% interval of the runs' final validation success over seeds and episodes (None when a
+    run's part keeps no per-episode successes of its last validation, as older parts do not)."""
+    last = [part.get("episode_success_curve", [[None, None]])[-1] for part in runs]
+    if any(successes is None or step != part["curve"][-1][0] for (step, successes), part in zip(last, runs)):
+        return None
+    return list(bootstrap_interval([successes for _, successes in last]))
+
+
+def step_time_by_machine(runs: list[dict[str, Any]], dapo: list[dict[str, Any]]) -> dict[str, float]:
+    """Seconds per step relative to DAPO's, on each machine that made parts of both (step times compare only
+    within one machine)."""
+    def seconds(parts: list[dict[str, Any]], label: str) -> list[float]:
+        return [s for p in parts if machine_label(p.get("machine")) == label for s in p["step_seconds"]]
+
+    labels = sorted({machine_label(p.get("machine")) for p in runs} & {machine_label(p.get("machine")) for p in dapo})
+    return {label: float(np.mean(seconds(runs, label)) / np.mean(seconds(dapo, label)))
+            for label in labels if seconds(runs, label) and seconds(dapo, label)}
+
+
+def _final_test_rows(runs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The runs' final test-split successes by difficulty (None for a run without one) and their mean."""
+    difficulties = sorted({d for p in runs for d in p.get("final_test_by_difficulty", {})}, key=int)
+    by_difficulty = {d: [p.get("final_test_by_difficulty", {}).get(d) for p in runs] for d in difficulties}
+    return {"final_test_success_by_difficulty": by_difficulty,
+            "final_test_success_by_difficulty_mean": {d: _mean(values) for d, values in by_difficulty.items()}}
 
 
 def report(args: argparse.Namespace) -> None:
@@ -571,6 +624,10 @@ def report(args: argparse.Namespace) -> None:
                 "aux_grad_norm_ratio_range": [p.get("aux_grad_norm_ratio_range") for p in runs],
                 "aux_grad_scale_range": [p.get("aux_grad_scale_range") for p in runs],
                 "aux_grad_cosine_range": [p.get("aux_grad_cosine_range") for p in runs],
+                "final_success_ci95": final_success_interval(runs),  # seeds, then episodes within one
+                "finished": [p.get("finished", p.get("steps_done", p["steps"]) >= p["steps"]) for p in runs],
+                **_final_test_rows(runs),
+                "step_time_vs_dapo_by_machine": step_time_by_machine(runs, [p for p in chosen if p["mode"] == "dapo"]),
                 "seconds_per_step": float(np.mean(seconds)),
                 "step_time_vs_dapo": float(np.mean(seconds) / np.mean(dapo_seconds)) if dapo_seconds else None,
                 "machines": [machine_label(p.get("machine")) for p in runs],
@@ -586,7 +643,9 @@ def report(args: argparse.Namespace) -> None:
     _plot(summary, results / "csr_dual_lora_vs_dapo.png")
     for key, rows in summary["runs"].items():
         for mode, row in rows.items():
-            print(f"{key} {mode:9s} success {row['start_success']} -> {row['final_success']} | tasks to "
+            interval = row["final_success_ci95"]
+            shown = f" (95% {interval[0]:.3f}-{interval[1]:.3f})" if interval else ""
+            print(f"{key} {mode:9s} success {row['start_success']} -> {row['final_success']}{shown} | tasks to "
                   f"{thresholds[key.split('-d')[0]]}: {row['tasks_to_threshold']} | WM acc {row['final_wm_token_accuracy']} | "
                   f"step time x{row['step_time_vs_dapo']}")
 
@@ -677,10 +736,10 @@ def main(argv: list[str] | None = None) -> None:
     final.add_argument("--difficulties", type=int, nargs="+", default=[2])
     final.add_argument("--episodes", type=int, default=64)
     summary = sub.add_parser("report", help="merge the runs into the results JSON and PNG", parents=common)
-    summary.add_argument("--threshold", type=float, default=0.30,
+    summary.add_argument("--threshold", type=float, default=THRESHOLDS["tiny"],
                          help="validation success to reach (set before the comparison: the tiny warm start's 0.266 "
                               "at d1 plus about one standard error of a 64-episode estimate)")
-    summary.add_argument("--threshold-smollm2", type=float, default=0.40,
+    summary.add_argument("--threshold-smollm2", type=float, default=THRESHOLDS["smollm2-135m"],
                          help="SmolLM2's threshold, set before its d3 runs: the mistakes warm start's 0.31 at d3 "
                               "plus about 1.5 standard errors of a 64-episode estimate")
     summary.add_argument("--at-step", type=int, help="compare the runs of --at-step-model as if each had stopped "
