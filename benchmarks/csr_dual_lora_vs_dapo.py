@@ -170,7 +170,7 @@ def is_finished(part: dict[str, Any], difficulties: tuple[int, ...] = ()) -> boo
     return done and all(str(d) in part.get("final_test_by_difficulty", {}) for d in difficulties)
 
 
-def _stale_part(path: Path, config: DualLoRAConfig) -> dict[str, Any] | None:
+def stale_part(path: Path, config: DualLoRAConfig) -> dict[str, Any] | None:
     """The settings (``{field: [part's, this run's]}``) where the part at ``path`` was made otherwise than
     ``config`` says; None when it is this run's or there is none."""
     if not path.is_file():
@@ -185,7 +185,7 @@ def run(args: argparse.Namespace) -> None:
     out = runs_dir(args) / "csr_dual_lora" / name
     config = run_config(args, args.mode, out)
     part_path = parts_dir(args) / f"{name}.json"
-    stale = _stale_part(part_path, config)
+    stale = stale_part(part_path, config)
     if stale and not args.restart:
         raise SystemExit(f"{portable(part_path)} was made with other settings ({stale}, [its, this run's]): "
                          "pass --restart to replace it with this run")
@@ -692,7 +692,8 @@ def _apply_quick(args: argparse.Namespace) -> None:
         args.episodes = 4
 
 
-def main(argv: list[str] | None = None) -> None:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line of a stage, with ``--quick``'s sizes applied."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="stage", required=True)
     common = [results_parser()]
@@ -748,6 +749,11 @@ def main(argv: list[str] | None = None) -> None:
     summary.add_argument("--at-step-model", default="smollm2-135m")
     args = parser.parse_args(argv)
     _apply_quick(args)
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
     set_torch_threads(1)
     stages = {"run": run, "warm-start": lambda args: warm_start(args, args.model), "step0": step0,
               "step-time": step_time,
