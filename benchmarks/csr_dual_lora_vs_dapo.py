@@ -69,6 +69,7 @@ from benchmarks.common import (
 from benchmarks.csr_warm_starts import (
     DIFFICULTIES,
     load_chosen,
+    selected_config,
     warm_start_command,
     warm_start_flags,
     warm_start_suffix,
@@ -137,8 +138,17 @@ def runs_dir(args: argparse.Namespace) -> Path:
 def warm_start(args: argparse.Namespace, model: str) -> WarmStart:
     """The CSR policy's cached warm start (the tiny one ships with the package), or the one ``--continue-on`` /
     ``--mistake-rate`` select."""
-    quick = {"episodes_per_difficulty": 8, "epochs": 1} if args.quick else {}  # a continued one: a few chats
-    return load_chosen(warm_start_config(model), args, runs_dir(args) / "warm_starts", **quick)
+    return load_chosen(warm_start_config(model), args, runs_dir(args) / "warm_starts", **_quick_warm_start(args))
+
+
+def warm_start_key(args: argparse.Namespace) -> str:
+    """The cache key of the warm start :func:`warm_start` loads (nothing is loaded)."""
+    return selected_config(warm_start_config(args.model), args, **_quick_warm_start(args)).key()
+
+
+def _quick_warm_start(args: argparse.Namespace) -> dict[str, Any]:
+    """``--quick``: a continued warm start trains on a few chats."""
+    return {"episodes_per_difficulty": 8, "epochs": 1} if args.quick else {}
 
 
 def run_name(args: argparse.Namespace, mode: str | None = None, seed: int | None = None) -> str:
@@ -195,7 +205,7 @@ def run(args: argparse.Namespace) -> None:
     trainer = DualLoRATrainer(config, model=ws.model, tokenizer=ws.tokenizer,
                               make_engine=lambda policy: engine(args.model, policy, ws.tokenizer))
     resumed = trainer.resume_latest()
-    step0_from = _start(args, trainer, ws) if resumed is None else None
+    step0_from = _start(args, trainer) if resumed is None else None
     if resumed is not None:
         print(f"resumed from {resumed} at step {trainer.step}")
     command = (f"python benchmarks/csr_dual_lora_vs_dapo.py run --model {args.model} --mode {args.mode} "
@@ -290,10 +300,10 @@ def step0_path(args: argparse.Namespace) -> Path:
     return parts_dir(args) / "step0" / f"{args.model}-d{args.difficulty}{warm_start_suffix(args)}.json"
 
 
-def validation_setting(args: argparse.Namespace, config: DualLoRAConfig, ws: WarmStart) -> dict[str, Any]:
+def validation_setting(args: argparse.Namespace, config: DualLoRAConfig) -> dict[str, Any]:
     """What a step-0 validation depends on: the model and its warm start, the validation tasks (env, difficulty,
     split, seeds) and how an episode is played (turns, tokens, decoding)."""
-    setting = {"model": args.model, "warm_start": ws.path.name, "difficulty": args.difficulty,
+    setting = {"model": args.model, "warm_start": warm_start_key(args), "difficulty": args.difficulty,
                "env_id": config.env_id, "env_kwargs": {**config.env_kwargs, **config.eval_env_kwargs},
                "episodes": config.eval_episodes, "first_seed": VALIDATION_SEEDS_START,
                "max_turns": config.max_turns, "max_new_tokens": config.max_new_tokens,
@@ -307,14 +317,14 @@ def _world_model_kind(mode: str) -> str:
     return "echo" if MODES[mode]["transfer"] == "echo" else "adapter"
 
 
-def _start(args: argparse.Namespace, trainer: DualLoRATrainer, ws: WarmStart) -> str | None:
+def _start(args: argparse.Namespace, trainer: DualLoRATrainer) -> str | None:
     """Log the shared step-0 validation as this fresh run's first row when the file holds one of the run's
     setting (the file's path), else leave the trainer to compute its own (None)."""
     path = step0_path(args)
     if not trainer.config.eval_every or not path.is_file():
         return None
     shared = json.loads(path.read_text())
-    if shared["setting"] != validation_setting(args, trainer.config, ws):
+    if shared["setting"] != validation_setting(args, trainer.config):
         print(f"{portable(path)} is another setting's step-0 validation: this run validates step 0 itself")
         return None
     trainer.log_initial_validation(shared["validation"][_world_model_kind(args.mode)])
@@ -333,13 +343,12 @@ def step0(args: argparse.Namespace) -> None:
     kept when the file already holds this setting's."""
     path = step0_path(args)
     out = runs_dir(args) / "csr_dual_lora" / "step0"
-    ws = warm_start(args, args.model)
-    trainer = DualLoRATrainer(run_config(args, "dapo", out), model=ws.model, tokenizer=ws.tokenizer,
-                              make_engine=lambda policy: engine(args.model, policy, ws.tokenizer))
-    setting = validation_setting(args, trainer.config, ws)
+    config = run_config(args, "dapo", out)
+    setting = validation_setting(args, config)
     if path.is_file() and json.loads(path.read_text())["setting"] == setting:
         print(f"{portable(path)} holds this setting's step-0 validation")
         return
+    trainer = _fresh_trainer(args, config)
     episodes = trainer.validation_episodes()
     successes = {EPISODE_SUCCESS_KEY: [float(episode.success) for episode in episodes]}
     validation = {"adapter": trainer.evaluation_metrics(episodes) | successes}
