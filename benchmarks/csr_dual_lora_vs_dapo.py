@@ -14,6 +14,8 @@ Validation is greedy on validation-split companies (never seen in training), epi
     python benchmarks/csr_dual_lora_vs_dapo.py report
     python benchmarks/csr_dual_lora_vs_dapo.py run --model smollm2-135m --mode dapo --difficulty 3 \
         --mistake-rate 0.2 --continue-on 3        # from another warm start (flags as in csr_policy.py)
+    python benchmarks/csr_dual_lora_vs_dapo.py step0 --difficulty 1   # the step-0 validation runs share
+    python benchmarks/csr_dual_lora_vs_dapo.py run --mode dapo --final-test 1 2 3 4 5   # then the test split
 
 Each run writes ``benchmarks/results/csr_dual_lora/<model>-<mode>-d<difficulty>-s<seed>.json`` (then
 ``-T<temperature>`` and the warm start's name, e.g. ``-mistakes0.2-continued-d3``, when they are not the
@@ -21,8 +23,18 @@ preset's); ``report`` merges the runs of each model, difficulty, temperature and
 ``benchmarks/results/csr_dual_lora_vs_dapo.json`` and ``.png``: real tasks (training episodes sampled,
 dynamic-sampling resamples included, imagined ones not: those are counted apart) and steps to reach the
 validation-success threshold, final success, world-model token accuracy and exact-reply rate by response type,
-the imagined replies' type accuracy, and seconds per step relative to DAPO. ``--device cuda`` runs a mode (and
-trains a warm start that is not cached yet) on a GPU.
+the imagined replies' type accuracy, and seconds per step relative to DAPO (overall, and per machine that made
+parts of both: only those compare); final success also with a bootstrap 95% interval over seeds, then the
+last validation's episodes within each. ``--device cuda`` runs a mode (and trains a warm start that is not cached
+yet) on a GPU.
+
+Every run of a setting starts from the same weights, so its step-0 validation is computed once (``step0``:
+``csr_dual_lora/step0/<model>-d<difficulty><warm start>.json``, both kinds of world-model scoring) and a fresh
+run whose setting it matches (model, warm start, difficulty, validation episodes and seeds, turns, tokens,
+decoding) logs it instead of validating step 0. ``run --final-test D ...`` evaluates the last weights on
+test-split companies at those difficulties; the part is then ``finished``. A part made with other settings
+(steps, validation, batch: ``SETTING_FIELDS``) is never resumed: ``run`` refuses it unless ``--restart``
+replaces it. ``csr_dual_lora_sweep.py`` runs many of these, a named sweep's missing ones first.
 
 Every stage also takes ``--results-dir`` (where part files and the report go; default ``benchmarks/results``)
 and ``--quick``: 2 DAPO steps of 2 x 2 episodes of at most 4 calls, 4 validation episodes, the packaged tiny warm
