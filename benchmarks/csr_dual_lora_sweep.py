@@ -246,11 +246,15 @@ def main(argv: list[str] | None = None) -> None:
     print(f"warm start and step-0 validation ready after {time.monotonic() - start:.0f}s", flush=True)
     commands = {pair: run_command(args, *pair) + (["--restart"] if status[pair].stale else []) for pair in todo}
     codes = run_pool(args, commands, start, logs)
-    for pair, code in codes.items():
-        finished = pair_status(args, *pair)
-        print(f"{pair[0]} seed {pair[1]}: exit {code}, {finished.note}"
+    for (mode, seed), code in codes.items():
+        finished = pair_status(args, mode, seed)
+        ended = "stopped at the deadline" if code is None else f"exit {code}"
+        print(f"{mode} seed {seed}: {ended}, {finished.note}"
               + (f": commit {portable(finished.part)}" if finished.done else ""), flush=True)
     print(f"done after {time.monotonic() - start:.0f}s", flush=True)
+    failed = [f"{mode} seed {seed}" for (mode, seed), code in codes.items() if code not in (0, None)]
+    if failed:
+        raise SystemExit(f"failed: {', '.join(failed)} (see {portable(logs)})")
 
 
 def prepare(args: argparse.Namespace, logs: Path) -> None:
@@ -261,10 +265,10 @@ def prepare(args: argparse.Namespace, logs: Path) -> None:
 
 
 def run_pool(args: argparse.Namespace, commands: dict[tuple[str, int], list[str]], start: float,
-             logs: Path) -> dict[tuple[str, int], int]:
+             logs: Path) -> dict[tuple[str, int], int | None]:
     """Run ``commands``, ``args.jobs`` at a time, archiving as they go; at the deadline stop those running and
-    start no more. Returns each started run's exit code."""
-    queue, running, codes = list(commands), {}, {}
+    start no more. Returns each started run's exit code (None: stopped at the deadline)."""
+    queue, running, codes, stopped = list(commands), {}, {}, set()
     threads = max(1, (os.cpu_count() or 1) // args.jobs)
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "WORLDGYM_THREADS": str(threads)}
     last = time.monotonic()
@@ -278,12 +282,14 @@ def run_pool(args: argparse.Namespace, commands: dict[tuple[str, int], list[str]
                 print(f"{mode} seed {seed}: started", flush=True)
             if past_deadline:
                 queue.clear()
-                for job in running.values():
+                for pair, job in running.items():
                     job.terminate()
+                    stopped.add(pair)
             time.sleep(0.5)
             for pair, job in list(running.items()):
                 if job.poll() is not None:
-                    codes[pair] = running.pop(pair).returncode
+                    code = running.pop(pair).returncode
+                    codes[pair] = None if pair in stopped else code
             if time.monotonic() - last >= args.archive_every:
                 archive(args, logs)
                 last = time.monotonic()
