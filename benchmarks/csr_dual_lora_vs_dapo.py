@@ -759,11 +759,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     final.add_argument("--episodes", type=int, default=64)
     summary = sub.add_parser("report", help="merge the runs into the results JSON and PNG", parents=common)
     summary.add_argument("--threshold", type=float, default=THRESHOLDS["tiny"],
-                         help="validation success to reach (set before the comparison: the tiny warm start's 0.266 "
-                              "at d1 plus about one standard error of a 64-episode estimate)")
+                         help="the tiny model's validation success to reach (default: THRESHOLDS, fixed before "
+                              "its runs)")
     summary.add_argument("--threshold-smollm2", type=float, default=THRESHOLDS["smollm2-135m"],
-                         help="SmolLM2's threshold, set before its d3 runs: the mistakes warm start's 0.31 at d3 "
-                              "plus about 1.5 standard errors of a 64-episode estimate")
+                         help="SmolLM2's validation success to reach (default: THRESHOLDS, fixed before its "
+                              "runs)")
     summary.add_argument("--at-step", type=int, help="compare the runs of --at-step-model as if each had stopped "
                                                       "after its validation at this step (runs cut short by a "
                                                       "deadline: the same budget for every mode)")
