@@ -1,16 +1,23 @@
-"""Run many ``csr_dual_lora_vs_dapo.py run`` jobs side by side on one GPU, within a wall-clock budget.
+"""Run many ``csr_dual_lora_vs_dapo.py run`` jobs, ``--jobs`` at a time, so a sweep can continue piecewise.
 
-The warm start the runs share is trained first (once, on the GPU); then one process per (mode, seed) trains on
-the same GPU at once, each writing its part file after every validation. Every ``--archive-every`` seconds, and
-at the end, the part files and the logs are packed into ``--archive`` (a ``.tar.gz``), so a job cut short keeps
-every validation that finished. At the deadline the runs still going are stopped; ``report`` (run afterwards,
-anywhere) compares the modes up to the step every run reached.
+A named sweep (``--sweep NAME``, :data:`SWEEPS`) fixes a comparison's every setting before its first run. Each
+(mode, seed) run writes its part file under ``<results-dir>/csr_dual_lora/`` after every validation and is
+*finished* once it reached its last step and its final test-split evaluations are in; commit each finished part.
+``--missing`` runs only the pairs with no finished part, so the sweep continues on a fresh machine: an unfinished
+part's run resumes from its run folder's checkpoint where this machine has one, and restarts otherwise (as does a
+part made with other settings). The step-0 validation, the same warm start for every run, is computed once
+(``csr_dual_lora/step0/``, commit it too) and every run of the setting reads it instead of validating step 0.
 
-    python benchmarks/csr_dual_lora_sweep.py --modes dapo echo separate --seeds 0 1 2 --difficulty 3 \\
-        --mistake-rate 0.2 --continue-on 3 --max-turns 16 --steps 40 --eval-every 4 --deadline-s 500 \\
-        --archive /tmp/out/sweep.tar.gz
-    python benchmarks/csr_dual_lora_sweep.py --quick --modes dapo echo --seeds 0 --device cpu   # the pipeline
+    python benchmarks/csr_dual_lora_sweep.py --sweep smollm2-d3 --missing              # CPU: 2 runs at a time
+    python benchmarks/csr_dual_lora_sweep.py --sweep smollm2-d3 --missing --device cuda --jobs 4
+    python benchmarks/csr_dual_lora_sweep.py --sweep smollm2-d3 --dry-run              # which pairs are done
+    python benchmarks/csr_dual_lora_sweep.py --modes dapo echo --seeds 0 1 --difficulty 3 --steps 40 \\
+        --mistake-rate 0.2 --continue-on 3 --device cuda --deadline-s 500 --archive /tmp/out/sweep.tar.gz
+    python benchmarks/csr_dual_lora_sweep.py --sweep tiny-d1 --quick --device cpu      # the pipeline
 
+Every ``--archive-every`` seconds, and at the end, the part files and the logs are packed into ``--archive`` (a
+``.tar.gz``); at ``--deadline-s`` the runs still going are stopped (they resume from their checkpoints).
+Then ``python benchmarks/csr_dual_lora_vs_dapo.py report`` compares the modes from the parts alone.
 Needs the model installed (``make smollm2``); with ``--wheels DIR`` it first installs the wheels in DIR with no
 index (for a machine with no network).
 """
@@ -19,30 +26,112 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import subprocess
 import sys
 import tarfile
 import time
+from dataclasses import dataclass, fields
 from pathlib import Path
 
+from worldgym.checkpointing import latest_checkpoint
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a file: find the benchmarks package
-from benchmarks.common import results_dir, results_parser
-from benchmarks.csr_warm_starts import warm_start_command, warm_start_flags
+from benchmarks import csr_dual_lora_vs_dapo as bench
+from benchmarks.common import portable, results_dir, results_parser
+from benchmarks.csr_warm_starts import DIFFICULTIES, warm_start_command, warm_start_flags
 
 SCRIPT = Path(__file__).resolve().parent / "csr_dual_lora_vs_dapo.py"
+MAX_GPU_JOBS = 4  # processes that share one GPU
 
 
-def run_command(args: argparse.Namespace, mode: str, seed: int) -> list[str]:
-    """One mode's ``run`` command line."""
-    command = [sys.executable, str(SCRIPT), "run", "--model", args.model, "--mode", mode, "--seed", str(seed),
-               "--difficulty", str(args.difficulty), "--steps", str(args.steps), "--max-turns", str(args.max_turns),
-               "--eval-every", str(args.eval_every), "--episodes", str(args.episodes), "--device", args.device,
+@dataclass(frozen=True)
+class Sweep:
+    """A comparison's settings, fixed before its first run: every run of every mode trains and validates alike."""
+
+    model: str
+    difficulty: int
+    modes: tuple[str, ...]
+    seeds: tuple[int, ...]
+    steps: int
+    eval_every: int
+    episodes: int  # validation episodes per evaluation, and per final test difficulty
+    max_turns: int
+    mistake_rate: float = 0.0
+    continue_on: tuple[int, ...] | None = None
+    temperature: float | None = None
+    prompts_per_step: int | None = None
+    group_size: int | None = None
+    final_test: tuple[int, ...] = DIFFICULTIES
+
+
+SWEEPS: dict[str, Sweep] = {
+    # The world-model modes against DAPO and ECHO on SmolLM2-135M. d3 from the mistakes warm start: its greedy
+    # validation starts at 0.31 at d3 (room to rise, a signal in a 64-episode validation), and the threshold,
+    # 0.40, is csr_dual_lora_vs_dapo.THRESHOLDS["smollm2-135m"], fixed before the first run. Batches of 2 tasks x
+    # 8 samples at temperature 0.5 and 12 turns, as SmolLM2's first d3 runs; 8 steps validated every 2.
+    "smollm2-d3": Sweep(
+        model="smollm2-135m", difficulty=3, mistake_rate=0.2, continue_on=(3,),
+        modes=("dapo", "echo", "separate-own-clip", "shared-capped-0.1", "separate-own-clip-imagined50"),
+        seeds=(0, 1, 2), steps=8, eval_every=2, episodes=64, max_turns=12, temperature=0.5,
+        prompts_per_step=2, group_size=8),
+    # the same modes on the tiny model at d1 with the benchmark's own defaults (threshold 0.30)
+    "tiny-d1": Sweep(
+        model="tiny", difficulty=1,
+        modes=("dapo", "echo", "separate-own-clip", "shared-capped-0.1", "separate-own-clip-imagined50"),
+        seeds=(0, 1, 2), steps=16, eval_every=4, episodes=64, max_turns=8),
+}
+
+# without --sweep: a setting flag not given takes this value
+DEFAULTS = {"model": "smollm2-135m", "difficulty": 3, "seeds": (0, 1, 2), "steps": 40, "eval_every": 4,
+            "episodes": 64, "max_turns": 16, "mistake_rate": 0.0, "final_test": ()}
+
+
+def stage_command(args: argparse.Namespace, stage: str, *flags: str) -> list[str]:
+    """A ``csr_dual_lora_vs_dapo.py`` stage's command line with the sweep's settings (and ``flags``)."""
+    command = [sys.executable, str(SCRIPT), stage, *flags, "--model", args.model, "--difficulty",
+               str(args.difficulty), "--steps", str(args.steps), "--max-turns", str(args.max_turns), "--eval-every",
+               str(args.eval_every), "--episodes", str(args.episodes), "--device", args.device,
                "--results-dir", str(results_dir(args))]
     for flag in ("temperature", "prompts_per_step", "group_size"):
         if getattr(args, flag) is not None:
             command += [f"--{flag.replace('_', '-')}", f"{getattr(args, flag):g}"]
     return command + warm_start_command(args).split() + (["--quick"] if args.quick else [])
+
+
+def run_command(args: argparse.Namespace, mode: str, seed: int) -> list[str]:
+    """One (mode, seed) run's command line: trained, then evaluated on the test split (``--final-test``)."""
+    final_test = ["--final-test", *map(str, args.final_test)] if args.final_test else []
+    return stage_command(args, "run", "--mode", mode, "--seed", str(seed), *final_test)
+
+
+@dataclass(frozen=True)
+class PairStatus:
+    """Where one (mode, seed) run stands on this machine."""
+
+    part: Path
+    done: bool  # its part is finished
+    stale: bool  # its part was made with other settings: the run restarts and replaces it
+    note: str  # what a run of it would do, in words
+
+
+def pair_status(args: argparse.Namespace, mode: str, seed: int) -> PairStatus:
+    """Whether the pair's part is finished, and otherwise whether its run would resume, restart or start."""
+    run_args = bench.parse_args(run_command(args, mode, seed)[2:])
+    name = bench.run_name(run_args)
+    part_path = bench.parts_dir(run_args) / f"{name}.json"
+    run_dir = bench.runs_dir(run_args) / "csr_dual_lora" / name
+    if not part_path.is_file():
+        return PairStatus(part_path, False, False, "to run (no part)")
+    stale = bench.stale_part(part_path, bench.run_config(run_args, mode, run_dir))
+    if stale:
+        return PairStatus(part_path, False, True, f"to restart (its part has other settings: {stale})")
+    if bench.is_finished(json.loads(part_path.read_text()), tuple(args.final_test)):
+        return PairStatus(part_path, True, False, "done")
+    checkpoint = latest_checkpoint(run_dir)
+    note = f"to resume from {checkpoint.name}" if checkpoint else "to restart (unfinished, no checkpoint here)"
+    return PairStatus(part_path, False, False, note)
 
 
 def archive(args: argparse.Namespace, logs: Path) -> None:
@@ -58,63 +147,154 @@ def archive(args: argparse.Namespace, logs: Path) -> None:
     partial.replace(args.archive)
 
 
-def main(argv: list[str] | None = None) -> None:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line, a named sweep's settings filled in (see :func:`apply_sweep`)."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
                                      parents=[results_parser(), warm_start_flags()])
-    parser.add_argument("--model", default="smollm2-135m", choices=["tiny", "smollm2-135m"])
-    parser.add_argument("--modes", nargs="+", required=True)
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--difficulty", type=int, default=3)
-    parser.add_argument("--steps", type=int, default=40)
-    parser.add_argument("--max-turns", type=int, default=16)
-    parser.add_argument("--eval-every", type=int, default=4)
-    parser.add_argument("--episodes", type=int, default=64)
-    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--sweep", help=f"a named sweep's fixed settings: {', '.join(SWEEPS)}")
+    parser.add_argument("--missing", action="store_true", help="run only the pairs with no finished part")
+    parser.add_argument("--dry-run", action="store_true", help="say which pairs are done and which would run")
+    parser.add_argument("--jobs", type=int, help="runs at a time (default: 2 on CPU, 4 on a GPU)")
+    parser.add_argument("--model", choices=["tiny", "smollm2-135m"])
+    parser.add_argument("--modes", nargs="+")
+    parser.add_argument("--seeds", type=int, nargs="+")
+    parser.add_argument("--difficulty", type=int)
+    parser.add_argument("--steps", type=int)
+    parser.add_argument("--max-turns", type=int)
+    parser.add_argument("--eval-every", type=int)
+    parser.add_argument("--episodes", type=int)
+    parser.add_argument("--final-test", type=int, nargs="+", choices=DIFFICULTIES, metavar="D",
+                        help="test-split difficulties each run is evaluated at after its last step")
+    parser.add_argument("--device", default="cpu")
     parser.add_argument("--temperature", type=float, help="rollout sampling temperature (default: the preset's)")
     parser.add_argument("--prompts-per-step", type=int, help="tasks per step (default: the preset's)")
     parser.add_argument("--group-size", type=int, help="samples per task (default: the preset's)")
-    parser.add_argument("--deadline-s", type=float, default=500.0, help="stop the runs this long after the start")
+    parser.add_argument("--deadline-s", type=float, help="stop the runs this long after the start (default: none)")
     parser.add_argument("--archive", type=Path, help="a .tar.gz of the part files and logs, kept up to date")
     parser.add_argument("--archive-every", type=float, default=30.0)
     parser.add_argument("--wheels", type=Path, help="install these wheels first (no index)")
+    parser.set_defaults(mistake_rate=None)
     args = parser.parse_args(argv)
+    try:
+        apply_sweep(args)
+    except ValueError as error:
+        parser.error(str(error))
+    return args
+
+
+def apply_sweep(args: argparse.Namespace) -> None:
+    """Fill in ``args.sweep``'s settings (``--modes`` and ``--seeds`` may pick some of its own; any other setting
+    given must be its value), or :data:`DEFAULTS` for the flags not given; check the modes and ``--jobs``.
+
+    Raises:
+        ValueError: an unknown sweep or mode, a setting the sweep fixes otherwise, or too many jobs.
+    """
+    if args.sweep is not None:
+        if args.sweep not in SWEEPS:
+            raise ValueError(f"unknown sweep {args.sweep!r}: choose one of {', '.join(SWEEPS)}")
+        _fill_from(args, SWEEPS[args.sweep])
+    for name, value in DEFAULTS.items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
+    if not args.modes:
+        raise ValueError("name the modes to run (--modes) or a sweep (--sweep)")
+    unknown = [mode for mode in args.modes if mode not in bench.MODES]
+    if unknown:
+        raise ValueError(f"unknown mode(s) {', '.join(unknown)}: choose from {', '.join(bench.MODES)}")
+    on_gpu = args.device.startswith("cuda")
+    args.jobs = args.jobs or (MAX_GPU_JOBS if on_gpu else 2)
+    if args.jobs < 1 or (on_gpu and args.jobs > MAX_GPU_JOBS):
+        raise ValueError(f"--jobs {args.jobs}: give 1 or more (at most {MAX_GPU_JOBS} processes share one GPU)")
+
+
+def _fill_from(args: argparse.Namespace, sweep: Sweep) -> None:
+    """``sweep``'s settings into ``args``; ``--modes``/``--seeds`` may be subsets, other flags must agree."""
+    for field in fields(sweep):
+        fixed, given = getattr(sweep, field.name), getattr(args, field.name)
+        if field.name in ("modes", "seeds") and given is not None:
+            outside = [value for value in given if value not in fixed]
+            if outside:
+                raise ValueError(f"--{field.name} {' '.join(map(str, outside))}: not in the {args.sweep} sweep "
+                                 f"({' '.join(map(str, fixed))})")
+            continue
+        same = given is None or (tuple(given) if isinstance(given, list) else given) == fixed
+        if not same:
+            flag = "--" + field.name.replace("_", "-")
+            raise ValueError(f"the {args.sweep} sweep fixes {flag} at {fixed} (given {given}): every run of a sweep "
+                             "trains alike; drop the flag, or run without --sweep")
+        setattr(args, field.name, fixed)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
     start = time.monotonic()
+    pairs = [(mode, seed) for mode in args.modes for seed in args.seeds]
+    status = {pair: pair_status(args, *pair) for pair in pairs}
+    for (mode, seed), pair in status.items():
+        print(f"{mode} seed {seed}: {pair.note}", flush=True)
+    todo = [pair for pair in pairs if not (args.missing and status[pair].done)]
+    print(f"{sum(s.done for s in status.values())} of {len(pairs)} pairs done; {len(todo)} to run, "
+          f"{args.jobs} at a time", flush=True)
+    if args.dry_run or not todo:
+        return
     if args.wheels is not None:
         subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps",
                         *map(str, sorted(args.wheels.glob("*.whl")))], check=True)
     logs = results_dir(args) / "sweep_logs"
     logs.mkdir(parents=True, exist_ok=True)
-    # the shared warm start, trained once before the runs start (each run would otherwise train it too)
-    first = run_command(args, args.modes[0], args.seeds[0])
-    with open(logs / "warm_start.log", "w") as log:
-        subprocess.run([*first[:2], "warm-start", *first[3:]], check=True, stdout=log, stderr=subprocess.STDOUT)
-    print(f"warm start ready after {time.monotonic() - start:.0f}s", flush=True)
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    with contextlib.ExitStack() as files:
-        jobs = {(mode, seed): subprocess.Popen(run_command(args, mode, seed), env=env, stderr=subprocess.STDOUT,
-                                               stdout=files.enter_context(open(logs / f"{mode}-s{seed}.log", "w")))
-                for mode in args.modes for seed in args.seeds}
-        _supervise(args, jobs, start, logs)
-    for (mode, seed), job in jobs.items():
-        print(f"{mode} seed {seed}: exit {job.returncode}", flush=True)
+    prepare(args, logs)
+    print(f"warm start and step-0 validation ready after {time.monotonic() - start:.0f}s", flush=True)
+    commands = {pair: run_command(args, *pair) + (["--restart"] if status[pair].stale else []) for pair in todo}
+    codes = run_pool(args, commands, start, logs)
+    for (mode, seed), code in codes.items():
+        finished = pair_status(args, mode, seed)
+        ended = "stopped at the deadline" if code is None else f"exit {code}"
+        print(f"{mode} seed {seed}: {ended}, {finished.note}"
+              + (f": commit {portable(finished.part)}" if finished.done else ""), flush=True)
     print(f"done after {time.monotonic() - start:.0f}s", flush=True)
+    failed = [f"{mode} seed {seed}" for (mode, seed), code in codes.items() if code not in (0, None)]
+    if failed:
+        raise SystemExit(f"failed: {', '.join(failed)} (see {portable(logs)})")
 
 
-def _supervise(args: argparse.Namespace, jobs: dict[tuple[str, int], subprocess.Popen], start: float,
-               logs: Path) -> None:
-    """Archive while the runs go on; stop those still running at the deadline; archive once more."""
+def prepare(args: argparse.Namespace, logs: Path) -> None:
+    """Train (or load) the shared warm start and compute (or keep) the setting's step-0 validation, once,
+    before the runs start (each run would otherwise do both)."""
+    with open(logs / "step0.log", "w") as log:
+        subprocess.run(stage_command(args, "step0"), check=True, stdout=log, stderr=subprocess.STDOUT)
+
+
+def run_pool(args: argparse.Namespace, commands: dict[tuple[str, int], list[str]], start: float,
+             logs: Path) -> dict[tuple[str, int], int | None]:
+    """Run ``commands``, ``args.jobs`` at a time, archiving as they go; at the deadline stop those running and
+    start no more. Returns each started run's exit code (None: stopped at the deadline)."""
+    queue, running, codes, stopped = list(commands), {}, {}, set()
+    threads = max(1, (os.cpu_count() or 1) // args.jobs)
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "WORLDGYM_THREADS": str(threads)}
     last = time.monotonic()
-    while any(job.poll() is None for job in jobs.values()) and time.monotonic() - start < args.deadline_s:
-        time.sleep(2)
-        if time.monotonic() - last >= args.archive_every:
-            archive(args, logs)
-            last = time.monotonic()
-    for job in jobs.values():
-        if job.poll() is None:
-            job.terminate()
-    for job in jobs.values():
-        job.wait()
+    with contextlib.ExitStack() as files:
+        while queue or running:
+            past_deadline = args.deadline_s is not None and time.monotonic() - start >= args.deadline_s
+            while queue and len(running) < args.jobs and not past_deadline:
+                mode, seed = pair = queue.pop(0)
+                log = files.enter_context(open(logs / f"{mode}-s{seed}.log", "a"))
+                running[pair] = subprocess.Popen(commands[pair], env=env, stdout=log, stderr=subprocess.STDOUT)
+                print(f"{mode} seed {seed}: started", flush=True)
+            if past_deadline:
+                queue.clear()
+                for pair, job in running.items():
+                    job.terminate()
+                    stopped.add(pair)
+            time.sleep(0.5)
+            for pair, job in list(running.items()):
+                if job.poll() is not None:
+                    code = running.pop(pair).returncode
+                    codes[pair] = None if pair in stopped else code
+            if time.monotonic() - last >= args.archive_every:
+                archive(args, logs)
+                last = time.monotonic()
     archive(args, logs)
+    return codes
 
 
 if __name__ == "__main__":

@@ -14,6 +14,8 @@ Validation is greedy on validation-split companies (never seen in training), epi
     python benchmarks/csr_dual_lora_vs_dapo.py report
     python benchmarks/csr_dual_lora_vs_dapo.py run --model smollm2-135m --mode dapo --difficulty 3 \
         --mistake-rate 0.2 --continue-on 3        # from another warm start (flags as in csr_policy.py)
+    python benchmarks/csr_dual_lora_vs_dapo.py step0 --difficulty 1   # the step-0 validation runs share
+    python benchmarks/csr_dual_lora_vs_dapo.py run --mode dapo --final-test 1 2 3 4 5   # then the test split
 
 Each run writes ``benchmarks/results/csr_dual_lora/<model>-<mode>-d<difficulty>-s<seed>.json`` (then
 ``-T<temperature>`` and the warm start's name, e.g. ``-mistakes0.2-continued-d3``, when they are not the
@@ -21,8 +23,18 @@ preset's); ``report`` merges the runs of each model, difficulty, temperature and
 ``benchmarks/results/csr_dual_lora_vs_dapo.json`` and ``.png``: real tasks (training episodes sampled,
 dynamic-sampling resamples included, imagined ones not: those are counted apart) and steps to reach the
 validation-success threshold, final success, world-model token accuracy and exact-reply rate by response type,
-the imagined replies' type accuracy, and seconds per step relative to DAPO. ``--device cuda`` runs a mode (and
-trains a warm start that is not cached yet) on a GPU.
+the imagined replies' type accuracy, and seconds per step relative to DAPO (overall, and per machine that made
+parts of both: only those compare); final success also with a bootstrap 95% interval over seeds, then the
+last validation's episodes within each. ``--device cuda`` runs a mode (and trains a warm start that is not cached
+yet) on a GPU.
+
+Every run of a setting starts from the same weights, so its step-0 validation is computed once (``step0``:
+``csr_dual_lora/step0/<model>-d<difficulty><warm start>.json``, both kinds of world-model scoring) and a fresh
+run whose setting it matches (model, warm start, difficulty, validation episodes and seeds, turns, tokens,
+decoding) logs it instead of validating step 0. ``run --final-test D ...`` evaluates the last weights on
+test-split companies at those difficulties; the part is then ``finished``. A part made with other settings
+(steps, validation, batch: ``SETTING_FIELDS``) is never resumed: ``run`` refuses it unless ``--restart``
+replaces it. ``csr_dual_lora_sweep.py`` runs many of these, a named sweep's missing ones first.
 
 Every stage also takes ``--results-dir`` (where part files and the report go; default ``benchmarks/results``)
 and ``--quick``: 2 DAPO steps of 2 x 2 episodes of at most 4 calls, 4 validation episodes, the packaged tiny warm
@@ -48,6 +60,8 @@ import numpy as np
 import worldgym  # noqa: F401  (registers the ids)
 from worldgym.agents.dual_lora import DualLoRAConfig, DualLoRATrainer, wm_success_correlation
 from worldgym.agents.dual_lora.presets import dual_lora_config, engine, warm_start_config
+from worldgym.agents.grpo.trainer import EPISODE_SUCCESS_KEY
+from worldgym.agents.llm.evaluation import VALIDATION_SEEDS_START
 from worldgym.agents.llm.warm_start import WarmStart
 from worldgym.machine import machine_label
 
@@ -64,7 +78,14 @@ from benchmarks.common import (
     train_in_chunks,
     write_json,
 )
-from benchmarks.csr_warm_starts import load_chosen, warm_start_command, warm_start_flags, warm_start_suffix
+from benchmarks.csr_warm_starts import (
+    DIFFICULTIES,
+    load_chosen,
+    selected_config,
+    warm_start_command,
+    warm_start_flags,
+    warm_start_suffix,
+)
 
 MODES: dict[str, dict[str, Any]] = {
     "dapo": {"transfer": "separate", "wm_coef": 0.0},
@@ -98,7 +119,18 @@ MODES: dict[str, dict[str, Any]] = {
     "echo-imagined50": {"transfer": "echo", "imagined_fraction": 0.5},
     "separate-imagined50": {"transfer": "separate", "imagined_fraction": 0.5},
     "shared-capped-0.1-imagined50": {"transfer": "shared", "auxiliary_grad_ratio": 0.1, "imagined_fraction": 0.5},
+    # the imagined calls of the one mode whose policy and world model both rose on the tiny model (make demo's)
+    "separate-own-clip-imagined50": {"transfer": "separate", "clip_per_adapter": True, "imagined_fraction": 0.5},
 }
+
+# The validation success a run must reach, per model, each fixed before that model's comparison ran:
+# tiny (d1): its warm start's 0.266 plus about one standard error of a 64-episode estimate;
+# SmolLM2-135M (d3, the mistakes warm start): its 0.31 at d3 plus about 1.5 standard errors of a 64-episode estimate.
+THRESHOLDS: dict[str, float] = {"tiny": 0.30, "smollm2-135m": 0.40}
+
+# the config fields that make two runs of one name the same run (a part made with other values is stale)
+SETTING_FIELDS = ("num_steps", "eval_every", "eval_episodes", "max_turns", "temperature", "prompts_per_step",
+                  "group_size", "iwm_steps")
 
 
 # --quick: batch and episode sizes on top of the preset (the step counts are set in _apply_quick)
@@ -118,24 +150,74 @@ def runs_dir(args: argparse.Namespace) -> Path:
 def warm_start(args: argparse.Namespace, model: str) -> WarmStart:
     """The CSR policy's cached warm start (the tiny one ships with the package), or the one ``--continue-on`` /
     ``--mistake-rate`` select."""
-    quick = {"episodes_per_difficulty": 8, "epochs": 1} if args.quick else {}  # a continued one: a few chats
-    return load_chosen(warm_start_config(model), args, runs_dir(args) / "warm_starts", **quick)
+    return load_chosen(warm_start_config(model), args, runs_dir(args) / "warm_starts", **_quick_warm_start(args))
+
+
+def warm_start_key(args: argparse.Namespace) -> str:
+    """The cache key of the warm start :func:`warm_start` loads (nothing is loaded)."""
+    return selected_config(warm_start_config(args.model), args, **_quick_warm_start(args)).key()
+
+
+def _quick_warm_start(args: argparse.Namespace) -> dict[str, Any]:
+    """``--quick``: a continued warm start trains on a few chats."""
+    return {"episodes_per_difficulty": 8, "epochs": 1} if args.quick else {}
+
+
+def run_name(args: argparse.Namespace, mode: str | None = None, seed: int | None = None) -> str:
+    """A run's part-file stem: ``<model>-<mode>-d<difficulty>-s<seed>`` (then ``-T<temperature>`` and the warm
+    start's name when they are not the preset's). Modes hold no ``-d<digit>``."""
+    mode = args.mode if mode is None else mode
+    seed = args.seed if seed is None else seed
+    return (f"{args.model}-{mode}-d{args.difficulty}-s{seed}{temperature_suffix(args.temperature)}"
+            + warm_start_suffix(args))
+
+
+def run_config(args: argparse.Namespace, mode: str, output_dir: Path) -> DualLoRAConfig:
+    """The config of a ``run`` of ``mode`` with the command line's settings."""
+    return dual_lora_config(
+        args.model, args.difficulty, **MODES[mode], num_steps=args.steps, max_turns=args.max_turns,
+        eval_every=args.eval_every, eval_episodes=args.episodes, checkpoint_every=1, seed=args.seed,
+        iwm_steps=args.iwm_steps, output_dir=str(output_dir), device=args.device,
+        **batch_settings(args) | (QUICK_CONFIG if args.quick else {}))
+
+
+def run_setting(config: dict[str, Any]) -> dict[str, Any]:
+    """What must match for a part (or a run folder) to belong to a run: :data:`SETTING_FIELDS` of its config."""
+    return {name: config.get(name) for name in SETTING_FIELDS}
+
+
+def is_finished(part: dict[str, Any], difficulties: tuple[int, ...] = ()) -> bool:
+    """Whether a part's run reached its last step and has its final test evaluations at ``difficulties``."""
+    done = part.get("steps_done", part["steps"]) >= part["steps"]
+    return done and all(str(d) in part.get("final_test_by_difficulty", {}) for d in difficulties)
+
+
+def stale_part(path: Path, config: DualLoRAConfig) -> dict[str, Any] | None:
+    """The settings (``{field: [part's, this run's]}``) where the part at ``path`` was made otherwise than
+    ``config`` says; None when it is this run's or there is none."""
+    if not path.is_file():
+        return None
+    theirs, ours = run_setting(json.loads(path.read_text())["config"]), run_setting(config.to_dict())
+    differ = {name: [theirs[name], ours[name]] for name in SETTING_FIELDS if theirs[name] != ours[name]}
+    return differ or None
 
 
 def run(args: argparse.Namespace) -> None:
-    # modes hold no "-d<digit>"
-    name = (f"{args.model}-{args.mode}-d{args.difficulty}-s{args.seed}{temperature_suffix(args.temperature)}"
-            + warm_start_suffix(args))
+    name = run_name(args)
     out = runs_dir(args) / "csr_dual_lora" / name
-    config = dual_lora_config(
-        args.model, args.difficulty, **MODES[args.mode], num_steps=args.steps, max_turns=args.max_turns,
-        eval_every=args.eval_every, eval_episodes=args.episodes, checkpoint_every=1, seed=args.seed,
-        iwm_steps=args.iwm_steps, output_dir=str(out), device=args.device,
-        **batch_settings(args) | (QUICK_CONFIG if args.quick else {}))
+    config = run_config(args, args.mode, out)
+    part_path = parts_dir(args) / f"{name}.json"
+    stale = stale_part(part_path, config)
+    if stale and not args.restart:
+        raise SystemExit(f"{portable(part_path)} was made with other settings ({stale}, [its, this run's]): "
+                         "pass --restart to replace it with this run")
+    if args.restart:
+        shutil.rmtree(out, ignore_errors=True)  # its checkpoints belong to the replaced run
     ws = warm_start(args, args.model)
     trainer = DualLoRATrainer(config, model=ws.model, tokenizer=ws.tokenizer,
                               make_engine=lambda policy: engine(args.model, policy, ws.tokenizer))
     resumed = trainer.resume_latest()
+    step0_from = _start(args, trainer) if resumed is None else None
     if resumed is not None:
         print(f"resumed from {resumed} at step {trainer.step}")
     command = (f"python benchmarks/csr_dual_lora_vs_dapo.py run --model {args.model} --mode {args.mode} "
@@ -143,42 +225,152 @@ def run(args: argparse.Namespace) -> None:
                f"{args.max_turns} --eval-every {args.eval_every} --episodes {args.episodes} "
                f"--iwm-steps {args.iwm_steps}" + (f" --device {args.device}" if args.device != "cpu" else "")
                + batch_command(args) + warm_start_command(args)
+               + (" --final-test " + " ".join(map(str, args.final_test)) if args.final_test else "")
                + (" --quick" if args.quick else ""))
+    step0_from = step0_from or _logged_step0_source(part_path)
 
     def write_part() -> None:  # after every validation: a stopped run keeps its curve so far
-        history = trainer.history
-        evals = [m for m in history if "eval/success_rate" in m]
-        steps = [m for m in history if "rollout/reward_mean" in m]
-        part = {
-            "model": args.model, "mode": args.mode, "difficulty": args.difficulty, "seed": args.seed,
-            "warm_start_suffix": warm_start_suffix(args),
-            "steps": args.steps, "steps_done": trainer.step, "max_turns": args.max_turns,
-            "eval_episodes": args.episodes, "config": config.to_dict() | {"output_dir": portable(out)},
-            "curve": [[m["step"], m["eval/success_rate"]] for m in evals],
-            "wm_accuracy_curve": [[m["step"], m.get("eval/wm_token_accuracy")] for m in evals],
-            # a collapsing policy loses the tool-call format: the share of its validation calls that are invalid
-            "invalid_call_rate_curve": [[m["step"], m.get("eval/invalid_call_rate")] for m in evals],
-            # real tasks: episodes no step of which a world model answered (imagined ones are counted apart)
-            "tasks_by_step": np.cumsum([0] + [m.get("rollout/real_episodes_sampled", m["rollout/episodes_sampled"])
-                                              for m in steps]).tolist(),
-            "episodes_by_step": np.cumsum([0] + [m["rollout/episodes_sampled"] for m in steps]).tolist(),
-            "imagined_episodes_by_step": [m.get("rollout/imagined_episodes", 0.0) for m in steps],
-            "imagined_success_by_step": [m.get("rollout/imagined_success_rate") for m in steps],
-            "real_success_by_step": [m.get("rollout/real_success_rate", m["rollout/success_rate"]) for m in steps],
-            "imagined_type_accuracy_by_step": [m.get("rollout/imagined_type_accuracy") for m in steps],
-            "device": args.device,
-            "step_seconds": [m["time/step_s"] for m in steps],
-            "wm_success_correlation": wm_success_correlation(history),
-            "aux_grad_norm_ratio_range": _range(m.get("aux/grad_norm_ratio") for m in steps),
-            "aux_grad_scale_range": _range(m.get("aux/grad_scale") for m in steps),
-            "aux_grad_cosine_range": _range(m.get("aux/grad_cosine") for m in steps),
-            "final_eval": {k: v for k, v in evals[-1].items() if k.startswith("eval/")},
-            "command": command,
-        }
-        write_json(parts_dir(args) / f"{name}.json", part)
+        part = _part(args, trainer, config, out, command) | {"step0_from": step0_from}
+        write_json(part_path, part | _final_tests_kept(part_path, part))
         print("validation success by step:", part["curve"])
 
     train_in_chunks(trainer, args.eval_every, write_part)
+    _final_tests(args, trainer, part_path)
+
+
+def _part(args: argparse.Namespace, trainer: DualLoRATrainer, config: DualLoRAConfig, out: Path,
+          command: str) -> dict[str, Any]:
+    """A run's part file as its history stands (curves, tasks, step times, the last validation's figures)."""
+    history = trainer.history
+    evals = [m for m in history if "eval/success_rate" in m]
+    steps = [m for m in history if "rollout/reward_mean" in m]
+    return {
+        "model": args.model, "mode": args.mode, "difficulty": args.difficulty, "seed": args.seed,
+        "warm_start_suffix": warm_start_suffix(args),
+        "steps": args.steps, "steps_done": trainer.step, "max_turns": args.max_turns,
+        "eval_episodes": args.episodes, "config": config.to_dict() | {"output_dir": portable(out)},
+        "curve": [[m["step"], m["eval/success_rate"]] for m in evals],
+        # each validation episode's success (seed order): the report's bootstrap over seeds and episodes
+        "episode_success_curve": [[m["step"], m.get(EPISODE_SUCCESS_KEY)] for m in evals],
+        "wm_accuracy_curve": [[m["step"], m.get("eval/wm_token_accuracy")] for m in evals],
+        # a collapsing policy loses the tool-call format: the share of its validation calls that are invalid
+        "invalid_call_rate_curve": [[m["step"], m.get("eval/invalid_call_rate")] for m in evals],
+        # real tasks: episodes no step of which a world model answered (imagined ones are counted apart)
+        "tasks_by_step": np.cumsum([0] + [m.get("rollout/real_episodes_sampled", m["rollout/episodes_sampled"])
+                                          for m in steps]).tolist(),
+        "episodes_by_step": np.cumsum([0] + [m["rollout/episodes_sampled"] for m in steps]).tolist(),
+        "imagined_episodes_by_step": [m.get("rollout/imagined_episodes", 0.0) for m in steps],
+        "imagined_success_by_step": [m.get("rollout/imagined_success_rate") for m in steps],
+        "real_success_by_step": [m.get("rollout/real_success_rate", m["rollout/success_rate"]) for m in steps],
+        "imagined_type_accuracy_by_step": [m.get("rollout/imagined_type_accuracy") for m in steps],
+        "device": args.device,
+        "step_seconds": [m["time/step_s"] for m in steps],
+        "wm_success_correlation": wm_success_correlation(history),
+        "aux_grad_norm_ratio_range": _range(m.get("aux/grad_norm_ratio") for m in steps),
+        "aux_grad_scale_range": _range(m.get("aux/grad_scale") for m in steps),
+        "aux_grad_cosine_range": _range(m.get("aux/grad_cosine") for m in steps),
+        "final_eval": {k: v for k, v in evals[-1].items() if k.startswith("eval/")},
+        "final_test_difficulties": list(args.final_test or ()),
+        "finished": False,  # set once the run reached its last step and its final tests are in
+        "command": command,
+    }
+
+
+FINAL_TEST_KEYS = ("final_test_by_difficulty", "final_test_episode_success", "finished")
+
+
+def _final_tests_kept(path: Path, part: dict[str, Any]) -> dict[str, Any]:
+    """The final test evaluations the part at ``path`` already holds, when it is of the same last step."""
+    if not path.is_file():
+        return {}
+    old = json.loads(path.read_text())
+    same = old.get("steps_done") == part["steps_done"] and run_setting(old["config"]) == run_setting(part["config"])
+    return {key: old[key] for key in FINAL_TEST_KEYS if key in old} if same else {}
+
+
+def _final_tests(args: argparse.Namespace, trainer: DualLoRATrainer, path: Path) -> None:
+    """Greedy success of the run's last weights on test-split companies at each ``--final-test`` difficulty
+    (episode ``i`` seeded ``10**6 + i``), merged into its part one difficulty at a time; then the part is
+    ``finished``. Only for a run that reached its last step (a deadline may stop one before)."""
+    if trainer.step < trainer.config.num_steps:
+        return
+    part = json.loads(path.read_text())
+    by_difficulty = part.setdefault("final_test_by_difficulty", {})
+    successes = part.setdefault("final_test_episode_success", {})
+    for difficulty in [d for d in args.final_test or () if str(d) not in by_difficulty]:
+        successes[str(difficulty)] = _successes_at(trainer, difficulty, args.episodes, "test")
+        by_difficulty[str(difficulty)] = float(np.mean(successes[str(difficulty)]))
+        print(f"final test d{difficulty}: {by_difficulty[str(difficulty)]:.3f}")
+        write_json(path, part)
+    part["finished"] = is_finished(part, tuple(args.final_test or ()))
+    write_json(path, part)
+
+
+# ---------------------------------------------------------------- the shared step-0 validation
+def step0_path(args: argparse.Namespace) -> Path:
+    """The step-0 validation every run of a setting shares: one file per model, difficulty and warm start."""
+    return parts_dir(args) / "step0" / f"{args.model}-d{args.difficulty}{warm_start_suffix(args)}.json"
+
+
+def validation_setting(args: argparse.Namespace, config: DualLoRAConfig) -> dict[str, Any]:
+    """What a step-0 validation depends on: the model and its warm start, the validation tasks (env, difficulty,
+    split, seeds) and how an episode is played (turns, tokens, decoding)."""
+    setting = {"model": args.model, "warm_start": warm_start_key(args), "difficulty": args.difficulty,
+               "env_id": config.env_id, "env_kwargs": {**config.env_kwargs, **config.eval_env_kwargs},
+               "episodes": config.eval_episodes, "first_seed": VALIDATION_SEEDS_START,
+               "max_turns": config.max_turns, "max_new_tokens": config.max_new_tokens,
+               "max_episode_tokens": config.max_episode_tokens, "decoding": config.decoding}
+    return json.loads(json.dumps(setting))  # as the file holds it (tuples as lists)
+
+
+def _world_model_kind(mode: str) -> str:
+    """How a mode scores its world model at step 0: ``"echo"`` (the policy, in the episodes' own sequences) or
+    ``"adapter"`` (a fresh LoRA behind the markers: the same figures for every other mode)."""
+    return "echo" if MODES[mode]["transfer"] == "echo" else "adapter"
+
+
+def _start(args: argparse.Namespace, trainer: DualLoRATrainer) -> str | None:
+    """Log the shared step-0 validation as this fresh run's first row when the file holds one of the run's
+    setting (the file's path), else leave the trainer to compute its own (None)."""
+    path = step0_path(args)
+    if not trainer.config.eval_every or not path.is_file():
+        return None
+    shared = json.loads(path.read_text())
+    if shared["setting"] != validation_setting(args, trainer.config):
+        print(f"{portable(path)} is another setting's step-0 validation: this run validates step 0 itself")
+        return None
+    trainer.log_initial_validation(shared["validation"][_world_model_kind(args.mode)])
+    print(f"step-0 validation from {portable(path)}")
+    return portable(path)
+
+
+def _logged_step0_source(part_path: Path) -> str | None:
+    """A resumed run's record of where its step-0 validation came from."""
+    return json.loads(part_path.read_text()).get("step0_from") if part_path.is_file() else None
+
+
+def step0(args: argparse.Namespace) -> None:
+    """The step-0 validation of a setting, computed once for every run of it: the warm start's greedy episodes
+    with fresh adapters (the same in every mode), scored by each kind of world model (:func:`_world_model_kind`);
+    kept when the file already holds this setting's."""
+    path = step0_path(args)
+    out = runs_dir(args) / "csr_dual_lora" / "step0"
+    config = run_config(args, "dapo", out)
+    setting = validation_setting(args, config)
+    if path.is_file() and json.loads(path.read_text())["setting"] == setting:
+        print(f"{portable(path)} holds this setting's step-0 validation")
+        return
+    trainer = _fresh_trainer(args, config)
+    episodes = trainer.validation_episodes()
+    successes = {EPISODE_SUCCESS_KEY: [float(episode.success) for episode in episodes]}
+    validation = {"adapter": trainer.evaluation_metrics(episodes) | successes}
+    echo = _fresh_trainer(args, run_config(args, "echo", out))  # the same episodes, scored by the policy itself
+    validation["echo"] = echo.evaluation_metrics(episodes) | successes
+    write_json(path, {"setting": setting, "validation": validation, "dtype": str(echo.dtype),
+                     "command": f"python benchmarks/csr_dual_lora_vs_dapo.py step0 --model {args.model} "
+                                f"--difficulty {args.difficulty} --max-turns {args.max_turns} --episodes "
+                                f"{args.episodes}" + warm_start_command(args) + (" --quick" if args.quick else "")})
+    print("step-0 validation success:", validation["adapter"]["eval/success_rate"])
 
 
 def _mean(values: Any) -> float | None:
@@ -296,16 +488,22 @@ def _fresh_trainer(args: argparse.Namespace, config: DualLoRAConfig) -> DualLoRA
 
 def _success_at(trainer: DualLoRATrainer, difficulty: int, episodes: int) -> float:
     """Greedy validation success of the trainer's policy at ``difficulty`` (episode ``i`` seeded ``10**6 + i``)."""
+    return float(np.mean(_successes_at(trainer, difficulty, episodes, "validation")))
+
+
+def _successes_at(trainer: DualLoRATrainer, difficulty: int, episodes: int, split: str) -> list[float]:
+    """Each greedy episode's success of the trainer's policy on ``split`` companies at ``difficulty`` (episode
+    ``i`` seeded ``10**6 + i``)."""
     from worldgym.agents.llm.envs import make_text_env
     from worldgym.agents.llm.evaluation import evaluate_chat_policy
 
-    kwargs = {"split": "validation", "difficulty": difficulty}
+    kwargs = {"split": split, "difficulty": difficulty}
     config = trainer.config
-    metrics, _ = evaluate_chat_policy(trainer.engine, trainer.tokenizer,
-                                      lambda: make_text_env("CSRPhone-v1", kwargs),
-                                      episodes, config.max_turns, config.max_new_tokens, config.decoding,
-                                      max_episode_tokens=config.max_episode_tokens)
-    return metrics["eval/success_rate"]
+    _, played = evaluate_chat_policy(trainer.engine, trainer.tokenizer,
+                                     lambda: make_text_env("CSRPhone-v1", kwargs),
+                                     episodes, config.max_turns, config.max_new_tokens, config.decoding,
+                                     max_episode_tokens=config.max_episode_tokens)
+    return [float(episode.success) for episode in played]
 
 
 def _config_fields(data: dict[str, Any]) -> dict[str, Any]:
@@ -336,7 +534,7 @@ def cut_at_step(part: dict[str, Any], step: int) -> dict[str, Any]:
     """``part`` as if its run had stopped after the validation at ``step`` (the same budget for every run)."""
     part = dict(part)
     kept = sum(1 for validated, _ in part["curve"] if validated <= step)
-    for key in ("curve", "wm_accuracy_curve", "invalid_call_rate_curve"):
+    for key in ("curve", "episode_success_curve", "wm_accuracy_curve", "invalid_call_rate_curve"):
         if part.get(key) is not None:
             part[key] = part[key][:kept]
     for key in ("step_seconds", "imagined_episodes_by_step", "imagined_success_by_step", "real_success_by_step",
@@ -344,7 +542,60 @@ def cut_at_step(part: dict[str, Any], step: int) -> dict[str, Any]:
         if key in part:
             part[key] = part[key][:step]
     part["steps_done"] = min(part.get("steps_done", part["steps"]), step)
+    part["finished"] = part.get("finished", True) and part["steps_done"] >= part["steps"]
     return part
+
+
+def bootstrap_interval(groups: list[list[float]], level: float = 0.95, resamples: int = 10_000,
+                       seed: int = 0) -> tuple[float, float]:
+    """A percentile bootstrap interval of the mean over groups (seeds) of each group's mean (its episodes):
+    each resample draws the groups with replacement, then the episodes within each drawn group with
+    replacement. Deterministic for a ``seed``.
+
+    >>> bootstrap_interval([[1.0, 1.0], [0.0, 0.0]], resamples=1_000)  # every seed agrees with itself
+    (0.0, 1.0)
+    """
+    if not groups or any(len(group) == 0 for group in groups):
+        raise ValueError(f"bootstrap_interval needs at least one group and no empty one, got sizes "
+                         f"{[len(group) for group in groups]}")
+    rng = np.random.default_rng(seed)
+    values = [np.asarray(group, dtype=float) for group in groups]
+    picks = rng.integers(len(values), size=(resamples, len(values)))
+    means = np.empty(picks.shape)
+    for index, group in enumerate(values):
+        drawn = picks == index
+        episodes = rng.integers(len(group), size=(int(drawn.sum()), len(group)))
+        means[drawn] = group[episodes].mean(1)
+    low, high = np.quantile(means.mean(1), [(1 - level) / 2, (1 + level) / 2])
+    return float(low), float(high)
+
+
+def final_success_interval(runs: list[dict[str, Any]]) -> list[float] | None:
+    """The bootstrap 95% interval of the runs' final validation success over seeds and episodes (None when a
+    run's part keeps no per-episode successes of its last validation, as older parts do not)."""
+    last = [part.get("episode_success_curve", [[None, None]])[-1] for part in runs]
+    if any(successes is None or step != part["curve"][-1][0] for (step, successes), part in zip(last, runs)):
+        return None
+    return list(bootstrap_interval([successes for _, successes in last]))
+
+
+def step_time_by_machine(runs: list[dict[str, Any]], dapo: list[dict[str, Any]]) -> dict[str, float]:
+    """Seconds per step relative to DAPO's, on each machine that made parts of both (step times compare only
+    within one machine)."""
+    def seconds(parts: list[dict[str, Any]], label: str) -> list[float]:
+        return [s for p in parts if machine_label(p.get("machine")) == label for s in p["step_seconds"]]
+
+    labels = sorted({machine_label(p.get("machine")) for p in runs} & {machine_label(p.get("machine")) for p in dapo})
+    return {label: float(np.mean(seconds(runs, label)) / np.mean(seconds(dapo, label)))
+            for label in labels if seconds(runs, label) and seconds(dapo, label)}
+
+
+def _final_test_rows(runs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The runs' final test-split successes by difficulty (None for a run without one) and their mean."""
+    difficulties = sorted({d for p in runs for d in p.get("final_test_by_difficulty", {})}, key=int)
+    by_difficulty = {d: [p.get("final_test_by_difficulty", {}).get(d) for p in runs] for d in difficulties}
+    return {"final_test_success_by_difficulty": by_difficulty,
+            "final_test_success_by_difficulty_mean": {d: _mean(values) for d, values in by_difficulty.items()}}
 
 
 def report(args: argparse.Namespace) -> None:
@@ -394,6 +645,10 @@ def report(args: argparse.Namespace) -> None:
                 "aux_grad_norm_ratio_range": [p.get("aux_grad_norm_ratio_range") for p in runs],
                 "aux_grad_scale_range": [p.get("aux_grad_scale_range") for p in runs],
                 "aux_grad_cosine_range": [p.get("aux_grad_cosine_range") for p in runs],
+                "final_success_ci95": final_success_interval(runs),  # seeds, then episodes within one
+                "finished": [p.get("finished", p.get("steps_done", p["steps"]) >= p["steps"]) for p in runs],
+                **_final_test_rows(runs),
+                "step_time_vs_dapo_by_machine": step_time_by_machine(runs, [p for p in chosen if p["mode"] == "dapo"]),
                 "seconds_per_step": float(np.mean(seconds)),
                 "step_time_vs_dapo": float(np.mean(seconds) / np.mean(dapo_seconds)) if dapo_seconds else None,
                 "machines": [machine_label(p.get("machine")) for p in runs],
@@ -409,7 +664,9 @@ def report(args: argparse.Namespace) -> None:
     _plot(summary, results / "csr_dual_lora_vs_dapo.png")
     for key, rows in summary["runs"].items():
         for mode, row in rows.items():
-            print(f"{key} {mode:9s} success {row['start_success']} -> {row['final_success']} | tasks to "
+            interval = row["final_success_ci95"]
+            shown = f" (95% {interval[0]:.3f}-{interval[1]:.3f})" if interval else ""
+            print(f"{key} {mode:9s} success {row['start_success']} -> {row['final_success']}{shown} | tasks to "
                   f"{thresholds[key.split('-d')[0]]}: {row['tasks_to_threshold']} | WM acc {row['final_wm_token_accuracy']} | "
                   f"step time x{row['step_time_vs_dapo']}")
 
@@ -448,24 +705,27 @@ def _apply_quick(args: argparse.Namespace) -> None:
     """``--quick`` step counts and episode numbers (batch sizes: :data:`QUICK_CONFIG`)."""
     if not args.quick:
         return
-    if args.stage in ("run", "warm-start", "step-time"):
+    if args.stage in ("run", "warm-start", "step0", "step-time"):
         args.steps, args.max_turns = 2, 4
-    if args.stage in ("run", "warm-start"):
+    if args.stage in ("run", "warm-start", "step0"):
         args.eval_every, args.episodes, args.iwm_steps = 2, 4, 1
     if args.stage == "final-eval":
         args.episodes = 4
 
 
-def main(argv: list[str] | None = None) -> None:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line of a stage, with ``--quick``'s sizes applied."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="stage", required=True)
     common = [results_parser()]
     chosen = warm_start_flags()  # which warm start the runs start from
     for stage, description in (("run", "train one mode from the warm start (resumable)"),
-                               ("warm-start", "only train (or load) the warm start a run with these flags uses")):
+                               ("warm-start", "only train (or load) the warm start a run with these flags uses"),
+                               ("step0", "the step-0 validation every run of these flags shares (computed once)")):
         one = sub.add_parser(stage, help=description, parents=[*common, chosen])
         one.add_argument("--model", choices=["tiny", "smollm2-135m"], default="tiny")
-        one.add_argument("--mode", choices=sorted(MODES), required=True)
+        if stage != "step0":
+            one.add_argument("--mode", choices=sorted(MODES), required=True)
         one.add_argument("--seed", type=int, default=0)
         one.add_argument("--difficulty", type=int, default=1)
         one.add_argument("--steps", type=int, default=16)
@@ -475,6 +735,13 @@ def main(argv: list[str] | None = None) -> None:
         one.add_argument("--iwm-steps", type=int, default=4, help="world-model-only steps of the iwm mode")
         one.add_argument("--device", default="cpu", help="where the run (and a warm start it trains) computes")
         add_batch_flags(one)
+        if stage == "run":
+            one.add_argument("--final-test", type=int, nargs="+", choices=DIFFICULTIES, metavar="D",
+                             help="after the last step, evaluate the last weights on test-split companies at "
+                                  "these difficulties (--episodes each); the part is finished once they are in")
+            one.add_argument("--restart", action="store_true",
+                             help="start afresh: drop the run folder's checkpoints and replace a part made with "
+                                  "other settings")
     timing = sub.add_parser("step-time", help="seconds per training step of one mode (no validation)",
                             parents=[*common, chosen])
     timing.add_argument("--model", choices=["tiny", "smollm2-135m"], default="tiny")
@@ -491,20 +758,26 @@ def main(argv: list[str] | None = None) -> None:
     final.add_argument("--difficulties", type=int, nargs="+", default=[2])
     final.add_argument("--episodes", type=int, default=64)
     summary = sub.add_parser("report", help="merge the runs into the results JSON and PNG", parents=common)
-    summary.add_argument("--threshold", type=float, default=0.30,
-                         help="validation success to reach (set before the comparison: the tiny warm start's 0.266 "
-                              "at d1 plus about one standard error of a 64-episode estimate)")
-    summary.add_argument("--threshold-smollm2", type=float, default=0.40,
-                         help="SmolLM2's threshold, set before its d3 runs: the mistakes warm start's 0.31 at d3 "
-                              "plus about 1.5 standard errors of a 64-episode estimate")
+    summary.add_argument("--threshold", type=float, default=THRESHOLDS["tiny"],
+                         help="the tiny model's validation success to reach (default: THRESHOLDS, fixed before "
+                              "its runs)")
+    summary.add_argument("--threshold-smollm2", type=float, default=THRESHOLDS["smollm2-135m"],
+                         help="SmolLM2's validation success to reach (default: THRESHOLDS, fixed before its "
+                              "runs)")
     summary.add_argument("--at-step", type=int, help="compare the runs of --at-step-model as if each had stopped "
                                                       "after its validation at this step (runs cut short by a "
                                                       "deadline: the same budget for every mode)")
     summary.add_argument("--at-step-model", default="smollm2-135m")
     args = parser.parse_args(argv)
     _apply_quick(args)
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
     set_torch_threads(1)
-    stages = {"run": run, "warm-start": lambda args: warm_start(args, args.model), "step-time": step_time,
+    stages = {"run": run, "warm-start": lambda args: warm_start(args, args.model), "step0": step0,
+              "step-time": step_time,
               "demo-time": demo_time, "final-eval": final_eval, "report": report}
     stages[args.stage](args)
 

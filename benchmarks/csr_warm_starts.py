@@ -37,13 +37,18 @@ def chosen_config(base: WarmStartConfig, args: argparse.Namespace) -> WarmStartC
     return config
 
 
+def selected_config(base: WarmStartConfig, args: argparse.Namespace, **overrides: Any) -> WarmStartConfig:
+    """:func:`chosen_config`, with ``overrides`` applied when it is not ``base`` itself (what
+    :func:`load_chosen` loads; its ``key()`` names the warm start without loading it)."""
+    config = chosen_config(base, args)
+    return replace(config, **overrides) if config != base and overrides else config
+
+
 def load_chosen(base: WarmStartConfig, args: argparse.Namespace, cache: Path, **overrides: Any) -> WarmStart:
     """The warm start the flags select, from ``cache`` or trained into it (a continued one's base first, if it
     is not cached either); ``overrides`` change the selected config when it is not ``base`` itself (e.g. a
     quick run's few chats)."""
-    config = chosen_config(base, args)
-    if config != base and overrides:
-        config = replace(config, **overrides)
+    config = selected_config(base, args, **overrides)
     device = getattr(args, "device", None)  # where a warm start that is not cached yet trains
     if config.continue_from and not is_cached(config, cache):
         load_or_train_warm_start(base, cache_dir=cache, device=device)

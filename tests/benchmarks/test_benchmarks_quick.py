@@ -257,6 +257,10 @@ def test_csr_dual_lora_vs_dapo_run_and_report(tmp_path: Path) -> None:
     for row in rows.values():
         assert row["seeds"] == [0] and 0 <= row["final_success_mean"] <= 1
         assert 0 <= row["final_wm_token_accuracy"][0] <= 1
+        low, high = row["final_success_ci95"]  # the last validation's 4 episodes, resampled
+        assert 0 <= low <= row["final_success_mean"] <= high <= 1 and row["finished"] == [True]
+        assert list(row["step_time_vs_dapo_by_machine"].values()) == [pytest.approx(row["step_time_vs_dapo"])]
+    assert len(part["episode_success_curve"][-1][1]) == 4 and part["finished"] is True
     assert (tmp_path / "csr_dual_lora_vs_dapo.png").stat().st_size > 0
 
 

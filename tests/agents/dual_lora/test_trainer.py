@@ -205,3 +205,10 @@ def test_loss_ratio_warning_only_when_nothing_bounds_the_world_model(tmp_path, c
         metrics = trainer.train_step()
     assert metrics["wm/loss_ratio"] == pytest.approx(88.3)
     assert any("left [" in record.message for record in caplog.records) == (not bound)
+
+
+def test_a_shared_step0_validation_sets_the_adaptive_baseline(tmp_path, csr_tokenizer):
+    trainer = _trainer(tmp_path, csr_tokenizer, lambda_schedule="adaptive")
+    trainer.log_initial_validation({"eval/success_rate": 0.5, "eval/wm_token_accuracy": 0.25})
+    assert trainer.world_model.schedule.baseline_accuracy == 0.25  # as if it had validated itself
+    assert trainer.history == [{"eval/success_rate": 0.5, "eval/wm_token_accuracy": 0.25, "step": 0}]

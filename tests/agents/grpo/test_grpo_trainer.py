@@ -9,6 +9,7 @@ import torch
 from gymnasium import spaces
 
 from worldgym.agents.grpo import GRPOConfig, GRPOTrainer
+from worldgym.agents.grpo.trainer import EPISODE_SUCCESS_KEY
 from worldgym.agents.llm.checkpoint import CheckpointError
 from worldgym.agents.llm.models import build_tiny_model
 from worldgym.envs.math_qa import MathQAEnv
@@ -137,6 +138,29 @@ def test_training_in_chunks_equals_one_call(tmp_path, tokenizer):
     logged = [[{k: v for k, v in r.items() if not k.startswith("time/") and not k.startswith("perf/")}
                for r in read_jsonl(t.output_dir / "metrics.jsonl")] for t in (straight, chunked)]
     assert logged[0] == logged[1] and [r["step"] for r in logged[0]] == [0, 1, 2, 3]
+
+
+def test_a_shared_step0_validation_replaces_the_computed_one(tmp_path, tokenizer):
+    """log_initial_validation(row) then train(): no step-0 evaluation, and the same log as a run that made it."""
+    def make(name: str):
+        return _trainer(tmp_path / name, build_tiny_model(tokenizer, seed=0), tokenizer, num_steps=2, eval_every=2)
+
+    straight, shared = make("a"), make("b")
+    straight.train()
+    step0 = read_jsonl(straight.output_dir / "metrics.jsonl")[0]
+    successes = step0[EPISODE_SUCCESS_KEY]  # each validation episode's success, in seed order
+    assert len(successes) == 4 and sum(successes) / 4 == step0["eval/success_rate"]
+    evaluations = []
+    evaluate = shared.evaluate
+    shared.evaluate = lambda *a, **k: evaluations.append(shared.step) or evaluate(*a, **k)
+    shared.log_initial_validation({k: v for k, v in step0.items() if k != "step"})
+    shared.train()
+    assert evaluations == [2]  # only the last step's validation was computed
+    logged = [[{k: v for k, v in r.items() if not k.startswith(("time/", "perf/"))}
+               for r in read_jsonl(t.output_dir / "metrics.jsonl")] for t in (straight, shared)]
+    assert logged[0] == logged[1] and EPISODE_SUCCESS_KEY in logged[1][-1]
+    with pytest.raises(ValueError, match="only a fresh run takes a step-0 validation"):
+        shared.log_initial_validation(step0)
 
 
 def test_lora_reference_is_the_base_model(tmp_path, model, tokenizer):

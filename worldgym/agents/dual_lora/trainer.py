@@ -108,6 +108,13 @@ class DualLoRATrainer(GRPOTrainer):
             metrics.update(self.world_model.evaluate(episodes))
         return metrics
 
+    def log_initial_validation(self, validation: dict[str, Any]) -> None:
+        """The GRPO trainer's shared step-0 validation; its world-model token accuracy becomes the adaptive λ's
+        baseline, as a computed first validation's would."""
+        super().log_initial_validation(validation)
+        if "eval/wm_token_accuracy" in validation:
+            self.world_model.schedule.observe_validation(validation["eval/wm_token_accuracy"])
+
     def clip_and_step(self) -> torch.Tensor:
         """The GRPO step; with ``clip_per_adapter`` each adapter's gradient is clipped to ``grad_clip`` on its
         own (returns the norm of both together, before clipping, as the shared clip does)."""

@@ -53,6 +53,8 @@ if TYPE_CHECKING:
 __all__ = ["GRPOTrainer", "MinibatchLoss", "TrainBatch", "loss_shares"]
 
 _AUXILIARY = "auxiliary/"  # checkpoint key prefix of the auxiliary loss's tensors
+# a validation row's per-episode successes (seed order): a list, so kept apart from the float ``eval/*`` figures
+EPISODE_SUCCESS_KEY = "validation/episode_success"
 _PRINTED_EVAL_KEYS = ("eval/success_rate", "eval/reward_mean", "eval/copy_probe", "eval/wm_token_accuracy")
 
 
@@ -183,6 +185,7 @@ class GRPOTrainer:
         self.step = 0
         self.output_dir = Path(config.output_dir)
         self.history: list[dict[str, Any]] = []
+        self.last_episode_success: list[float] = []  # each episode's success in the last evaluate(), seed order
 
     # ---------------------------------------------------------------- setup
     def _model_and_tokenizer(self, model, tokenizer):
@@ -340,12 +343,33 @@ class GRPOTrainer:
         remote = self.parallel is not None and self.config.runtime == "ray"
         self.rollouts.sync_weights(self.step, self.parallel.full_trainable() if remote else self.trainable)
 
-    def _validate(self) -> dict[str, float]:
-        """:meth:`evaluate` on rank 0 (``{}`` on the other ranks, which help gather the weights)."""
+    def _validate(self) -> dict[str, Any]:
+        """:meth:`evaluate`'s metrics and each episode's success (:data:`EPISODE_SUCCESS_KEY`) on rank 0 (``{}``
+        on the other ranks, which help gather the weights)."""
         if self.parallel is None:
-            return self.evaluate()
+            return self._validation_row()
         with self.parallel.full_weights():
-            return self.evaluate() if self.is_main else {}
+            return self._validation_row() if self.is_main else {}
+
+    def _validation_row(self) -> dict[str, Any]:
+        metrics = self.evaluate()
+        return {**metrics, EPISODE_SUCCESS_KEY: list(self.last_episode_success)}
+
+    def log_initial_validation(self, validation: dict[str, Any]) -> None:
+        """Log ``validation`` (a :meth:`train` validation row's figures) as this fresh run's step-0 validation
+        instead of computing it: runs that start from the same weights can share one. :meth:`train` then starts
+        with the first step.
+
+        Raises:
+            ValueError: the run has already started (a step taken or something logged).
+        """
+        if self.step or self.history:
+            raise ValueError(f"log_initial_validation: the run has started (step {self.step}, "
+                             f"{len(self.history)} rows logged); only a fresh run takes a step-0 validation")
+        self.output_dir.mkdir(parents=True, exist_ok=True)
+        if self.is_main:
+            (self.output_dir / "metrics.jsonl").write_text("")
+        self._log({**validation, "step": 0})
 
     def collect_batch(self) -> tuple[list[Episode], dict[str, float]]:
         """The step's training episodes and rollout metrics: ``prompts_per_step`` groups, filtered by dynamic
@@ -628,9 +652,18 @@ class GRPOTrainer:
     def evaluate(
         self, env: gym.Env | gym.vector.VectorEnv | None = None, num_episodes: int | None = None
     ) -> dict[str, float]:
-        """Greedy episodes on a fixed set of validation seeds: mean reward and success rate (and the mean
-        ``reward_fn`` reward when the trainer has one; the copy probe where the env's tools mark copied
-        arguments and the policy wrote some).
+        """Greedy episodes on a fixed set of validation seeds (:meth:`validation_episodes`): mean reward and
+        success rate (and the mean ``reward_fn`` reward when the trainer has one; the copy probe where the env's
+        tools mark copied arguments and the policy wrote some). Each episode's success is kept in
+        ``last_episode_success``."""
+        episodes = self.validation_episodes(env, num_episodes)
+        self.last_episode_success = [float(episode.success) for episode in episodes]
+        return self.evaluation_metrics(episodes)
+
+    def validation_episodes(
+        self, env: gym.Env | gym.vector.VectorEnv | None = None, num_episodes: int | None = None
+    ) -> list[Episode]:
+        """The policy's greedy episodes on the validation seeds ``VALIDATION_SEEDS_START, ...``, in seed order.
 
         Args:
             env: the env to validate on (default: ``make_eval_env``'s). A single env is deep-copied once per
@@ -644,8 +677,7 @@ class GRPOTrainer:
                       else {"make_env": lambda: copy.deepcopy(env)})
             collector = RolloutCollector(self.engine, self.tokenizer, **source, **self.rollout_limits)
         params = SamplingParams(temperature=0.0, max_new_tokens=self.config.max_new_tokens)
-        episodes = collector.collect(range(VALIDATION_SEEDS_START, VALIDATION_SEEDS_START + count), 1, params)
-        return self.evaluation_metrics(episodes)
+        return collector.collect(range(VALIDATION_SEEDS_START, VALIDATION_SEEDS_START + count), 1, params)
 
     def evaluation_metrics(self, episodes: list[Episode]) -> dict[str, float]:
         """The metrics of validation ``episodes``: :func:`episode_metrics`, the ``reward_fn`` mean and the

@@ -1,0 +1,164 @@
+"""The dual-LoRA sweep: named presets, ``--missing`` (finished pairs skipped, interrupted ones resumed), the
+shared step-0 validation, and the report's bootstrap interval and per-machine step times."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from benchmarks.csr_dual_lora_sweep import SWEEPS, parse_args
+from benchmarks.csr_dual_lora_vs_dapo import (
+    bootstrap_interval,
+    final_success_interval,
+    is_finished,
+    step_time_by_machine,
+)
+
+from .test_benchmarks_quick import REPO, _check, load, run_stages
+
+# --quick runs of the tiny model at d1, each evaluated on the test split at d1 after its 2 steps
+QUICK_SWEEP = ("--model", "tiny", "--difficulty", "1", "--modes", "dapo", "--seeds", "0", "1", "--final-test", "1",
+               "--quick", "--missing", "--device", "cpu")
+
+
+def sweep(results: Path, *argv: str) -> str:
+    """``python benchmarks/csr_dual_lora_sweep.py <argv> --results-dir <results>``; its stdout."""
+    return _check([sys.executable, str(REPO / "benchmarks" / "csr_dual_lora_sweep.py"), *argv,
+                   "--results-dir", str(results)])
+
+
+def interrupt_after_step_1(results: Path, name: str) -> None:
+    """Leave run ``name`` as if stopped after step 1: its checkpoint-1 kept, its part as written at step 0."""
+    run_dir = results / "runs" / "csr_dual_lora" / name
+    for later in ("checkpoint-2", "checkpoint-last"):
+        shutil.rmtree(run_dir / later)
+    path = results / "csr_dual_lora" / f"{name}.json"
+    part = json.loads(path.read_text())
+    for key in ("final_test_by_difficulty", "final_test_episode_success"):
+        part.pop(key)
+    part |= {"steps_done": 0, "finished": False, "curve": part["curve"][:1]}
+    path.write_text(json.dumps(part))
+
+
+def test_sweep_runs_only_missing_pairs_and_resumes_an_interrupted_one(tmp_path: Path) -> None:
+    first = sweep(tmp_path, *QUICK_SWEEP)
+    assert "0 of 2 pairs done; 2 to run" in first
+    parts = {seed: load(tmp_path / "csr_dual_lora" / f"tiny-dapo-d1-s{seed}.json") for seed in (0, 1)}
+    for part in parts.values():
+        assert part["finished"] and set(part["final_test_by_difficulty"]) == {"1"}
+        assert part["step0_from"] == "tiny-d1.json" and [step for step, _ in part["curve"]] == [0, 2]
+    done_before = (tmp_path / "csr_dual_lora" / "tiny-dapo-d1-s0.json").read_text()
+    interrupt_after_step_1(tmp_path, "tiny-dapo-d1-s1")
+
+    second = sweep(tmp_path, *QUICK_SWEEP)
+    assert "dapo seed 0: done" in second and "dapo seed 1: to resume from checkpoint-1" in second
+    assert "1 of 2 pairs done; 1 to run" in second and "dapo seed 0: started" not in second
+    assert "holds this setting's step-0 validation" in (tmp_path / "sweep_logs" / "step0.log").read_text()
+    assert (tmp_path / "csr_dual_lora" / "tiny-dapo-d1-s0.json").read_text() == done_before  # not run again
+    assert "resumed from" in (tmp_path / "sweep_logs" / "dapo-s1.log").read_text()
+    resumed = load(tmp_path / "csr_dual_lora" / "tiny-dapo-d1-s1.json")
+    assert resumed["finished"] and resumed["step0_from"] == "tiny-d1.json"
+    for key in ("curve", "episode_success_curve", "tasks_by_step", "final_test_by_difficulty"):
+        assert resumed[key] == parts[1][key], key  # the resumed run continued the same run exactly
+    assert "dapo seed 1: exit 0, done: commit tiny-dapo-d1-s1.json" in second
+
+
+def test_step0_validation_is_computed_once_and_equals_a_runs_own(tmp_path: Path) -> None:
+    out = run_stages("csr_dual_lora_vs_dapo.py", ("run", "--mode", "dapo"), ("run", "--mode", "echo"), ("step0",),
+                     ("step0",), ("run", "--mode", "dapo", "--seed", "1"), ("run", "--mode", "echo", "--seed", "1"),
+                     results=tmp_path)
+    assert out.count("wrote tiny-d1.json") == 1 and "holds this setting's step-0 validation" in out
+    shared = load(tmp_path / "csr_dual_lora" / "step0" / "tiny-d1.json")
+    assert shared["setting"]["episodes"] == 4 and shared["setting"]["warm_start"].startswith("tiny-CSRPhone")
+
+    def step0_row(name: str) -> dict[str, Any]:
+        log = tmp_path / "runs" / "csr_dual_lora" / name / "metrics.jsonl"
+        return {k: v for k, v in json.loads(log.read_text().splitlines()[0]).items() if k != "step"}
+
+    for mode, kind in (("dapo", "adapter"), ("echo", "echo")):
+        own, reused = step0_row(f"tiny-{mode}-d1-s0"), step0_row(f"tiny-{mode}-d1-s1")
+        assert shared["validation"][kind] == own == reused  # what each run would have computed itself
+        assert load(tmp_path / "csr_dual_lora" / f"tiny-{mode}-d1-s1.json")["step0_from"] == "tiny-d1.json"
+        assert load(tmp_path / "csr_dual_lora" / f"tiny-{mode}-d1-s0.json")["step0_from"] is None
+    assert out.count("step-0 validation from tiny-d1.json") == 2
+
+
+def test_a_run_refuses_a_part_made_with_other_settings(tmp_path: Path) -> None:
+    path = tmp_path / "csr_dual_lora" / "tiny-dapo-d1-s0.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps({"config": {"num_steps": 2, "eval_episodes": 16}}))
+    done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "csr_dual_lora_vs_dapo.py"), "run", "--mode",
+                           "dapo", "--quick", "--results-dir", str(tmp_path)], cwd=REPO, capture_output=True,
+                          text=True, check=False)
+    assert done.returncode != 0 and "was made with other settings" in done.stderr
+    assert "pass --restart to replace it" in done.stderr
+
+
+def test_sweep_presets_fix_their_settings() -> None:
+    args = parse_args(["--sweep", "smollm2-d3", "--seeds", "1"])
+    preset = SWEEPS["smollm2-d3"]
+    assert (args.model, args.difficulty, args.steps, args.episodes, args.eval_every) == ("smollm2-135m", 3, 8, 64, 2)
+    assert (args.mistake_rate, args.continue_on, args.final_test) == (0.2, (3,), (1, 2, 3, 4, 5))
+    assert args.modes == preset.modes and args.seeds == [1] and args.jobs == 2
+    assert {"dapo", "echo", "separate-own-clip", "shared-capped-0.1"} < set(preset.modes)
+    assert any("imagined" in mode for mode in preset.modes) and len(preset.seeds) >= 3 and preset.steps >= 8
+    assert parse_args(["--sweep", "smollm2-d3", "--device", "cuda"]).jobs == 4
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--sweep", "smollm2"], "unknown sweep 'smollm2': choose one of smollm2-d3, tiny-d1"),
+    (["--sweep", "smollm2-d3", "--steps", "4"], "the smollm2-d3 sweep fixes --steps at 8 (given 4)"),
+    (["--sweep", "smollm2-d3", "--continue-on", "2"], "fixes --continue-on at (3,) (given [2])"),
+    (["--sweep", "smollm2-d3", "--modes", "dapo", "separate"], "--modes separate: not in the smollm2-d3 sweep"),
+    (["--modes", "dapo", "dapo-x"], "unknown mode(s) dapo-x: choose from dapo, "),
+    (["--sweep", "tiny-d1", "--device", "cuda", "--jobs", "5"], "at most 4 processes share one GPU"),
+    (["--difficulty", "2"], "name the modes to run (--modes) or a sweep (--sweep)"),
+])
+def test_sweep_rejects_bad_input(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        parse_args(argv)
+    assert message in capsys.readouterr().err
+
+
+def test_bootstrap_interval_on_constructed_examples() -> None:
+    # seeds that each agree with themselves: only the draw of seeds varies (2 of 2 at 1, 2 of 2 at 0, ...)
+    assert bootstrap_interval([[1.0] * 8, [0.0] * 8]) == (0.0, 1.0)
+    assert bootstrap_interval([[0.25] * 4] * 3) == (0.25, 0.25)  # nothing varies
+    # one seed of 64 episodes, half of them successes: the normal interval 0.5 +- 1.96 * 0.0625
+    low, high = bootstrap_interval([[1.0, 0.0] * 32])
+    assert low == pytest.approx(0.5 - 1.96 * 0.0625, abs=0.015) and high == pytest.approx(0.5 + 1.96 * 0.0625,
+                                                                                          abs=0.015)
+    # both levels count: seeds at 0.25 and 0.75, their episodes alike (seeds alone) or varying (wider)
+    assert bootstrap_interval([[0.25] * 64, [0.75] * 64]) == (0.25, 0.75)
+    low, high = bootstrap_interval([[1.0, 0.0, 0.0, 0.0] * 16, [1.0, 1.0, 1.0, 0.0] * 16])
+    assert low < 0.25 and high > 0.75
+    # deterministic for a seed, another seed another draw (unequal seeds: 7, 9 and 6 episodes)
+    groups = [[1.0, 0.0, 0.0] * 7, [1.0, 0.0] * 9, [1.0] * 5 + [0.0]]
+    assert bootstrap_interval(groups, seed=0) == bootstrap_interval(groups, seed=0) != bootstrap_interval(groups,
+                                                                                                         seed=1)
+    with pytest.raises(ValueError, match=re.escape("no empty one, got sizes [2, 0]")):
+        bootstrap_interval([[1.0, 0.0], []])
+
+
+def test_report_helpers_on_constructed_parts() -> None:
+    def part(seconds: float, machine: str, **extra: Any) -> dict[str, Any]:
+        return {"steps": 2, "steps_done": 2, "step_seconds": [seconds], "machine": {"cpu_model": machine},
+                "curve": [[0, 0.0], [2, 0.5]], "episode_success_curve": [[0, [0.0]], [2, [1.0, 0.0]]], **extra}
+
+    dapo = [part(10.0, "A"), part(40.0, "B")]
+    mode = [part(12.0, "A"), part(12.0, "C")]
+    (label,) = step_time_by_machine(mode, dapo)  # machine C made no DAPO part; B no part of this mode
+    assert label.startswith("A,") and step_time_by_machine(mode, dapo)[label] == pytest.approx(1.2)
+    assert final_success_interval(mode) == [0.0, 1.0]
+    assert final_success_interval([{**mode[0], "episode_success_curve": [[0, [0.0]]]}]) is None  # no last one
+    assert final_success_interval([{"curve": [[0, 0.0]]}]) is None  # an older part
+    finished = part(1.0, "A", final_test_by_difficulty={"1": 0.5})
+    assert is_finished(finished, (1,)) and not is_finished(finished, (1, 2))
+    assert not is_finished({**finished, "steps_done": 1}, (1,))
