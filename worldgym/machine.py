@@ -1,4 +1,4 @@
-"""The machine a figure was made on: CPU model, cores, instruction-set level, native bf16, versions and load.
+"""The machine a figure was made on: CPU model, cores, instruction-set level, native bf16, GPU, versions, load.
 
 Speed figures from different CPUs are not comparable (a bf16 matmul is ~5x faster than float32 on a CPU with
 AVX512-BF16 and tens of times slower on one without native bf16), so every results file records
@@ -93,7 +93,18 @@ def machine_info() -> dict[str, Any]:
     }
     if (capped := _onednn_capped()) is not None:
         info["onednn_max_cpu_isa"] = capped
+    if (gpu := _cuda_device()) is not None:
+        info["cuda_device"] = gpu
     return info
+
+
+def _cuda_device() -> str | None:
+    """The first CUDA device's name where torch sees one (figures made on a GPU name it), else None."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
 
 
 def machine_kind(info: dict[str, Any]) -> str:
@@ -130,4 +141,5 @@ def machine_label(info: dict[str, Any] | None) -> str:
     """One line for a table: ``"AMD EPYC, AVX512 + AVX512-BF16, 2 cores"`` (``"not recorded"`` for None)."""
     if not info:
         return "not recorded"
-    return f"{info.get('cpu_model', '?')}, {isa_label(info)}, {info.get('cpu_count', '?')} cores"
+    gpu = f", {info['cuda_device']}" if info.get("cuda_device") else ""
+    return f"{info.get('cpu_model', '?')}, {isa_label(info)}, {info.get('cpu_count', '?')} cores{gpu}"
