@@ -79,15 +79,6 @@ def _sessions(url: str) -> int:
     return httpx.get(f"{url}/sessions", timeout=5).json()["active"]
 
 
-def _wait_for(predicate, timeout_s: float) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return predicate()
-
-
 # ------------------------------------------------------------------- 1. amplification
 def test_a_cheap_message_gets_a_small_answer_and_never_its_input_back(url):
     with _ws(url) as ws:
@@ -142,7 +133,7 @@ def test_a_heavy_message_does_not_stall_another_session(url):
 
 
 # ------------------------------------------------------------------- 3. sessions a client does not own
-def test_sessions_belong_to_their_socket_and_have_no_http_handle(url):
+def test_sessions_belong_to_their_socket_and_have_no_http_handle(wait_for, url):
     for method in ("openenv/session/create", "openenv/session/close", "tools/list"):
         response = httpx.post(f"{url}/mcp", json={"jsonrpc": "2.0", "id": 1, "method": method,
                                                   "params": {"session_id": "x"}}, timeout=5)
@@ -156,22 +147,22 @@ def test_sessions_belong_to_their_socket_and_have_no_http_handle(url):
         assert reply["data"]["code"] == "UNKNOWN_TYPE"
         state = _ask(sockets[1], {"type": "state"})["data"]
         assert "session_id" not in json.dumps(state)
-    assert _wait_for(lambda: _sessions(url) == 0, 5)
+    assert wait_for(lambda: _sessions(url) == 0, 5)
 
 
-def test_capacity_counts_sockets_and_frees_with_them():
+def test_capacity_counts_sockets_and_frees_with_them(wait_for):
     with _running(max_sessions=3) as url, contextlib.ExitStack() as stack:
         held = [stack.enter_context(_ws(url)) for _ in range(3)]
         with _ws(url) as refused:
             assert json.loads(refused.recv(timeout=5))["data"]["code"] == "CAPACITY_REACHED"
         held[0].close()
-        assert _wait_for(lambda: _sessions(url) == 2, 5)
+        assert wait_for(lambda: _sessions(url) == 2, 5)
         with _ws(url) as admitted:
             assert _ask(admitted, {"type": "reset", "data": {"seed": 0}})["type"] == "observation"
 
 
 # ------------------------------------------------------------------- 4. slow clients
-def test_dribbled_handshakes_are_closed_and_connections_are_bounded(caplog):
+def test_dribbled_handshakes_are_closed_and_connections_are_bounded(wait_for, caplog):
     caplog.set_level(logging.WARNING)
     with _running(handshake_timeout=3.0, max_connections=16) as url, contextlib.ExitStack() as stack:
         port = int(url.rsplit(":", 1)[1])
@@ -187,7 +178,7 @@ def test_dribbled_handshakes_are_closed_and_connections_are_bounded(caplog):
             assert httpx.get(f"{url}/health", timeout=5).status_code == 503
         for sock in dribblers:  # closed by the server within the handshake timeout
             assert sock.recv(1024) == b""
-        assert _wait_for(lambda: httpx.get(f"{url}/health", timeout=5).status_code == 200, 5)
+        assert wait_for(lambda: httpx.get(f"{url}/health", timeout=5).status_code == 200, 5)
     lines = [record for record in caplog.records if "no request headers within" in record.getMessage()]
     assert len(lines) >= 12 and not any(record.exc_info for record in caplog.records)
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import json
 import socket
-import time
 from typing import Any
 
 import gymnasium as gym
@@ -44,15 +43,6 @@ def _served(info: dict[str, Any], env_id: str = "CSRPhone-v1") -> dict[str, Any]
 
 def _call(call: ToolCall) -> dict[str, Any]:
     return {"type": "call_tool", "tool_name": call.name, "arguments": dict(call.arguments)}
-
-
-def _wait_for(predicate, timeout_s: float) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return predicate()
 
 
 def _sessions(url: str) -> int:
@@ -156,14 +146,14 @@ def test_a_text_env_takes_text_actions(serve_app):
         assert invalid.observation["info"]["errors"] == ["expected the answer as a string, got int"]
 
 
-def test_sessions_are_isolated_and_freed_when_clients_leave(csr_url):
+def test_sessions_are_isolated_and_freed_when_clients_leave(wait_for, csr_url):
     clients = [GenericEnvClient(base_url=csr_url).sync() for _ in range(6)]
     prompts = [client.connect().reset(seed=seed).observation["text"] for seed, client in enumerate(clients)]
     assert prompts == [gym.make("CSRPhone-v1").reset(seed=seed)[0] for seed in range(6)]
     assert _sessions(csr_url) == 6
     for client in clients[:3]:
         client.close()  # a clean goodbye
-    assert _wait_for(lambda: _sessions(csr_url) == 3, 5)
+    assert wait_for(lambda: _sessions(csr_url) == 3, 5)
     ws_url = csr_url.replace("http://", "ws://") + "/ws"
     with contextlib.ExitStack() as stack:
         raw = [stack.enter_context(ws_connect(ws_url)) for _ in range(20)]
@@ -173,13 +163,13 @@ def test_sessions_are_isolated_and_freed_when_clients_leave(csr_url):
         assert _sessions(csr_url) == 23
         for ws in raw:
             ws.socket.shutdown(socket.SHUT_RDWR)  # the client vanishes without a close frame
-    assert _wait_for(lambda: _sessions(csr_url) == 3, 5)
+    assert wait_for(lambda: _sessions(csr_url) == 3, 5)
     for client in clients[3:]:
         client.close()
-    assert _wait_for(lambda: _sessions(csr_url) == 0, 5)
+    assert wait_for(lambda: _sessions(csr_url) == 0, 5)
 
 
-def test_idle_sessions_expire_and_capacity_is_enforced(serve_app):
+def test_idle_sessions_expire_and_capacity_is_enforced(wait_for, serve_app):
     url = serve_app(create_app("CSRPhone-v1", max_sessions=1, session_timeout=0.5))
     ws_url = url.replace("http://", "ws://") + "/ws"
     with ws_connect(ws_url) as first:
@@ -191,7 +181,7 @@ def test_idle_sessions_expire_and_capacity_is_enforced(serve_app):
         with pytest.raises(ConnectionClosed) as closed:  # silent past the timeout: the server closes the socket
             first.recv(timeout=10)
         assert closed.value.rcvd.code == 1001 and "idle" in closed.value.rcvd.reason
-    assert _wait_for(lambda: _sessions(url) == 0, 5)
+    assert wait_for(lambda: _sessions(url) == 0, 5)
 
 
 def test_create_app_rejects_what_it_cannot_serve():
