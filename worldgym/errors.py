@@ -51,3 +51,11 @@ class RemoteEnvSchemaError(WorldgymError, ValueError):
 
 
 __all__ += ["RemoteEnvError", "RemoteEnvSchemaError"]
+
+
+class RunFolderError(WorldgymError, ValueError):
+    """A folder given as a run (``worldgym runs``, ``worldgym export``) holds no run, or a requested part of it
+    (a step, an episode) is not there; the message names the folder and what it has."""
+
+
+__all__ += ["RunFolderError"]

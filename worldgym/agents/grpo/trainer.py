@@ -43,9 +43,10 @@ from worldgym.agents.llm.rollout import Episode, RolloutCollector, collate_episo
 from worldgym.agents.llm.runtime import LocalRollouts, RolloutBatch, RolloutRuntime
 from worldgym.agents.llm.scoring import score_tokens
 from worldgym.agents.llm.tokenizer import env_text_corpus
-from worldgym.checkpointing import LAST_CHECKPOINT, load_latest, step_checkpoint
+from worldgym.checkpointing import LAST_CHECKPOINT, load_latest
 from worldgym.jsonl import append_jsonl, truncate_jsonl
 from worldgym.precision import autocast, cast_for_training, dtype_name, recomputes_old_logprobs, resolve_dtype
+from worldgym.retention import CheckpointKeeper
 
 if TYPE_CHECKING:
     from worldgym.distributed.data_parallel import DataParallelLearner
@@ -181,6 +182,8 @@ class GRPOTrainer:
         self.parallel = _data_parallel_learner(self)  # learner "ddp"/"fsdp": this rank's part of the updates
         self.step = 0
         self.output_dir = Path(config.output_dir)
+        self.checkpoints = CheckpointKeeper(self.output_dir, config.save_total_limit, config.metric_for_best_model,
+                                            config.greater_is_better, prunes=self.is_main)
         self.history: list[dict[str, Any]] = []
 
     # ---------------------------------------------------------------- setup
@@ -269,6 +272,8 @@ class GRPOTrainer:
             validation = self._validate() if config.eval_every else {}
             if main and config.eval_every:
                 self._log({"step": 0, **validation})
+                if self.parallel is None:
+                    self.checkpoints.save_best(self.history, self.save)
         with tqdm(total=config.num_steps, initial=self.step, desc="grpo", disable=not (config.progress and main)
                   ) as bar:
             while self.step < until:
@@ -277,7 +282,9 @@ class GRPOTrainer:
                     metrics.update(self._validate())
                 self._log(metrics)
                 if config.checkpoint_every and self.step % config.checkpoint_every == 0:
-                    self.save(step_checkpoint(self.output_dir, self.step))
+                    self.checkpoints.save_step(self.step, self.save)
+                if self.parallel is None:  # a data-parallel group keeps no best checkpoint: ranks would disagree
+                    self.checkpoints.save_best(self.history, self.save)
                 bar.update(1)
                 bar.set_postfix(reward=f"{metrics['rollout/reward_mean']:.3f}")
         self.save(self.output_dir / LAST_CHECKPOINT)
@@ -700,6 +707,8 @@ class GRPOTrainer:
             return None
         log = self.output_dir / "metrics.jsonl"
         self.history = [json.loads(line) for line in log.read_text().splitlines()] if log.is_file() else []
+        # a kill after the newest checkpoint: its pruning and best checkpoint (none under a data-parallel group)
+        self.checkpoints.resumed(self.history, self.save if self.parallel is None else None)
         return path
 
     def load(self, path: str | Path) -> None:
