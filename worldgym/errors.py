@@ -59,3 +59,11 @@ class RunFolderError(WorldgymError, ValueError):
 
 
 __all__ += ["RunFolderError"]
+
+
+class ExportError(WorldgymError, ValueError):
+    """A run's policy cannot be exported (``worldgym export``): the run kept nothing to rebuild it from, or a
+    checkpoint does not fit what it kept; the message names the run and how to export another way."""
+
+
+__all__ += ["ExportError"]

@@ -8,7 +8,13 @@ import os
 from pathlib import Path
 from typing import Any
 
-from worldgym.checkpointing import LAST_CHECKPOINT, is_complete, resolve_checkpoint, step_checkpoint
+from worldgym.checkpointing import (
+    LAST_CHECKPOINT,
+    is_complete,
+    latest_checkpoint,
+    resolve_checkpoint,
+    step_checkpoint,
+)
 from worldgym.errors import CheckpointNotFoundError, RunFolderError
 
 __all__ = ["BEST_CHECKPOINT", "CONFIG_FILE", "EPISODES_DIR", "METRICS_FILE", "RESULTS_FILE", "check_run_folder",
@@ -57,17 +63,21 @@ def update_results(run_dir: str | Path, fields: dict[str, Any]) -> Path:
 
 
 def find_checkpoint(run_dir: str | Path, which: str = "last") -> Path:
-    """The complete checkpoint folder ``which`` of a run: ``"best"``, ``"last"`` or a step number.
+    """The complete checkpoint folder ``which`` of a run: ``"best"``, ``"last"`` (the newest:
+    :func:`~worldgym.checkpointing.latest_checkpoint`) or a step number.
 
     Raises:
         RunFolderError: ``run_dir`` holds no run, or ``which`` is none of those.
         CheckpointNotFoundError: the run has no complete checkpoint of that name (the message lists those it has).
     """
     run = check_run_folder(run_dir)
-    if which == "best":
-        folder = run / BEST_CHECKPOINT
-    elif which == "last":
+    if which == "last":  # the newest complete one: checkpoint-last, or a newer step checkpoint
+        newest = latest_checkpoint(run)
+        if newest is not None:
+            return newest
         folder = run / LAST_CHECKPOINT
+    elif which == "best":
+        folder = run / BEST_CHECKPOINT
     elif which.isdigit():
         folder = step_checkpoint(run, int(which))
     else:

@@ -31,6 +31,7 @@ from worldgym.agents.llm.checkpoint import CheckpointError, load_checkpoint, sav
 from worldgym.agents.llm.engines import GenerationEngine, HFEngine, SamplingParams
 from worldgym.agents.llm.envs import make_text_env
 from worldgym.agents.llm.evaluation import VALIDATION_SEEDS_START, episode_metrics
+from worldgym.agents.llm.export import save_policy_base
 from worldgym.agents.llm.loading import build_or_load_chat_model
 from worldgym.agents.llm.losses import (
     dynamic_sampling_mask,
@@ -269,6 +270,7 @@ class GRPOTrainer:
             # one appends
             if main:
                 (self.output_dir / "metrics.jsonl").write_text("")
+                save_policy_base(self.output_dir, self.policy, self.tokenizer)  # what `worldgym export` rebuilds
             validation = self._validate() if config.eval_every else {}
             if main and config.eval_every:
                 self._log({"step": 0, **validation})

@@ -113,6 +113,7 @@ class EngineCore:
         with torch.random.fork_rng(devices=[]):  # seeded init without touching the caller's global RNG
             torch.manual_seed(cfg.seed)
             self.learner = DreamerLearner(cfg, obs_shape, self.runner.action_dim).to(self.device)
+        self.obs_shape = tuple(obs_shape)
         self.policy = DreamerPolicy(self.learner, cfg.num_envs).to(self.device)
         s = cfg.schedule
         self.schedule = TrainSchedule(
@@ -279,6 +280,8 @@ class EngineCore:
             "recent_lengths": c.recent_lengths,
             "schedule": self.schedule.state_dict(),
             "next_episode_id": self.runner._next_episode,
+            "obs_shape": list(self.obs_shape),  # what an exported policy is rebuilt with
+            "action_dim": self.runner.action_dim,
         }
         env, actor = None, None
         if self.state_saving_env is not None and not self._needs_reset:  # episodes in progress: keep them
