@@ -68,9 +68,9 @@ class DualLoRARun:
     @classmethod
     def from_preset(cls, preset: Literal["tiny", "smollm2-135m"], **agent: Any) -> DualLoRARun:
         """The example's run on :func:`dual_lora_config` ``(preset)``: d1, 8 tool calls per episode, a
-        checkpoint every step, the newest two kept (plus ``checkpoint-last`` and ``checkpoint-best``)."""
+        checkpoint every step, the newest kept (plus ``checkpoint-last`` and ``checkpoint-best``: ~50 MB)."""
         settings = {"num_steps": 16, "eval_every": 4, "eval_episodes": 64, "max_turns": 8, "checkpoint_every": 1,
-                    "save_total_limit": 2, "iwm_steps": 4, "output_dir": "runs/train_dual_lora", **agent}
+                    "save_total_limit": 1, "iwm_steps": 4, "output_dir": "runs/train_dual_lora", **agent}
         return cls(dual_lora_config(preset, 1, model=preset, **settings), warm_start_config(preset),
                    engine_preset=preset)
 

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 from worldgym.errors import WorldgymError
 from worldgym.export import add_export_parser, run_export
+from worldgym.runs import add_runs_parser, run_runs
 from worldgym.serve.cli import add_serve_parser, run_serve
 
 
@@ -16,8 +17,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     commands = parser.add_subparsers(dest="command", required=True)
     add_serve_parser(commands)
     add_export_parser(commands)
+    add_runs_parser(commands)
     args = parser.parse_args(argv)
-    run = {"serve": run_serve, "export": run_export}[args.command]
+    run = {"serve": run_serve, "export": run_export, "runs": run_runs}[args.command]
     try:
         run(args)
     except WorldgymError as error:

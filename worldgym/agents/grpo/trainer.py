@@ -44,10 +44,12 @@ from worldgym.agents.llm.rollout import Episode, RolloutCollector, collate_episo
 from worldgym.agents.llm.runtime import LocalRollouts, RolloutBatch, RolloutRuntime
 from worldgym.agents.llm.scoring import score_tokens
 from worldgym.agents.llm.tokenizer import env_text_corpus
+from worldgym.agents.llm.transcripts import episode_record
 from worldgym.checkpointing import LAST_CHECKPOINT, load_latest
 from worldgym.jsonl import append_jsonl, truncate_jsonl
 from worldgym.precision import autocast, cast_for_training, dtype_name, recomputes_old_logprobs, resolve_dtype
 from worldgym.retention import CheckpointKeeper
+from worldgym.transcripts import TRAIN_EPISODES_PER_STEP, write_transcript
 
 if TYPE_CHECKING:
     from worldgym.distributed.data_parallel import DataParallelLearner
@@ -186,6 +188,7 @@ class GRPOTrainer:
         self.checkpoints = CheckpointKeeper(self.output_dir, config.save_total_limit, config.metric_for_best_model,
                                             config.greater_is_better, prunes=self.is_main)
         self.history: list[dict[str, Any]] = []
+        self._episodes: dict[str, list[Episode]] = {}  # the newest validation's and training step's, for transcripts
 
     # ---------------------------------------------------------------- setup
     def _model_and_tokenizer(self, model, tokenizer):
@@ -274,15 +277,18 @@ class GRPOTrainer:
             validation = self._validate() if config.eval_every else {}
             if main and config.eval_every:
                 self._log({"step": 0, **validation})
+                self._write_transcripts(validated=True)
                 if self.parallel is None:
                     self.checkpoints.save_best(self.history, self.save)
         with tqdm(total=config.num_steps, initial=self.step, desc="grpo", disable=not (config.progress and main)
                   ) as bar:
             while self.step < until:
                 metrics = self.train_step()
-                if config.eval_every and self.step % config.eval_every == 0:
+                validated = bool(config.eval_every) and self.step % config.eval_every == 0
+                if validated:
                     metrics.update(self._validate())
                 self._log(metrics)
+                self._write_transcripts(validated)
                 if config.checkpoint_every and self.step % config.checkpoint_every == 0:
                     self.checkpoints.save_step(self.step, self.save)
                 if self.parallel is None:  # a data-parallel group keeps no best checkpoint: ranks would disagree
@@ -298,6 +304,7 @@ class GRPOTrainer:
         rollout workers generate while the learner trains."""
         start = time.perf_counter()
         episodes, rollout_metrics = self.collect_batch()
+        self._episodes["train"] = episodes
         rollout_end = time.perf_counter()
         rollout_time = rollout_end - start
         prepared = self.prepare(episodes)
@@ -653,6 +660,7 @@ class GRPOTrainer:
             collector = RolloutCollector(self.engine, self.tokenizer, **source, **self.rollout_limits)
         params = SamplingParams(temperature=0.0, max_new_tokens=self.config.max_new_tokens)
         episodes = collector.collect(range(VALIDATION_SEEDS_START, VALIDATION_SEEDS_START + count), 1, params)
+        self._episodes["validation"] = episodes
         return self.evaluation_metrics(episodes)
 
     def evaluation_metrics(self, episodes: list[Episode]) -> dict[str, float]:
@@ -676,6 +684,20 @@ class GRPOTrainer:
             success = _rollout_success_since_last_validation(self.history)
             training = f"  | training tasks: success {np.mean(success):.3f}" if success else ""
             tqdm.write(f"step {metrics['step']:4d}  validation: " + ", ".join(shown) + training)
+
+    def _write_transcripts(self, validated: bool) -> None:
+        """The transcripts ``config.log_episodes`` asks for at this step: the validation's episodes (when it
+        validated) and, with "all", the first :data:`TRAIN_EPISODES_PER_STEP` of the step's training episodes."""
+        mode = self.config.log_episodes
+        if not self.is_main or mode == "none":
+            return
+        if validated and "validation" in self._episodes:
+            records = [episode_record(e, self.tokenizer, i) for i, e in enumerate(self._episodes.pop("validation"))]
+            write_transcript(self.output_dir, self.step, records)
+        if mode == "all" and "train" in self._episodes:
+            sampled = self._episodes.pop("train")[:TRAIN_EPISODES_PER_STEP]
+            records = [episode_record(e, self.tokenizer, i) for i, e in enumerate(sampled)]
+            write_transcript(self.output_dir, self.step, records, training=True)
 
     def close(self) -> None:
         """Close the training vector env (its subprocesses, with ``vectorization_mode="async"``) or the Ray
