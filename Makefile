@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 # Default: the CPU wheel (on this kind of machine it lies on local disk). With a GPU, use PyPI's default Linux
 # wheel, which is the CUDA build:   make setup TORCH_SPEC=torch
 TORCH_SPEC ?= torch==2.13.0
-EXTRAS ?= llm,gameboy,dev,bench,dist,docs,interop
+EXTRAS ?= llm,gameboy,dev,bench,dist,docs,interop,tracking
 export OMP_WAIT_POLICY ?= PASSIVE
 
 .PHONY: setup demo lint test docs bench clean smollm2

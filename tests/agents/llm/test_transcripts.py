@@ -11,9 +11,10 @@ from worldgym.jsonl import read_jsonl
 from worldgym.transcripts import TRAIN_EPISODES_PER_STEP, read_transcript, transcript_steps
 
 
-def _train(tmp_path, tokenizer, log_episodes: str) -> GRPOTrainer:
+def _train(tmp_path, tokenizer, log_episodes: str, report_to: str = "none") -> GRPOTrainer:
     config = GRPOConfig(num_steps=2, prompts_per_step=2, group_size=4, max_new_tokens=8, max_turns=2, eval_every=2,
-                        eval_episodes=3, progress=False, output_dir=str(tmp_path / "run"), log_episodes=log_episodes)
+                        eval_episodes=3, progress=False, output_dir=str(tmp_path / "run"), log_episodes=log_episodes,
+                        report_to=report_to)
     trainer = GRPOTrainer(config, model=build_tiny_model(tokenizer, seed=0), tokenizer=tokenizer,
                           make_env=lambda: MathQAEnv(num_problems=30),
                           make_eval_env=lambda: MathQAEnv("test", num_problems=8))
@@ -48,3 +49,19 @@ def test_no_transcripts_with_log_episodes_none(tmp_path, tokenizer):
 def test_an_unknown_log_episodes_is_refused():
     with pytest.raises(ConfigError, match="log_episodes='some' is invalid: use one of"):
         GRPOConfig(log_episodes="some")
+
+
+def test_report_to_tensorboard_gets_every_metric_of_metrics_jsonl_and_the_episode_tables(tmp_path, tokenizer):
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    _train(tmp_path, tokenizer, "validation", report_to="tensorboard").close()
+    run = tmp_path / "run"
+    events = EventAccumulator(str(run / "tensorboard"), size_guidance={"tensors": 0, "scalars": 0})
+    events.Reload()
+    rows = read_jsonl(run / "metrics.jsonl")
+    expected = {(key, row["step"]) for row in rows for key, value in row.items()
+                if key != "step" and isinstance(value, (int, float)) and not isinstance(value, bool)}
+    logged = {(tag, event.step) for tag in events.Tags()["scalars"] for event in events.Scalars(tag)}
+    assert logged == expected
+    assert [event.step for event in events.Tensors("episodes/text_summary")] == [0, 2]

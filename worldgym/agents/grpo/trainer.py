@@ -49,6 +49,7 @@ from worldgym.checkpointing import LAST_CHECKPOINT, load_latest
 from worldgym.jsonl import append_jsonl, truncate_jsonl
 from worldgym.precision import autocast, cast_for_training, dtype_name, recomputes_old_logprobs, resolve_dtype
 from worldgym.retention import CheckpointKeeper
+from worldgym.tracking import Tracker, make_tracker
 from worldgym.transcripts import TRAIN_EPISODES_PER_STEP, write_transcript
 
 if TYPE_CHECKING:
@@ -189,6 +190,7 @@ class GRPOTrainer:
                                             config.greater_is_better, prunes=self.is_main)
         self.history: list[dict[str, Any]] = []
         self._episodes: dict[str, list[Episode]] = {}  # the newest validation's and training step's, for transcripts
+        self.tracker: Tracker | None = None  # config.report_to's backends, opened by train()
 
     # ---------------------------------------------------------------- setup
     def _model_and_tokenizer(self, model, tokenizer):
@@ -269,8 +271,11 @@ class GRPOTrainer:
         main = self.is_main
         until = config.num_steps if until is None else min(until, config.num_steps)
         self.output_dir.mkdir(parents=True, exist_ok=True)
-        if self.step == 0 and not self.history:  # a fresh run starts a fresh log; a resumed (or continued)
-            # one appends
+        fresh = self.step == 0 and not self.history
+        if main and self.tracker is None:
+            self.tracker = make_tracker(config.report_to, self.output_dir, config.to_dict(),
+                                        None if fresh else self.step)
+        if fresh:  # a fresh run starts a fresh log; a resumed (or continued) one appends
             if main:
                 (self.output_dir / "metrics.jsonl").write_text("")
                 save_policy_base(self.output_dir, self.policy, self.tokenizer)  # what `worldgym export` rebuilds
@@ -679,6 +684,8 @@ class GRPOTrainer:
         if not self.is_main:
             return
         append_jsonl(self.output_dir / "metrics.jsonl", metrics)
+        if self.tracker is not None:
+            self.tracker.log(metrics, metrics["step"])
         shown = [f"{key[5:]} {metrics[key]:.3f}" for key in _PRINTED_EVAL_KEYS if key in metrics]
         if self.config.progress and shown:  # validation figures as they move, above the progress bar
             success = _rollout_success_since_last_validation(self.history)
@@ -687,13 +694,17 @@ class GRPOTrainer:
 
     def _write_transcripts(self, validated: bool) -> None:
         """The transcripts ``config.log_episodes`` asks for at this step: the validation's episodes (when it
-        validated) and, with "all", the first :data:`TRAIN_EPISODES_PER_STEP` of the step's training episodes."""
+        validated; also as a table to ``report_to``) and, with "all", the first :data:`TRAIN_EPISODES_PER_STEP` of
+        the step's training episodes."""
         mode = self.config.log_episodes
-        if not self.is_main or mode == "none":
+        if not self.is_main:
             return
         if validated and "validation" in self._episodes:
             records = [episode_record(e, self.tokenizer, i) for i, e in enumerate(self._episodes.pop("validation"))]
-            write_transcript(self.output_dir, self.step, records)
+            if mode != "none":
+                write_transcript(self.output_dir, self.step, records)
+            if self.tracker is not None:  # the sample-episodes table of report_to
+                self.tracker.log_episodes(records, self.step)
         if mode == "all" and "train" in self._episodes:
             sampled = self._episodes.pop("train")[:TRAIN_EPISODES_PER_STEP]
             records = [episode_record(e, self.tokenizer, i) for i, e in enumerate(sampled)]
@@ -701,8 +712,11 @@ class GRPOTrainer:
 
     def close(self) -> None:
         """Close the training vector env (its subprocesses, with ``vectorization_mode="async"``) or the Ray
-        rollout workers."""
+        rollout workers, and the trackers."""
         self.rollouts.close()
+        if self.tracker is not None:
+            self.tracker.close()
+            self.tracker = None
 
     def save(self, path: str | Path) -> Path:
         """Trainable weights + optimizer (safetensors) and step, RNG and config (JSON). Under a data-parallel
