@@ -37,3 +37,8 @@ def test_a_policy_export_is_not_a_training_checkpoint(tmp_path, make_config):
     engine.run(progress=False)
     with pytest.raises(CheckpointError, match=re.escape("missing ['policy.safetensors', 'policy.json']")):
         load_policy(next((tmp_path / "run").glob("checkpoint-*")))
+
+
+def test_report_to_tensorboard_gets_every_metric(tmp_path, make_config, logged_to_tensorboard):
+    CPUEngine(make_config(tmp_path, num_steps=80, report_to="tensorboard")).run(progress=False)
+    logged_to_tensorboard(tmp_path / "run")

@@ -21,3 +21,13 @@ def test_the_export_holds_the_trained_policy_and_no_training_state(tmp_path, env
     assert num_z_tokens == env_kwargs["num_z_tokens"]
     trained = trainer.policy.state_dict()
     assert all(torch.equal(policy.state_dict()[k], v) for k, v in trained.items())
+
+
+def test_report_to_tensorboard_gets_every_metric(tmp_path, env_kwargs, tiny_model, logged_to_tensorboard):
+    config = ZTokenPPOConfig(model=tiny_model, env_kwargs=env_kwargs, num_envs=4, episodes_per_rollout=8,
+                             num_steps=2, update_epochs=1, num_minibatches=2, eval_episodes=4, eval_every=1,
+                             progress=False, report_to="tensorboard", output_dir=str(tmp_path / "run"))
+    trainer = ZTokenPPOTrainer(config)
+    trainer.train()
+    trainer.close()
+    logged_to_tensorboard(tmp_path / "run")

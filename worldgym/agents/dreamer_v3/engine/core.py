@@ -35,6 +35,7 @@ from worldgym.errors import CheckpointError
 from worldgym.jsonl import append_jsonl, truncate_jsonl
 from worldgym.precision import dtype_name
 from worldgym.retention import CheckpointKeeper
+from worldgym.tracking import Tracker, make_tracker
 
 
 @dataclass
@@ -128,6 +129,8 @@ class EngineCore:
         self.run_dir = Path(cfg.output_dir)
         self.metrics_path = self.run_dir / "metrics.jsonl"
         self.checkpoints = CheckpointKeeper(self.run_dir, cfg.save_total_limit)
+        self.tracker: Tracker | None = None  # config.report_to's backends, opened by the first log()
+        self._resumed_step: int | None = None  # the policy step resume() continued from
         self.episodes_path = self.run_dir / "episodes.jsonl"  # one line per finished episode
         self._metric_sums: dict[str, torch.Tensor] = {}
         self._metric_count = 0
@@ -260,7 +263,12 @@ class EngineCore:
             check_metrics(means, self.run_dir, {"policy_step": policy_step}, {})
             record |= means
         record |= extra or {}
-        append_jsonl(self.metrics_path, {k: to_float(v) for k, v in record.items()})
+        row = {k: to_float(v) for k, v in record.items()}
+        append_jsonl(self.metrics_path, row)
+        if self.tracker is None:
+            self.tracker = make_tracker(self.cfg.report_to, self.run_dir, self.cfg.to_dict(), self._resumed_step)
+        if self.tracker is not None:
+            self.tracker.log(row, int(row["step"]))
         self._metric_sums, self._metric_count, self._sampled = {}, 0, [None, None]
         return {k: v.item() if isinstance(v, torch.Tensor) else v for k, v in record.items()}
 
@@ -325,6 +333,7 @@ class EngineCore:
         truncate_jsonl(self.metrics_path, "policy_step", c.iter_num * self.cfg.num_envs)
         truncate_jsonl(self.episodes_path, "policy_step", c.iter_num * self.cfg.num_envs)
         self.checkpoints.resumed([])  # a kill between a checkpoint and its pruning: prune now
+        self._resumed_step = c.iter_num * self.cfg.num_envs
 
 
 def _unprefixed(tensors: dict[str, torch.Tensor], prefix: str) -> dict[str, torch.Tensor]:
