@@ -278,7 +278,8 @@ class GRPOTrainer:
         if fresh:  # a fresh run starts a fresh log; a resumed (or continued) one appends
             if main:
                 (self.output_dir / "metrics.jsonl").write_text("")
-                save_policy_base(self.output_dir, self.policy, self.tokenizer)  # what `worldgym export` rebuilds
+                if config.learner != "fsdp":  # what `worldgym export` rebuilds (FSDP holds only shards here)
+                    save_policy_base(self.output_dir, self.policy, self.tokenizer)
             validation = self._validate() if config.eval_every else {}
             if main and config.eval_every:
                 self._log({"step": 0, **validation})

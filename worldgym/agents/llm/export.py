@@ -56,19 +56,14 @@ def save_policy_base(run_dir: str | Path, policy: PreTrainedModel, tokenizer: Pr
     folder = Path(run_dir) / POLICY_BASE
     with atomic_directory(folder) as tmp:
         tokenizer.save_pretrained(tmp)
-        if isinstance(policy, PeftModel):
-            info: dict[str, Any] = {
-                "finetune": "lora",
-                "adapters": {name: _lora_dict(config) for name, config in policy.peft_config.items()},
-                "policy_adapters": list(active_adapters(policy)),
-            }
-            base = _unwrapped_base(policy)
-        else:
-            info, base = {"finetune": "full"}, policy
-        params = sum(p.numel() for p in base.parameters())
-        info["base_params"] = params
-        if params <= MAX_BASE_COPY_PARAMS:
-            base.save_pretrained(tmp / BASE_MODEL_DIR)
+        lora = isinstance(policy, PeftModel)
+        info: dict[str, Any] = {"finetune": "lora" if lora else "full"}
+        if lora:
+            info["adapters"] = {name: _lora_dict(config) for name, config in policy.peft_config.items()}
+            info["policy_adapters"] = list(active_adapters(policy))
+        info["base_params"] = sum(p.numel() for name, p in policy.named_parameters() if "lora_" not in name)
+        if info["base_params"] <= MAX_BASE_COPY_PARAMS:
+            (_unwrapped_base(policy) if lora else policy).save_pretrained(tmp / BASE_MODEL_DIR)
         (tmp / BASE_FILE).write_text(json.dumps(info, indent=1) + "\n")
     return folder
 
