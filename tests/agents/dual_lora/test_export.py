@@ -1,5 +1,6 @@
-"""Dual-LoRA exports: the policy adapter alone as a flat PEFT folder (the world model's stays behind), or one
-merged model when the policy's forward sums both adapters ("stacked")."""
+"""Dual-LoRA runs taken elsewhere: the policy adapter alone as a flat PEFT folder (the world model's stays
+behind), one merged model when the policy's forward sums both adapters ("stacked"); transcripts with the world
+model's predicted replies."""
 
 import json
 
@@ -11,6 +12,7 @@ from transformers import AutoModelForCausalLM
 from worldgym.agents.dual_lora import DualLoRAConfig, DualLoRATrainer
 from worldgym.agents.llm.models import build_tiny_model
 from worldgym.export import export
+from worldgym.transcripts import read_transcript
 
 from .conftest import PhoningEngine, make_csr_env
 
@@ -36,3 +38,20 @@ def test_the_export_computes_what_the_trainers_policy_computes(tmp_path, csr_tok
     trainer.policy.eval()
     with torch.no_grad():
         assert torch.allclose(policy.eval()(ids).logits, trainer.policy(ids).logits, atol=1e-5)
+
+
+def test_validation_transcripts_put_the_world_models_reply_beside_the_real_one(tmp_path, csr_tokenizer):
+    config = DualLoRAConfig(env_id="CSRPhone-v1", env_kwargs={"difficulty": 1}, max_turns=3, num_steps=1,
+                            prompts_per_step=2, group_size=2, max_new_tokens=40, eval_every=1, eval_episodes=2,
+                            minibatch_size=4, progress=False, output_dir=str(tmp_path / "run"),
+                            imagined_reply_tokens=8)
+    trainer = DualLoRATrainer(config, model=build_tiny_model(csr_tokenizer, seed=0), tokenizer=csr_tokenizer,
+                              make_env=make_csr_env, make_engine=lambda policy: PhoningEngine(csr_tokenizer))
+    trainer.train()
+    records = read_transcript(tmp_path / "run", 1)
+    answers = [(reply, answer) for record in records for reply, answer in
+               zip(record["messages"][1::2], record["messages"][2::2], strict=True)]
+    calls = [answer for reply, answer in answers if reply["tool_call"].get("name") == "make_phone_call"]
+    others = [answer for reply, answer in answers if reply["tool_call"].get("name") != "make_phone_call"]
+    assert calls and all(isinstance(answer["predicted_reply"], str) for answer in calls)
+    assert all("predicted_reply" not in answer for answer in others)

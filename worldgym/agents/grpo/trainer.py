@@ -701,7 +701,7 @@ class GRPOTrainer:
         if not self.is_main:
             return
         if validated and "validation" in self._episodes:
-            records = [episode_record(e, self.tokenizer, i) for i, e in enumerate(self._episodes.pop("validation"))]
+            records = self.transcript_records(self._episodes.pop("validation"))
             if mode != "none":
                 write_transcript(self.output_dir, self.step, records)
             if self.tracker is not None:  # the sample-episodes table of report_to
@@ -710,6 +710,10 @@ class GRPOTrainer:
             sampled = self._episodes.pop("train")[:TRAIN_EPISODES_PER_STEP]
             records = [episode_record(e, self.tokenizer, i) for i, e in enumerate(sampled)]
             write_transcript(self.output_dir, self.step, records, training=True)
+
+    def transcript_records(self, episodes: list[Episode]) -> list[dict[str, Any]]:
+        """The transcript lines of validation ``episodes`` (a subclass may add to them)."""
+        return [episode_record(episode, self.tokenizer, index) for index, episode in enumerate(episodes)]
 
     def close(self) -> None:
         """Close the training vector env (its subprocesses, with ``vectorization_mode="async"``) or the Ray
