@@ -17,12 +17,11 @@ from worldgym.checkpointing import (
 )
 from worldgym.errors import CheckpointNotFoundError, RunFolderError
 
-__all__ = ["BEST_CHECKPOINT", "CONFIG_FILE", "EPISODES_DIR", "METRICS_FILE", "RESULTS_FILE", "check_run_folder",
+__all__ = ["BEST_CHECKPOINT", "EPISODES_DIR", "METRICS_FILE", "RESULTS_FILE", "check_run_folder",
            "find_checkpoint", "read_results", "update_results"]
 
 METRICS_FILE = "metrics.jsonl"  # one JSON line per logged step: the run's source of truth
 RESULTS_FILE = "results.json"  # the run's summary (the example scripts' figures, the best checkpoint)
-CONFIG_FILE = "config.json"  # the settings an example script ran with
 EPISODES_DIR = "episodes"  # episodes/step-<n>.jsonl: the episodes of the validation at step n
 BEST_CHECKPOINT = "checkpoint-best"  # the checkpoint of the best validation so far
 
