@@ -90,7 +90,8 @@ def test_the_best_checkpoint_follows_the_metric_and_is_recorded_in_results(tmp_p
 def test_checkpoints_are_found_by_best_last_or_step_with_clear_errors(tmp_path):
     (tmp_path / "metrics.jsonl").write_text(json.dumps({"step": 1}) + "\n")
     _save(tmp_path / "checkpoint-1", 1)
-    _save(tmp_path / LAST_CHECKPOINT, 1)
+    assert find_checkpoint(tmp_path) == tmp_path / "checkpoint-1"  # "last": the newest, numbered or not
+    _save(tmp_path / LAST_CHECKPOINT, 2)
     assert find_checkpoint(tmp_path, "1") == tmp_path / "checkpoint-1"
     assert find_checkpoint(tmp_path) == tmp_path / LAST_CHECKPOINT
     with pytest.raises(CheckpointNotFoundError, match=re.escape("has no complete checkpoint-best: its checkpoints "
