@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 # for the CUDA build directly:   make setup TORCH_INDEX=
 TORCH_SPEC ?= torch==2.13.0
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
-EXTRAS ?= llm,gameboy,dev,bench,dist,docs,interop
+EXTRAS ?= llm,gameboy,dev,bench,dist,docs,interop,tracking
 export OMP_WAIT_POLICY ?= PASSIVE
 
 .PHONY: setup demo lint test docs bench clean smollm2

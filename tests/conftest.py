@@ -140,3 +140,23 @@ def damage_checkpoint(root: Path, name: str, damage: str) -> str:
 def damage() -> Callable[[Path, str, str], str]:
     """:func:`damage_checkpoint`."""
     return damage_checkpoint
+
+
+@pytest.fixture
+def logged_to_tensorboard():
+    """``check(run_dir)``: assert the run's TensorBoard event files hold exactly the numeric values of its
+    ``metrics.jsonl`` (key, step), read back with TensorBoard's own EventAccumulator."""
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from worldgym.jsonl import read_jsonl
+
+    def check(run_dir):
+        events = EventAccumulator(str(run_dir / "tensorboard"), size_guidance={"scalars": 0})
+        events.Reload()
+        expected = {(key, row["step"]) for row in read_jsonl(run_dir / "metrics.jsonl") for key, value in row.items()
+                    if key != "step" and isinstance(value, (int, float)) and not isinstance(value, bool)}
+        logged = {(tag, event.step) for tag in events.Tags()["scalars"] for event in events.Scalars(tag)}
+        assert expected and logged == expected
+
+    return check

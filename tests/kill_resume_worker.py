@@ -86,6 +86,7 @@ def _grpo(
         eval_every=2,
         eval_episodes=4,
         checkpoint_every=1,
+        save_total_limit=1,
         progress=False,
         output_dir=str(run_dir),
     )
@@ -124,6 +125,7 @@ def _dual_lora(
         learning_rate=1e-2,
         wm_replay_fraction=0.5,
         checkpoint_every=1,
+        save_total_limit=1,
         progress=False,
         output_dir=str(run_dir),
     )
@@ -177,7 +179,7 @@ class _DreamerRun:
             replay=ReplayConfig(capacity=128, seq_len=8, batch_size=4, min_ready_steps=8, safety_margin=8,
                                 commit_stride=4),
             schedule=ScheduleConfig(replay_ratio=0.5, learning_starts=16, pretrain_steps=1, rollout_window=4),
-            loss=LossConfig(horizon=4), log_every=8, checkpoint_every=8, output_dir=str(run_dir),
+            loss=LossConfig(horizon=4), log_every=8, checkpoint_every=8, save_total_limit=2, output_dir=str(run_dir),
         )  # fmt: skip
         env, transform = make_gameboy_env(2, task="sprite_goal", max_episode_steps=13)
         self.engine = CPUEngine(config, env=env, obs_transform=transform)

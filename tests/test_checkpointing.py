@@ -15,8 +15,8 @@ import torch
 
 from worldgym.checkpointing import (
     CRASH_ENV,
-    CRASH_STAGES,
     MANIFEST,
+    SAVE_STAGES,
     atomic_directory,
     latest_checkpoint,
     load_checkpoint,
@@ -252,7 +252,7 @@ def _saved_index(path: Path) -> int:
     return state["i"]
 
 
-@pytest.mark.parametrize("stage", CRASH_STAGES)
+@pytest.mark.parametrize("stage", SAVE_STAGES)
 def test_kill_at_each_stage_of_a_save_leaves_a_loadable_checkpoint(tmp_path, stage):
     target = tmp_path / "ckpt"
     save_checkpoint(target, {"w": torch.full((64, 64), 0.0)}, {"i": 0})

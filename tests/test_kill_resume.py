@@ -22,6 +22,7 @@ import torch
 from worldgym.agents.llm.checkpoint import load_checkpoint
 from worldgym.checkpointing import CRASH_STAGES
 from worldgym.jsonl import read_jsonl
+from worldgym.retention import DELETING
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the forkserver imports the worker by name
 import kill_resume_worker as worker
@@ -168,9 +169,10 @@ def test_grpo_killed_at_each_stage_of_a_save_resumes_from_a_loadable_checkpoint(
     runs, grpo_after_one_step, tmp_path, stage
 ):
     """Continue a one-step GRPO run to its end in a process that SIGKILLs itself at ``stage`` of a random later
-    save (``checkpoint-<n>``; the replacement of ``checkpoint-last`` at the end for ``old_moved_aside``, the
-    one save that replaces a folder): a loadable checkpoint is left, and resuming finishes the run as if never
-    killed, with no partial folder left behind."""
+    save (``checkpoint-<n>``; for ``old_moved_aside``, the first save that replaces a folder: a better
+    ``checkpoint-best``, else ``checkpoint-last`` at the end; for ``pruning``, the removal of the checkpoint the
+    new one displaces): a loadable checkpoint is left, and resuming finishes the run as if never killed, with no
+    partial folder left behind."""
     expected = runs.uninterrupted("grpo")
     run_dir = tmp_path / "run"
     shutil.copytree(grpo_after_one_step, run_dir)
@@ -178,16 +180,22 @@ def test_grpo_killed_at_each_stage_of_a_save_resumes_from_a_loadable_checkpoint(
     killed = runs.start("grpo", run_dir, crash=(stage, first_step))
     killed.join(RUN_TIMEOUT_S)
     assert killed.exitcode == -signal.SIGKILL, f"not killed at {stage}:\n{runs.log(killed)}"
-    complete = [run_dir / name for name in checkpoint_folders(run_dir) if not name.endswith((".tmp", ".old"))]
-    partial = {
-        "files_written": f"checkpoint-{first_step}.tmp",
-        "synced": f"checkpoint-{first_step}.tmp",
-        "old_moved_aside": "checkpoint-last.old",
-        "new_renamed_in": None,
-    }[stage]
-    assert partial is None or (run_dir / partial).is_dir(), checkpoint_folders(run_dir)
+    complete = [run_dir / name for name in checkpoint_folders(run_dir)
+                if not name.endswith((".tmp", ".old", DELETING))]
     steps = [load_checkpoint(path)[1]["step"] for path in complete]  # every complete one loads
-    newest = worker.LLM_STEPS if stage == "old_moved_aside" else first_step - (stage != "new_renamed_in")
+    moved_aside = [name for name in checkpoint_folders(run_dir) if name.endswith(".old")]
+    if stage == "old_moved_aside":  # the end's checkpoint-last, or a checkpoint-best replaced on the way
+        assert moved_aside in (["checkpoint-last.old"], ["checkpoint-best.old"]), checkpoint_folders(run_dir)
+        partial, newest = moved_aside[0], worker.LLM_STEPS if moved_aside == ["checkpoint-last.old"] else max(steps)
+    else:
+        partial = {
+            "files_written": f"checkpoint-{first_step}.tmp",
+            "synced": f"checkpoint-{first_step}.tmp",
+            "new_renamed_in": None,
+            "pruning": f"checkpoint-{first_step - 1}{DELETING}",  # save_total_limit=1: the previous one goes
+        }[stage]
+        newest = first_step - (stage in ("files_written", "synced"))
+    assert partial is None or (run_dir / partial).is_dir(), checkpoint_folders(run_dir)
     assert max(steps) == newest
     runs.run("grpo", run_dir)
     assert resumed_from(run_dir)[-1] == str(run_dir / f"checkpoint-{newest}")

@@ -30,9 +30,13 @@ __all__ = [
     "FORMAT_VERSION",
     "LAST_CHECKPOINT",
     "MANIFEST",
+    "SAVE_STAGES",
     "CheckpointError",
     "atomic_directory",
     "checkpoint_directory",
+    "crash_point",
+    "fsync_directory",
+    "is_complete",
     "latest_checkpoint",
     "load_checkpoint",
     "load_latest",
@@ -43,6 +47,7 @@ __all__ = [
     "read_tensors",
     "recover_directory",
     "resolve_checkpoint",
+    "run_checkpoints",
     "save_checkpoint",
     "step_checkpoint",
     "write_manifest",
@@ -53,7 +58,9 @@ MANIFEST = "manifest.json"
 FORMAT_VERSION = 2
 # Tests set this to one of CRASH_STAGES to have the saving process SIGKILL itself at that point of a save.
 CRASH_ENV = "WORLDGYM_CHECKPOINT_CRASH_AT"
-CRASH_STAGES = ("files_written", "synced", "old_moved_aside", "new_renamed_in")
+SAVE_STAGES = ("files_written", "synced", "old_moved_aside", "new_renamed_in")  # the stages of one save
+# "pruning": a pruned step checkpoint renamed to <name>.deleting, its files not yet removed (worldgym.retention)
+CRASH_STAGES = (*SAVE_STAGES, "pruning")
 _OLD, _TMP = ".old", ".tmp"
 LAST_CHECKPOINT = "checkpoint-last"  # the folder every train() call ends by saving
 _RUN_CHECKPOINT = re.compile(r"checkpoint-(\d+|last)")
@@ -125,7 +132,7 @@ def atomic_directory(final: str | Path) -> Iterator[Path]:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     _fsync_tree(tmp)
-    _crash_point("synced")
+    crash_point("synced")
     _replace_directory(tmp, final)
 
 
@@ -139,7 +146,7 @@ def recover_directory(final: str | Path) -> None:
         shutil.rmtree(old)
     else:
         old.rename(final)
-        _fsync_directory(final.parent)
+        fsync_directory(final.parent)
 
 
 def resolve_checkpoint(path: str | Path) -> Path:
@@ -153,11 +160,11 @@ def _replace_directory(new: Path, final: Path) -> None:
     old = _sibling(final, _OLD)
     if final.exists():
         final.rename(old)
-        _fsync_directory(final.parent)
-        _crash_point("old_moved_aside")
+        fsync_directory(final.parent)
+        crash_point("old_moved_aside")
     new.rename(final)
-    _fsync_directory(final.parent)
-    _crash_point("new_renamed_in")
+    fsync_directory(final.parent)
+    crash_point("new_renamed_in")
     shutil.rmtree(old, ignore_errors=True)
 
 
@@ -170,10 +177,11 @@ def _fsync_tree(root: Path) -> None:
         for name in files:
             with open(Path(directory) / name, "rb") as file:
                 os.fsync(file.fileno())
-        _fsync_directory(Path(directory))
+        fsync_directory(Path(directory))
 
 
-def _fsync_directory(path: Path) -> None:
+def fsync_directory(path: Path) -> None:
+    """Make a rename or creation in the directory ``path`` durable (a no-op on Windows)."""
     if os.name != "posix":  # Windows cannot open a directory to fsync it; NTFS journals renames itself
         return
     descriptor = os.open(path, os.O_RDONLY)
@@ -183,7 +191,8 @@ def _fsync_directory(path: Path) -> None:
         os.close(descriptor)
 
 
-def _crash_point(stage: str) -> None:
+def crash_point(stage: str) -> None:
+    """SIGKILL this process when the environment variable :data:`CRASH_ENV` names ``stage`` (kill tests)."""
     if os.environ.get(CRASH_ENV) == stage:
         os.kill(os.getpid(), getattr(signal, "SIGKILL", signal.SIGTERM))
 
@@ -197,7 +206,7 @@ def checkpoint_directory(
     run's progress counter ``step``, by which :func:`latest_checkpoint` orders a run's checkpoints)."""
     with atomic_directory(final) as tmp:
         yield tmp
-        _crash_point("files_written")
+        crash_point("files_written")
         write_manifest(tmp, kind, format_version, step)
 
 
@@ -209,6 +218,15 @@ def write_manifest(directory: Path, kind: str, format_version: int, step: int | 
     if step is not None:
         manifest["step"] = int(step)
     (directory / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
+
+
+def is_complete(folder: str | Path) -> bool:
+    """Whether ``folder`` holds a manifest and every file it lists with its SHA-256 (a loadable checkpoint)."""
+    try:
+        _verify_manifest(Path(folder))
+    except CheckpointError:
+        return False
+    return True
 
 
 def _verify_manifest(root: Path) -> dict[str, Any]:
@@ -354,7 +372,7 @@ def latest_checkpoint(run_dir: str | Path) -> Path | None:
     the right kind and fits the model is for the trainer's ``load`` to check.
     """
     ranked: list[tuple[tuple[int, bool], Path]] = []
-    for folder in _run_checkpoints(Path(run_dir)):
+    for folder in run_checkpoints(Path(run_dir)):
         try:
             ranked.append((_rank(folder), folder))
         except CheckpointError as error:
@@ -378,7 +396,7 @@ def load_latest(run_dir: str | Path, load: Callable[[Path], Any]) -> Path | None
     return path
 
 
-def _run_checkpoints(run_dir: Path) -> list[Path]:
+def run_checkpoints(run_dir: Path) -> list[Path]:
     """The checkpoint folders of a run (``<name>.old`` for a ``<name>`` an interrupted save left aside)."""
     if not run_dir.is_dir():
         return []

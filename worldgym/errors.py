@@ -51,3 +51,19 @@ class RemoteEnvSchemaError(WorldgymError, ValueError):
 
 
 __all__ += ["RemoteEnvError", "RemoteEnvSchemaError"]
+
+
+class RunFolderError(WorldgymError, ValueError):
+    """A folder given as a run (``worldgym runs``, ``worldgym export``) holds no run, or a requested part of it
+    (a step, an episode) is not there; the message names the folder and what it has."""
+
+
+__all__ += ["RunFolderError"]
+
+
+class ExportError(WorldgymError, ValueError):
+    """A run's policy cannot be exported (``worldgym export``): the run kept nothing to rebuild it from, or a
+    checkpoint does not fit what it kept; the message names the run and how to export another way."""
+
+
+__all__ += ["ExportError"]

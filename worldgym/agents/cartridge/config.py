@@ -9,6 +9,7 @@ from worldgym.agents.cartridge.losses import KLKind
 from worldgym.agents.llm.models import TINY_SIZES
 from worldgym.config import check_choice, check_device, check_field, check_positive_int, check_range
 from worldgym.precision import Precision, check_precision
+from worldgym.tracking import check_report_to
 
 __all__ = ["CartridgeDistillConfig", "DistillMode"]
 
@@ -84,6 +85,8 @@ class CartridgeDistillConfig:
             ``DEFAULT_MMAP_THRESHOLD``): freed activations then leave the process instead of piling up in
             malloc's heap, at the cost of fresh pages for every large tensor (``cpu_allocator_memory.py``: a
             SmolLM2 backward held ~9x less memory, and took longer). None (default) leaves malloc as it is.
+        report_to: where metrics also go besides ``metrics.jsonl`` (TRL's name): "none", "tensorboard", "wandb",
+            "all" or a list of them (:mod:`worldgym.tracking`; needs the ``tracking`` extra).
         progress: show a progress bar.
     """
 
@@ -119,6 +122,7 @@ class CartridgeDistillConfig:
     device: str = "cpu"
     dtype: Precision = "float32"
     cpu_mmap_threshold: int | None = None
+    report_to: str | list[str] = "none"
     progress: bool = True
 
     def __post_init__(self) -> None:
@@ -133,6 +137,7 @@ class CartridgeDistillConfig:
         check_range("temperature", self.temperature, 0, None, low_open=True)
         for name in ("eval_every", "checkpoint_every", "offline_steps"):
             check_range(name, getattr(self, name), 0, None)
+        check_report_to(self.report_to)
         check_field(self.mode != "hybrid" or 0 < self.offline_steps < self.num_steps, "offline_steps",
                     self.offline_steps, f"use 1..{self.num_steps - 1} for mode='hybrid' (then on-policy steps)")
         for name in ("env_kwargs", "warmup_env_kwargs"):

@@ -52,6 +52,7 @@ from worldgym.checkpointing import LAST_CHECKPOINT, load_checkpoint, load_latest
 from worldgym.errors import CartridgeError, CheckpointError
 from worldgym.jsonl import append_jsonl, read_jsonl, truncate_jsonl
 from worldgym.precision import autocast, cast_for_training, dtype_name, resolve_dtype
+from worldgym.tracking import Tracker, make_tracker
 
 __all__ = ["CartridgeDistillTrainer", "teacher_warm_start_config"]
 
@@ -125,6 +126,7 @@ class CartridgeDistillTrainer:
         self.step = 0
         self.output_dir = Path(config.output_dir)
         self.history: list[dict[str, Any]] = []
+        self.tracker: Tracker | None = None  # config.report_to's backends, opened by train()
 
     # ---------------------------------------------------------------- setup
     def _model_and_tokenizer(self, model, tokenizer):
@@ -215,6 +217,8 @@ class CartridgeDistillTrainer:
         ``metrics.jsonl``), evaluation rows (``eval/*``) at the start, every ``eval_every`` steps and the end."""
         c = self.config
         self.output_dir.mkdir(parents=True, exist_ok=True)
+        if self.tracker is None:
+            self.tracker = make_tracker(c.report_to, self.output_dir, c.to_dict(), self.step or None)
         if self.step == 0:
             (self.output_dir / "metrics.jsonl").unlink(missing_ok=True)
             self.history = []
@@ -371,6 +375,8 @@ class CartridgeDistillTrainer:
         metrics["dtype"] = dtype_name(self.dtype)
         self.history.append(metrics)
         append_jsonl(self.output_dir / "metrics.jsonl", metrics)
+        if self.tracker is not None:
+            self.tracker.log(metrics, metrics["step"])
         if self.config.progress and "eval/accuracy_cartridge" in metrics:
             tqdm.write(f"step {metrics['step']:4d}  held-out accuracy: none {metrics['eval/accuracy_none']:.3f}, "
                        f"cartridge {metrics['eval/accuracy_cartridge']:.3f}, teacher "
@@ -408,7 +414,10 @@ class CartridgeDistillTrainer:
         return load_latest(self.output_dir, self.load)
 
     def close(self) -> None:
-        """Nothing to release: the envs live for one collection."""
+        """Close the trackers (the envs live for one collection)."""
+        if self.tracker is not None:
+            self.tracker.close()
+            self.tracker = None
 
 
 @dataclass(frozen=True)

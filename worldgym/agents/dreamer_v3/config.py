@@ -17,6 +17,8 @@ from worldgym.config import (
     renamed_fields,
 )
 from worldgym.precision import Precision, check_precision, resolve_dtype
+from worldgym.retention import check_retention
+from worldgym.tracking import check_report_to
 
 SizeName = Literal["tiny", "XS", "S", "M"]
 ObsKind = Literal["vector", "pixels"]
@@ -271,9 +273,13 @@ class DreamerConfig:
             computes it natively, else float32).
         log_every (int): policy steps between two JSONL metric lines.
         checkpoint_every (int): policy steps between two checkpoints (0 = only at the end).
+        save_total_limit (int | None): checkpoints (``checkpoint-<iteration>``) kept, the newest (None: all;
+            :mod:`worldgym.retention`).
         output_dir (str): the run folder: metrics, checkpoints and failure bundles.
         engine (EngineName): ``cpu`` (deterministic, one thread) or ``async`` (actor and learner threads).
         eval_episodes (int): episodes of :meth:`DreamerTrainer.evaluate`.
+        report_to (str | list[str]): where metrics also go besides ``metrics.jsonl`` (TRL's name): "none",
+            "tensorboard", "wandb", "all" or a list of them (:mod:`worldgym.tracking`; needs the ``tracking`` extra).
         progress (bool): show a progress bar.
     """
 
@@ -291,9 +297,11 @@ class DreamerConfig:
     dtype: Precision = "float32"
     log_every: int = 500
     checkpoint_every: int = 0
+    save_total_limit: int | None = None
     output_dir: str = "runs/dreamer_v3"
     engine: EngineName = "cpu"
     eval_episodes: int = 10
+    report_to: str | list[str] = "none"
     progress: bool = True
 
     def __post_init__(self) -> None:
@@ -303,6 +311,8 @@ class DreamerConfig:
         check_choice("engine", self.engine, ("cpu", "async"))
         check_precision("dtype", self.dtype)
         check_field(self.checkpoint_every >= 0, "checkpoint_every", self.checkpoint_every, "use a value >= 0")
+        check_retention(self.save_total_limit)
+        check_report_to(self.report_to)
         check_field(
             self.checkpoint_every == 0 or self.checkpoint_every >= self.num_envs,
             "checkpoint_every",

@@ -115,8 +115,11 @@ class DreamerTrainer:
         return load_latest(self.config.output_dir, self.load)
 
     def close(self) -> None:
-        """Close the training env."""
+        """Close the training env and the trackers."""
         self.env.close()
+        if self.engine.core.tracker is not None:
+            self.engine.core.tracker.close()
+            self.engine.core.tracker = None
 
 
 @torch.no_grad()

@@ -34,7 +34,7 @@ from worldgym.envs.csr_phone.phrases import TASK_COMPLETE
 from worldgym.spaces import ToolCall, ToolCallSpace
 from worldgym.wrappers.tool_call_text import parse_tool_call
 
-__all__ = ["UNRECOGNISED", "PhoneCallImagination", "imagined_groups"]
+__all__ = ["UNRECOGNISED", "PhoneCallImagination", "imagined_groups", "reply_opening"]
 
 PHONE_TOOL = "make_phone_call"
 UNRECOGNISED = "unrecognised"  # response type of an imagined reply that follows no template
@@ -61,11 +61,7 @@ class PhoneCallImagination:
                              f"{list(action_space.tools)}")
         self.model, self.tokenizer, self.config, self.action_space = model, tokenizer, config, action_space
         self.count = imagined_groups(config.prompts_per_step, config.imagined_fraction)
-        if config.transfer == "echo":
-            self.opening, stop = _tool_turn_opening(tokenizer), tokenizer.eos_token_id
-        else:
-            predict, start, stop = wm_token_ids(tokenizer)
-            self.opening = [predict, start]
+        self.opening, stop = reply_opening(tokenizer, config)
         self.engine = HFEngine(model, tokenizer.pad_token_id, [stop], dtype=dtype)  # its own KV caches
         self._calls = 0
         # per imagined episode (by id, with a weak reference to tell it from a later one): see _shadow_step
@@ -136,6 +132,16 @@ def _imagined_step(text: str, turn: int, real_response_type: str | None) -> Step
     if real_response_type is not None:
         info["real_response_type"] = real_response_type
     return text, float(complete), complete, False, info
+
+
+def reply_opening(tokenizer: PreTrainedTokenizerBase, config: DualLoRAConfig) -> tuple[list[int], int]:
+    """The tokens after a phone call that make the world model write the reply, and the token ending it: the
+    markers ``<|predict_csr|> <|csr|>`` and ``<|/csr|>``, or under ``transfer="echo"`` the chat's tool-turn
+    opening and eos."""
+    if config.transfer == "echo":
+        return _tool_turn_opening(tokenizer), tokenizer.eos_token_id
+    predict, start, stop = wm_token_ids(tokenizer)
+    return [predict, start], stop
 
 
 def _tool_turn_opening(tokenizer: PreTrainedTokenizerBase) -> list[int]:

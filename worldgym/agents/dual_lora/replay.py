@@ -45,11 +45,11 @@ class PhoneCallReplay:
 
     # ---------------------------------------------------------------- checkpoints
     def state(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
-        """Token ids as one flat int tensor (safetensors) and the rest as JSON."""
+        """Token ids as one flat int32 tensor (safetensors) and the rest as JSON."""
         items = list(self._items)
         tokens = [t for _, example in items for t in example.token_ids]
         tensors = {
-            "tokens": torch.tensor(tokens, dtype=torch.int64),
+            "tokens": torch.tensor(tokens, dtype=torch.int32),  # half of int64 (the replay is most of a checkpoint)
             "lengths": torch.tensor([len(e.token_ids) for _, e in items], dtype=torch.int64),
             "target_starts": torch.tensor([e.target_start for _, e in items], dtype=torch.int64),
             "steps": torch.tensor([step for step, _ in items], dtype=torch.int64),

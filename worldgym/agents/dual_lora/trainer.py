@@ -19,12 +19,13 @@ from peft import PeftModel
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from worldgym.agents.dual_lora.config import WM_SPECIAL_TOKENS, DualLoRAConfig
-from worldgym.agents.dual_lora.imagination import PhoneCallImagination
+from worldgym.agents.dual_lora.imagination import PhoneCallImagination, reply_opening
 from worldgym.agents.dual_lora.objective import WorldModelObjective
+from worldgym.agents.dual_lora.transcripts import add_predicted_replies
 from worldgym.agents.grpo.rewards import EpisodeRewardFn
 from worldgym.agents.grpo.trainer import GRPOTrainer
 from worldgym.agents.llm.adapters import activate_adapters, save_adapter_flat, seeded_lora
-from worldgym.agents.llm.engines import GenerationEngine
+from worldgym.agents.llm.engines import GenerationEngine, HFEngine
 from worldgym.agents.llm.rollout import Episode
 
 __all__ = ["DualLoRATrainer", "attach_adapters", "wm_success_correlation"]
@@ -89,6 +90,7 @@ class DualLoRATrainer(GRPOTrainer):
             self.collector.step_override = PhoneCallImagination(
                 self.policy, self.tokenizer, config, self.make_env().unwrapped.action_space, self.dtype)
         self._ratio_outside = False
+        self._reply_engine: HFEngine | None = None  # the world model's replies in transcripts, built on first use
 
     def _make_optimizer(self) -> torch.optim.Optimizer:
         """One AdamW over both adapters; with ``wm_learning_rate`` the world model's tensors are a second
@@ -150,6 +152,16 @@ class DualLoRATrainer(GRPOTrainer):
                                "gradient clip (tune wm_coef or the schedule)", self.step, ratio, low, high)
             self._ratio_outside = outside
         return metrics
+
+    def transcript_records(self, episodes: list[Episode]) -> list[dict[str, Any]]:
+        """The GRPO transcript lines, each real phone call's answer with the world model's ``predicted_reply``
+        beside it (greedy, from the conversation up to the call)."""
+        records = super().transcript_records(episodes)
+        if self._reply_engine is None:  # its own KV caches, stopping at the end of a reply
+            stop = reply_opening(self.tokenizer, self.config)[1]
+            self._reply_engine = HFEngine(self.policy, self.tokenizer.pad_token_id, [stop], dtype=self.dtype)
+        add_predicted_replies(records, episodes, self.policy, self.tokenizer, self.config, self._reply_engine)
+        return records
 
     def save_policy_adapter(self, path: str | Path) -> Path:
         """The policy adapter alone, as a flat PEFT folder (what a vLLM ``LoRARequest`` or

@@ -12,6 +12,9 @@ from worldgym.agents.llm.losses import AdvantageNorm, Aggregation
 from worldgym.agents.llm.pretrained import DEFAULT_LORA_TARGETS
 from worldgym.config import check_choice, check_device, check_field, check_positive_int, check_range
 from worldgym.precision import Precision, check_precision, resolve_dtype
+from worldgym.retention import check_retention
+from worldgym.tracking import check_report_to
+from worldgym.transcripts import LogEpisodes, check_log_episodes
 
 __all__ = ["GRPOConfig"]
 
@@ -105,6 +108,17 @@ class GRPOConfig:
         eval_every: steps between validations (0 = none).
         eval_episodes: validation episodes (0 = none).
         checkpoint_every: steps between checkpoints (0 = only at the end).
+        save_total_limit: step checkpoints (``checkpoint-<n>``) kept, the newest (None: all);
+            ``checkpoint-last`` and ``checkpoint-best`` come on top (:mod:`worldgym.retention`).
+        metric_for_best_model: the validation metric whose best value so far is saved as ``checkpoint-best``
+            (and recorded in ``results.json``); None: no best checkpoint.
+        greater_is_better: whether a larger ``metric_for_best_model`` is better.
+        log_episodes: which episodes go to transcripts (:mod:`worldgym.transcripts`; ``worldgym runs show``):
+            "validation" (every validation's, to ``episodes/step-<n>.jsonl``), "all" (also a few sampled training
+            episodes per step, to ``episodes/train-step-<n>.jsonl``) or "none".
+        report_to: where metrics also go besides ``metrics.jsonl`` (TRL's name): "none", "tensorboard",
+            "wandb", "all" or a list of them (:mod:`worldgym.tracking`; needs the ``tracking`` extra); every
+            validation also logs a table of its episodes there.
         progress: show a progress bar.
         runtime: where training rollouts run: "local" (the trainer's process) or "ray" (rollout workers,
             worldgym.agents.llm.ray_rollouts.RayRollouts; validation stays in the trainer's process).
@@ -181,6 +195,11 @@ class GRPOConfig:
     eval_every: int = 10
     eval_episodes: int = 32
     checkpoint_every: int = 0
+    save_total_limit: int | None = None
+    metric_for_best_model: str | None = "eval/success_rate"
+    greater_is_better: bool = True
+    log_episodes: LogEpisodes = "validation"
+    report_to: str | list[str] = "none"
     progress: bool = True
 
     runtime: Literal["local", "ray"] = "local"
@@ -217,6 +236,9 @@ class GRPOConfig:
                     "use > 0 for training rollouts (greedy groups are all identical, so every advantage would be "
                     "0); validation already decodes greedily")
         check_range("top_p", self.top_p, 0, 1, low_open=True)
+        check_retention(self.save_total_limit)
+        check_log_episodes(self.log_episodes)
+        check_report_to(self.report_to)
         check_range("learning_rate", self.learning_rate, 0, None, low_open=True)
         check_range("grad_clip", self.grad_clip, 0, None, low_open=True)
         longest = self.max_new_tokens * self.max_turns

@@ -31,6 +31,7 @@ from worldgym.agents.llm.checkpoint import CheckpointError, load_checkpoint, sav
 from worldgym.agents.llm.engines import GenerationEngine, HFEngine, SamplingParams
 from worldgym.agents.llm.envs import make_text_env
 from worldgym.agents.llm.evaluation import VALIDATION_SEEDS_START, episode_metrics
+from worldgym.agents.llm.export import save_policy_base
 from worldgym.agents.llm.loading import build_or_load_chat_model
 from worldgym.agents.llm.losses import (
     dynamic_sampling_mask,
@@ -43,9 +44,13 @@ from worldgym.agents.llm.rollout import Episode, RolloutCollector, collate_episo
 from worldgym.agents.llm.runtime import LocalRollouts, RolloutBatch, RolloutRuntime
 from worldgym.agents.llm.scoring import score_tokens
 from worldgym.agents.llm.tokenizer import env_text_corpus
-from worldgym.checkpointing import LAST_CHECKPOINT, load_latest, step_checkpoint
+from worldgym.agents.llm.transcripts import episode_record
+from worldgym.checkpointing import LAST_CHECKPOINT, load_latest
 from worldgym.jsonl import append_jsonl, truncate_jsonl
 from worldgym.precision import autocast, cast_for_training, dtype_name, recomputes_old_logprobs, resolve_dtype
+from worldgym.retention import CheckpointKeeper
+from worldgym.tracking import Tracker, make_tracker
+from worldgym.transcripts import TRAIN_EPISODES_PER_STEP, write_transcript
 
 if TYPE_CHECKING:
     from worldgym.distributed.data_parallel import DataParallelLearner
@@ -184,8 +189,12 @@ class GRPOTrainer:
         self.parallel = _data_parallel_learner(self)  # learner "ddp"/"fsdp": this rank's part of the updates
         self.step = 0
         self.output_dir = Path(config.output_dir)
+        self.checkpoints = CheckpointKeeper(self.output_dir, config.save_total_limit, config.metric_for_best_model,
+                                            config.greater_is_better, prunes=self.is_main)
         self.history: list[dict[str, Any]] = []
         self.last_episode_success: list[float] = []  # each episode's success in the last evaluate(), seed order
+        self._episodes: dict[str, list[Episode]] = {}  # the newest validation's and training step's, for transcripts
+        self.tracker: Tracker | None = None  # config.report_to's backends, opened by train()
 
     # ---------------------------------------------------------------- setup
     def _model_and_tokenizer(self, model, tokenizer):
@@ -266,22 +275,34 @@ class GRPOTrainer:
         main = self.is_main
         until = config.num_steps if until is None else min(until, config.num_steps)
         self.output_dir.mkdir(parents=True, exist_ok=True)
-        if self.step == 0 and not self.history:  # a fresh run starts a fresh log; a resumed (or continued)
-            # one appends
+        fresh = self.step == 0 and not self.history
+        if main and self.tracker is None:
+            self.tracker = make_tracker(config.report_to, self.output_dir, config.to_dict(),
+                                        None if fresh else self.step)
+        if fresh:  # a fresh run starts a fresh log; a resumed (or continued) one appends
             if main:
                 (self.output_dir / "metrics.jsonl").write_text("")
+                if config.learner != "fsdp":  # what `worldgym export` rebuilds (FSDP holds only shards here)
+                    save_policy_base(self.output_dir, self.policy, self.tokenizer)
             validation = self._validate() if config.eval_every else {}
             if main and config.eval_every:
                 self._log({"step": 0, **validation})
+                self._write_transcripts(validated=True)
+                if self.parallel is None:
+                    self.checkpoints.save_best(self.history, self.save)
         with tqdm(total=config.num_steps, initial=self.step, desc="grpo", disable=not (config.progress and main)
                   ) as bar:
             while self.step < until:
                 metrics = self.train_step()
-                if config.eval_every and self.step % config.eval_every == 0:
+                validated = bool(config.eval_every) and self.step % config.eval_every == 0
+                if validated:
                     metrics.update(self._validate())
                 self._log(metrics)
+                self._write_transcripts(validated)
                 if config.checkpoint_every and self.step % config.checkpoint_every == 0:
-                    self.save(step_checkpoint(self.output_dir, self.step))
+                    self.checkpoints.save_step(self.step, self.save)
+                if self.parallel is None:  # a data-parallel group keeps no best checkpoint: ranks would disagree
+                    self.checkpoints.save_best(self.history, self.save)
                 bar.update(1)
                 bar.set_postfix(reward=f"{metrics['rollout/reward_mean']:.3f}")
         self.save(self.output_dir / LAST_CHECKPOINT)
@@ -293,6 +314,7 @@ class GRPOTrainer:
         rollout workers generate while the learner trains."""
         start = time.perf_counter()
         episodes, rollout_metrics = self.collect_batch()
+        self._episodes["train"] = episodes
         rollout_end = time.perf_counter()
         rollout_time = rollout_end - start
         prepared = self.prepare(episodes)
@@ -658,6 +680,7 @@ class GRPOTrainer:
         ``last_episode_success``."""
         episodes = self.validation_episodes(env, num_episodes)
         self.last_episode_success = [float(episode.success) for episode in episodes]
+        self._episodes["validation"] = episodes
         return self.evaluation_metrics(episodes)
 
     def validation_episodes(
@@ -695,16 +718,43 @@ class GRPOTrainer:
         if not self.is_main:
             return
         append_jsonl(self.output_dir / "metrics.jsonl", metrics)
+        if self.tracker is not None:
+            self.tracker.log(metrics, metrics["step"])
         shown = [f"{key[5:]} {metrics[key]:.3f}" for key in _PRINTED_EVAL_KEYS if key in metrics]
         if self.config.progress and shown:  # validation figures as they move, above the progress bar
             success = _rollout_success_since_last_validation(self.history)
             training = f"  | training tasks: success {np.mean(success):.3f}" if success else ""
             tqdm.write(f"step {metrics['step']:4d}  validation: " + ", ".join(shown) + training)
 
+    def _write_transcripts(self, validated: bool) -> None:
+        """The transcripts ``config.log_episodes`` asks for at this step: the validation's episodes (when it
+        validated; also as a table to ``report_to``) and, with "all", the first :data:`TRAIN_EPISODES_PER_STEP` of
+        the step's training episodes."""
+        mode = self.config.log_episodes
+        if not self.is_main:
+            return
+        if validated and "validation" in self._episodes:
+            records = self.transcript_records(self._episodes.pop("validation"))
+            if mode != "none":
+                write_transcript(self.output_dir, self.step, records)
+            if self.tracker is not None:  # the sample-episodes table of report_to
+                self.tracker.log_episodes(records, self.step)
+        if mode == "all" and "train" in self._episodes:
+            sampled = self._episodes.pop("train")[:TRAIN_EPISODES_PER_STEP]
+            records = [episode_record(e, self.tokenizer, i) for i, e in enumerate(sampled)]
+            write_transcript(self.output_dir, self.step, records, training=True)
+
+    def transcript_records(self, episodes: list[Episode]) -> list[dict[str, Any]]:
+        """The transcript lines of validation ``episodes`` (a subclass may add to them)."""
+        return [episode_record(episode, self.tokenizer, index) for index, episode in enumerate(episodes)]
+
     def close(self) -> None:
         """Close the training vector env (its subprocesses, with ``vectorization_mode="async"``) or the Ray
-        rollout workers."""
+        rollout workers, and the trackers."""
         self.rollouts.close()
+        if self.tracker is not None:
+            self.tracker.close()
+            self.tracker = None
 
     def save(self, path: str | Path) -> Path:
         """Trainable weights + optimizer (safetensors) and step, RNG and config (JSON). Under a data-parallel
@@ -733,6 +783,8 @@ class GRPOTrainer:
             return None
         log = self.output_dir / "metrics.jsonl"
         self.history = [json.loads(line) for line in log.read_text().splitlines()] if log.is_file() else []
+        # a kill after the newest checkpoint: its pruning and best checkpoint (none under a data-parallel group)
+        self.checkpoints.resumed(self.history, self.save if self.parallel is None else None)
         return path
 
     def load(self, path: str | Path) -> None:

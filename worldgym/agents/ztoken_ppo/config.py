@@ -7,6 +7,7 @@ from typing import Any, Literal, get_args
 
 from worldgym.config import check_choice, check_field, check_positive_int, renamed_fields
 from worldgym.precision import Precision, check_precision
+from worldgym.tracking import check_report_to
 
 DigitActions = Literal["sample", "greedy"]
 AdvantageMode = Literal["terminal", "gae"]
@@ -184,6 +185,8 @@ class ZTokenPPOConfig:
             ratio is exactly 1; logs the mean and max gap to the rollout's (``precision/logprob_gap_mean|max``).
             None: on under bfloat16 (the rollout batches its steps otherwise than the update, and bf16 kernels
             may round other batch shapes differently), off in float32.
+        report_to (str | list[str]): where metrics also go besides ``metrics.jsonl`` (TRL's name): "none",
+            "tensorboard", "wandb", "all" or a list of them (:mod:`worldgym.tracking`; needs the ``tracking`` extra).
         progress (bool): show a tqdm bar.
     """
 
@@ -218,6 +221,7 @@ class ZTokenPPOConfig:
     device: str = "cpu"
     dtype: Precision = "float32"
     recompute_old_logprobs: bool | None = None
+    report_to: str | list[str] = "none"
     progress: bool = True
 
     def __post_init__(self) -> None:
@@ -237,6 +241,7 @@ class ZTokenPPOConfig:
             "checkpoint_every",
         ):
             check_positive_int(name, getattr(self, name))
+        check_report_to(self.report_to)
         check_field(
             self.episodes_per_rollout % self.num_envs == 0,
             "episodes_per_rollout",

@@ -35,6 +35,7 @@ from worldgym.agents.ztoken_ppo.rollout import (
 from worldgym.checkpointing import LAST_CHECKPOINT, load_latest
 from worldgym.jsonl import append_jsonl, read_jsonl, truncate_jsonl
 from worldgym.precision import autocast, cast_for_training, dtype_name, recomputes_old_logprobs, resolve_dtype
+from worldgym.tracking import Tracker, make_tracker
 
 METRICS_FILE = "metrics.jsonl"
 ROLLOUTS_FILE = "rollouts.jsonl"
@@ -96,6 +97,7 @@ class ZTokenPPOTrainer:
         self.env_steps = 0
         self.output_dir = Path(config.output_dir)
         self.history: list[dict[str, Any]] = []
+        self.tracker: Tracker | None = None  # config.report_to's backends, opened by train()
 
     def _initial_policy(self) -> tuple[ZTokenPolicy, ObservationEncoder]:
         """The policy of ``config.init_checkpoint``, else a fresh one of ``config.model``."""
@@ -326,13 +328,18 @@ class ZTokenPPOTrainer:
         return envs
 
     def close(self) -> None:
-        """Close the training vector env."""
+        """Close the training vector env and the trackers."""
         self.envs.close()
+        if self.tracker is not None:
+            self.tracker.close()
+            self.tracker = None
 
     def _log(self, metrics: dict[str, Any], episodes: list[ZTokenEpisode] | None) -> None:
         metrics["dtype"] = dtype_name(self.dtype)
         self.history.append(metrics)
         append_jsonl(self.output_dir / METRICS_FILE, metrics)
+        if self.tracker is not None:
+            self.tracker.log(metrics, metrics["step"])
         if episodes is not None and self.config.log_rollouts:
             records = [{"rollout": metrics["step"], **e.to_record(self.vocab)} for e in episodes]
             append_jsonl(self.output_dir / ROLLOUTS_FILE, *records)
@@ -348,6 +355,9 @@ class ZTokenPPOTrainer:
         """
         cfg = self.config
         self.output_dir.mkdir(parents=True, exist_ok=True)
+        if self.tracker is None:
+            resumed = None if self.rollout_index == 0 else self.rollout_index
+            self.tracker = make_tracker(cfg.report_to, self.output_dir, cfg.to_dict(), resumed)
         if self.rollout_index == 0:
             for name in (METRICS_FILE, ROLLOUTS_FILE):
                 (self.output_dir / name).unlink(missing_ok=True)

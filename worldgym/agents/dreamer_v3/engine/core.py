@@ -31,10 +31,11 @@ from worldgym.agents.dreamer_v3.metrics import check_batch, check_metrics, to_fl
 from worldgym.agents.dreamer_v3.policy import DreamerPolicy
 from worldgym.agents.dreamer_v3.replay import ReplayRing, dreamer_schema
 from worldgym.agents.dreamer_v3.scheduler import TrainSchedule
-from worldgym.checkpointing import step_checkpoint
 from worldgym.errors import CheckpointError
 from worldgym.jsonl import append_jsonl, truncate_jsonl
 from worldgym.precision import dtype_name
+from worldgym.retention import CheckpointKeeper
+from worldgym.tracking import Tracker, make_tracker
 
 
 @dataclass
@@ -113,6 +114,7 @@ class EngineCore:
         with torch.random.fork_rng(devices=[]):  # seeded init without touching the caller's global RNG
             torch.manual_seed(cfg.seed)
             self.learner = DreamerLearner(cfg, obs_shape, self.runner.action_dim).to(self.device)
+        self.obs_shape = tuple(obs_shape)
         self.policy = DreamerPolicy(self.learner, cfg.num_envs).to(self.device)
         s = cfg.schedule
         self.schedule = TrainSchedule(
@@ -126,6 +128,9 @@ class EngineCore:
         self.total_iters = max(1, cfg.num_steps // cfg.num_envs)
         self.run_dir = Path(cfg.output_dir)
         self.metrics_path = self.run_dir / "metrics.jsonl"
+        self.checkpoints = CheckpointKeeper(self.run_dir, cfg.save_total_limit)
+        self.tracker: Tracker | None = None  # config.report_to's backends, opened by the first log()
+        self._resumed_step: int | None = None  # the policy step resume() continued from
         self.episodes_path = self.run_dir / "episodes.jsonl"  # one line per finished episode
         self._metric_sums: dict[str, torch.Tensor] = {}
         self._metric_count = 0
@@ -258,12 +263,18 @@ class EngineCore:
             check_metrics(means, self.run_dir, {"policy_step": policy_step}, {})
             record |= means
         record |= extra or {}
-        append_jsonl(self.metrics_path, {k: to_float(v) for k, v in record.items()})
+        row = {k: to_float(v) for k, v in record.items()}
+        append_jsonl(self.metrics_path, row)
+        if self.tracker is None:
+            self.tracker = make_tracker(self.cfg.report_to, self.run_dir, self.cfg.to_dict(), self._resumed_step)
+        if self.tracker is not None:
+            self.tracker.log(row, int(row["step"]))
         self._metric_sums, self._metric_count, self._sampled = {}, 0, [None, None]
         return {k: v.item() if isinstance(v, torch.Tensor) else v for k, v in record.items()}
 
     def save(self, directory: str | Path | None = None) -> Path:
-        """Checkpoint into ``directory`` (default ``run_dir/checkpoint-<iteration>``)."""
+        """Checkpoint into ``directory`` (default ``run_dir/checkpoint-<iteration>``, keeping the newest
+        ``save_total_limit`` of those)."""
         c = self.counters
         state = {
             "config": self.cfg.to_dict(),
@@ -277,14 +288,21 @@ class EngineCore:
             "recent_lengths": c.recent_lengths,
             "schedule": self.schedule.state_dict(),
             "next_episode_id": self.runner._next_episode,
+            "obs_shape": list(self.obs_shape),  # what an exported policy is rebuilt with
+            "action_dim": self.runner.action_dim,
         }
-        directory = Path(directory) if directory is not None else step_checkpoint(self.run_dir, c.iter_num)
         env, actor = None, None
         if self.state_saving_env is not None and not self._needs_reset:  # episodes in progress: keep them
             env = self.state_saving_env
             actor = {f"runner.{k}": v for k, v in self.runner.state_dict().items()}
             actor |= {f"policy.{k}": v for k, v in self.policy.filter_state().items()}
-        return save_checkpoint(directory, self.learner, self.replay, self.generators, state, env, actor, c.iter_num)
+
+        def write(path: Path) -> Path:
+            return save_checkpoint(path, self.learner, self.replay, self.generators, state, env, actor, c.iter_num)
+
+        if directory is None:  # a step checkpoint, then the pruning of those beyond save_total_limit
+            return self.checkpoints.save_step(c.iter_num, write)
+        return write(Path(directory))
 
     def resume(self, directory: str | Path) -> None:
         """Continue the run saved in ``directory``: networks, optimisers, replay, Ratio and generators, and the
@@ -314,6 +332,8 @@ class EngineCore:
         # lines logged after this checkpoint (before a crash) would otherwise appear twice
         truncate_jsonl(self.metrics_path, "policy_step", c.iter_num * self.cfg.num_envs)
         truncate_jsonl(self.episodes_path, "policy_step", c.iter_num * self.cfg.num_envs)
+        self.checkpoints.resumed([])  # a kill between a checkpoint and its pruning: prune now
+        self._resumed_step = c.iter_num * self.cfg.num_envs
 
 
 def _unprefixed(tensors: dict[str, torch.Tensor], prefix: str) -> dict[str, torch.Tensor]:

@@ -1,0 +1,143 @@
+"""Checkpoint retention of a run folder: the newest ``save_total_limit`` step checkpoints, ``checkpoint-last`` and
+``checkpoint-best`` (Hugging Face's ``save_total_limit`` / ``metric_for_best_model`` / ``greater_is_better``).
+
+Every trainer that saves ``checkpoint-<n>`` folders saves them through one :class:`CheckpointKeeper`, so pruning
+works alike for all. Pruning is kill-safe: it starts only once the newest step checkpoint has been saved, keeps
+the newest ``save_total_limit`` step checkpoints whose manifests verify (a damaged one never counts as kept),
+and deletes an old one by first renaming it to ``<name>.deleting`` (which no reader takes for a checkpoint)
+and only then removing its files; a later prune removes what a kill left half deleted.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from worldgym.checkpointing import crash_point, fsync_directory, is_complete, run_checkpoints, step_checkpoint
+from worldgym.config import check_field
+from worldgym.run_folder import BEST_CHECKPOINT, update_results
+
+__all__ = ["BEST_CHECKPOINT", "DELETING", "CheckpointKeeper", "check_retention", "is_new_best",
+           "prune_checkpoints"]
+
+
+DELETING = ".deleting"  # suffix of a pruned checkpoint while its files are removed
+
+
+def check_retention(save_total_limit: int | None) -> None:
+    """Raise :class:`~worldgym.errors.ConfigError` unless ``save_total_limit`` is None (keep every checkpoint)
+    or an integer >= 1.
+
+    >>> check_retention(0)
+    Traceback (most recent call last):
+    worldgym.errors.ConfigError: save_total_limit=0 is invalid: use None (keep every step checkpoint) or an integer >= 1
+    """
+    ok = save_total_limit is None or (isinstance(save_total_limit, int) and not isinstance(save_total_limit, bool)
+                                      and save_total_limit >= 1)
+    check_field(ok, "save_total_limit", save_total_limit, "use None (keep every step checkpoint) or an integer >= 1")
+
+
+def prune_checkpoints(run_dir: str | Path, save_total_limit: int | None) -> list[Path]:
+    """Delete the step checkpoints (``checkpoint-<n>``) of ``run_dir`` older than its newest ``save_total_limit``
+    complete ones; ``checkpoint-last`` and ``checkpoint-best`` are never touched. Returns the deleted folders.
+
+    A step checkpoint counts as kept only when its manifest and every file it lists verify, so a kill at any
+    moment leaves at least ``save_total_limit`` loadable step checkpoints (or every one there was).
+    """
+    run_dir = Path(run_dir)
+    for leftover in run_dir.glob(f"checkpoint-*{DELETING}"):  # a prune a kill cut short
+        shutil.rmtree(leftover, ignore_errors=True)
+    if save_total_limit is None:
+        return []
+    numbered = sorted((_step_of(folder), folder) for folder in run_checkpoints(run_dir) if _step_of(folder) >= 0)
+    kept, deleted = 0, []
+    for _, folder in reversed(numbered):
+        if kept < save_total_limit:
+            kept += is_complete(folder)
+            continue
+        deleted.append(_delete(folder))
+    return deleted
+
+
+def _step_of(folder: Path) -> int:
+    """The number in ``checkpoint-<n>`` (or its ``.old``), -1 for ``checkpoint-last``."""
+    suffix = folder.name.removesuffix(".old").rsplit("-", 1)[1]
+    return int(suffix) if suffix.isdigit() else -1
+
+
+def _delete(folder: Path) -> Path:
+    aside = folder.with_name(folder.name.removesuffix(".old") + DELETING)
+    folder.rename(aside)
+    fsync_directory(folder.parent)
+    crash_point("pruning")
+    shutil.rmtree(aside)
+    return folder
+
+
+def is_new_best(history: Sequence[dict[str, Any]], metric: str, greater_is_better: bool = True) -> bool:
+    """Whether the newest row of ``history`` holds ``metric`` and beats it in every earlier row (strictly: a tie
+    keeps the earlier checkpoint).
+
+    >>> is_new_best([{"eval/success_rate": 0.2}, {"loss": 1.0}, {"eval/success_rate": 0.5}], "eval/success_rate")
+    True
+    >>> is_new_best([{"eval/success_rate": 0.5}, {"eval/success_rate": 0.5}], "eval/success_rate")
+    False
+    """
+    if not history or metric not in history[-1]:
+        return False
+    value = history[-1][metric]
+    earlier = [row[metric] for row in history[:-1] if metric in row]
+    return all(value > other if greater_is_better else value < other for other in earlier)
+
+
+@dataclass
+class CheckpointKeeper:
+    """Where a trainer's checkpoints go and which stay.
+
+    Args:
+        run_dir: the run folder.
+        save_total_limit: step checkpoints kept (None: every one); ``checkpoint-last`` and
+            ``checkpoint-best`` come on top.
+        metric_for_best_model: the validation metric that picks ``checkpoint-best`` (None: no best checkpoint).
+        greater_is_better: whether a larger ``metric_for_best_model`` is better.
+        prunes: whether this process prunes (False on the ranks of a data-parallel group that save collectively
+            but do not write).
+    """
+
+    run_dir: Path
+    save_total_limit: int | None = None
+    metric_for_best_model: str | None = None
+    greater_is_better: bool = True
+    prunes: bool = True
+
+    def save_step(self, step: int, save: Callable[[Path], Any]) -> Path:
+        """``save(run_dir/checkpoint-<step>)``, then prune the step checkpoints beyond ``save_total_limit``."""
+        path = step_checkpoint(self.run_dir, step)
+        save(path)
+        if self.prunes:
+            prune_checkpoints(self.run_dir, self.save_total_limit)
+        return path
+
+    def resumed(self, history: Sequence[dict[str, Any]], save: Callable[[Path], Any] | None = None) -> None:
+        """Finish what a kill cut short once a trainer resumed its newest checkpoint: the pruning after it, and
+        (given ``save``) its ``checkpoint-best`` when the last row of ``history`` is the best so far."""
+        if self.prunes:
+            prune_checkpoints(self.run_dir, self.save_total_limit)
+        if save is not None:
+            self.save_best(history, save)
+
+    def save_best(self, history: Sequence[dict[str, Any]], save: Callable[[Path], Any]) -> Path | None:
+        """When the newest row of ``history`` is the best validation so far, ``save(run_dir/checkpoint-best)``
+        and record it in ``results.json`` (``best_checkpoint``: step, metric, value); the folder, else None."""
+        metric = self.metric_for_best_model
+        if metric is None or not is_new_best(history, metric, self.greater_is_better):
+            return None
+        path = self.run_dir / BEST_CHECKPOINT
+        save(path)
+        row = history[-1]
+        update_results(self.run_dir, {"best_checkpoint": {"path": BEST_CHECKPOINT, "step": row.get("step"),
+                                                          "metric": metric, "value": row[metric]}})
+        return path
