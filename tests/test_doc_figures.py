@@ -9,6 +9,13 @@ integers index lists, ``-1`` the last item) with an optional ``*N`` or ``/N`` ap
 value as the page writes it (thousands commas allowed). The check: the JSON value, rounded to the decimals the
 page shows, equals the page's value, and the page's value is written in the text the comment closes (since the
 previous such comment or heading; a comment on its own line after a table covers the table).
+
+``N`` may also be another key path of the same file in parentheses, for a ratio of two measured values (a
+speed-up) that the JSON does not record itself::
+
+    1,840 -> 950 s (1.94x) <!-- figures: retire.json runs.0.wall_s=1,840 runs.0.wall_s/(runs.1.wall_s)=1.94 -->
+
+A figure derived any other way (a mean over seeds, a difference) is rewritten to state values the JSON holds.
 """
 
 from __future__ import annotations
@@ -25,7 +32,7 @@ REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results"
 PAGES = sorted([REPO / "README.md", *(REPO / "docs").rglob("*.md")])
 MARKER = re.compile(r"<!-- figures: (\S+) (.*?) -->")
-ITEM = re.compile(r"^(.+?)(?:([*/])(\d+(?:\.\d+)?))?=(-?[\d,]+(?:\.\d+)?)$")
+ITEM = re.compile(r"^(.+?)(?:([*/])(\d+(?:\.\d+)?|\([^()]+\)))?=(-?[\d,]+(?:\.\d+)?)$")
 
 
 def lookup(data, path: str):
@@ -63,11 +70,14 @@ def check_page(text: str, results: Path = RESULTS) -> list[str]:
                 problems.append(f"{name}: cannot read {item!r} (KEY[*N|/N]=VALUE)")
                 continue
             key, op, factor, written = match.groups()
+            keys = [key, factor[1:-1]] if factor and factor.startswith("(") else [key]
             try:
-                value = float(lookup(data, key))
+                value, *other = [float(lookup(data, k)) for k in keys]
             except (KeyError, IndexError, ValueError, TypeError):
-                problems.append(f"{name}: no number at {key}")
+                problems.append(f"{name}: no number at {' or '.join(keys)}")
                 continue
+            if other:
+                key, factor = f"{key}{op}{factor}", other[0]
             value = value * float(factor) if op == "*" else value / float(factor) if op == "/" else value
             decimals = len(written.split(".")[1]) if "." in written else 0
             if round(value, decimals) != float(written.replace(",", "")):
@@ -82,9 +92,24 @@ def test_marked_figures_agree_with_their_results(page: Path) -> None:
     assert check_page(page.read_text()) == []
 
 
+def figures_section(text: str) -> str:
+    """A page's ``## Figures`` section (empty where it has none)."""
+    start = text.find("\n## Figures\n")
+    end = text.find("\n## ", start + 1)
+    return "" if start < 0 else text[start : end if end >= 0 else len(text)]
+
+
 def test_the_site_marks_figures() -> None:
-    marked = [page for page in PAGES if MARKER.search(page.read_text())]
-    assert len(marked) >= 5, marked
+    """Every results page, and every agent page whose Figures section cites a results file, marks its figures.
+
+    A results page made only of generated tables (``benchmark-table``) is checked by the table tests instead.
+    """
+    results = sorted((REPO / "docs" / "results").glob("*.md"))
+    agents = [page for page in sorted((REPO / "docs" / "agents").glob("*.md"))
+              if re.search(r"\]\(\.\./figures/[^)]+\.json\)", figures_section(page.read_text()))]
+    unmarked = [str(page.relative_to(REPO)) for page in [*results, *agents]
+                if not MARKER.search(page.read_text()) and "<!-- benchmark-table:start -->" not in page.read_text()]
+    assert len(results) >= 5 and len(agents) >= 4 and unmarked == [], (agents, unmarked)
 
 
 SAMPLE = "## Demo\n\nIt took 11.8 min, 32.8% success.\n<!-- figures: run.json seconds/60=11.8 success.-1.1*100=32.8 -->\n"
@@ -108,6 +133,15 @@ def test_a_figure_changed_by_hand_fails(results: Path) -> None:
 def test_a_figure_edited_in_the_text_only_fails(results: Path) -> None:
     page = SAMPLE.replace("took 11.8", "took 9")
     assert check_page(page, results) == ["run.json: seconds: the page's text no longer shows 11.8 before the comment"]
+
+
+def test_a_ratio_of_two_keys_passes_and_fails_when_changed(results: Path) -> None:
+    page = "From 26.6% to 32.8% (1.24x).\n<!-- figures: run.json success.-1.1/(success.0.1)=1.24 -->\n"
+    assert check_page(page, results) == []
+    changed = page.replace("1.24", "1.50")
+    assert check_page(changed, results) == ["run.json: success.-1.1/(success.0.1) is 1.2354, the page says 1.50"]
+    missing = page.replace("(success.0.1)", "(nothing)")
+    assert check_page(missing, results) == ["run.json: no number at success.-1.1 or nothing"]
 
 
 def test_a_missing_file_or_key_fails(results: Path) -> None:
