@@ -64,11 +64,12 @@ def portable(path: str | Path) -> str:
 def write_json(path: Path, payload: Any, indent: int = 1) -> Path:
     """Write ``payload`` as JSON (``Path`` values as :func:`portable` strings) and print where it went.
 
-    A results object gets the machine it was made on under ``"machine"`` (:func:`with_machine`).
+    A results object gets the machine it was made on under ``"machine"`` (:func:`with_machine`), set in the
+    caller's dict too, so what a script returns is what it wrote.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
     if isinstance(payload, dict):
-        payload = with_machine(payload)
+        payload["machine"] = with_machine(payload)["machine"]
     path.write_text(json.dumps(payload, indent=indent, default=_portable_default) + "\n")
     print(f"wrote {portable(path)}")
     return path
