@@ -100,6 +100,7 @@ SUITE: tuple[Benchmark, ...] = (
               (("run", "--mode", "on_policy"), ("run", "--mode", "offline"), ("report",))),
     Benchmark("ray_scaleout.py", ((),), ((),)),
     Benchmark("serve_load.py", ((),), ((),)),
+    Benchmark("fresh_clone.py", ((),), ((),)),
 )
 
 

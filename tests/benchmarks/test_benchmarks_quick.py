@@ -76,6 +76,23 @@ def test_cpu_matmul_dtype_keeps_one_labelled_entry_per_kind_of_cpu(tmp_path: Pat
     assert data["machine"]["cpu_isa"]  # the file as a whole records who wrote it last
 
 
+def test_fresh_clone_times_each_target_of_a_clone(tmp_path: Path) -> None:
+    run("fresh_clone.py", results=tmp_path)
+    data = load(tmp_path / "fresh_clone.json")
+    assert data["quick"] is True and data["all_passed"] is True and len(data["commit"]) == 40
+    assert list(data["targets"]) == ["setup", "test", "docs"]
+    for target, row in data["targets"].items():
+        assert row["command"] == f"make -n {target}" and row["returncode"] == 0 and row["seconds"] >= 0
+
+
+def test_fresh_clone_reads_the_test_summary() -> None:
+    from benchmarks.fresh_clone import _SUMMARY
+
+    log = "....\n1585 passed, 14 skipped, 2 warnings in 652.30s (0:10:52)\n"
+    assert _SUMMARY.findall(log) == ["1585 passed, 14 skipped, 2 warnings"]
+    assert _SUMMARY.findall("== 2 failed, 9 passed in 3.10s ==") == ["2 failed, 9 passed"]
+
+
 def test_fuzz_envs(tmp_path: Path) -> None:
     run("fuzz_envs.py", results=tmp_path)
     data = load(tmp_path / "fuzz_envs.json")
