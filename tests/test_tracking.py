@@ -4,6 +4,7 @@ read back with TensorBoard's EventAccumulator and wandb's own protobuf records (
 import json
 import re
 import struct
+import time
 from pathlib import Path
 
 import pytest
@@ -59,6 +60,8 @@ def _wandb_records(run_file: Path):
             position += block_left
             continue
         _, length, kind = struct.unpack("<IHB", data[position:position + 7])
+        if position + 7 + length > len(data):  # a record still being written: the file ends before it does
+            return
         chunk = data[position + 7:position + 7 + length]
         position += 7 + length
         if kind == 0:
@@ -71,19 +74,31 @@ def _wandb_records(run_file: Path):
             yield record
 
 
+def _wandb_history_and_config(run_file: Path, timeout_s: float = 20.0) -> tuple[list[dict], dict]:
+    """The history rows and the config of a wandb run file. wandb's service process writes the file; on a busy
+    machine the last records may land a moment after ``finish()`` returns, so read again (bounded) until the
+    three logged rows are there."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        history, config = [], {}
+        for record in _wandb_records(run_file):
+            if record.WhichOneof("record_type") == "history":
+                history.append({item.key or "/".join(item.nested_key): json.loads(item.value_json)
+                                for item in record.history.item})
+            elif record.WhichOneof("record_type") in ("config", "run"):  # the config comes with the run record
+                updates = record.config.update if record.HasField("config") else record.run.config.update
+                config |= {item.key: json.loads(item.value_json) for item in updates}
+        if len(history) >= len(ROWS) or time.monotonic() > deadline:
+            return history, config
+        time.sleep(0.2)
+
+
 def test_wandb_offline_runs_hold_every_metric_the_config_and_the_episodes(tmp_path, monkeypatch):
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_SILENT", "true")
     _track(tmp_path, ["wandb"])
     (run_file,) = (tmp_path / "wandb").glob("offline-run-*/run-*.wandb")
-    history, config = [], {}
-    for record in _wandb_records(run_file):
-        if record.WhichOneof("record_type") == "history":
-            history.append({item.key or "/".join(item.nested_key): json.loads(item.value_json)
-                            for item in record.history.item})
-        elif record.WhichOneof("record_type") in ("config", "run"):  # the config comes with the run record
-            updates = record.config.update if record.HasField("config") else record.run.config.update
-            config |= {item.key: json.loads(item.value_json) for item in updates}
+    history, config = _wandb_history_and_config(run_file)
     logged = {row["_step"]: {k: v for k, v in row.items() if not k.startswith("_")} for row in history}
     assert logged[0] == {"eval/success_rate": 0.25}
     assert logged[1] == {"rollout/reward_mean": 0.5, "loss/policy": -0.125}
