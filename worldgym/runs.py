@@ -53,8 +53,9 @@ def list_run(run_dir: str | Path, console: Console | None = None) -> None:
 
 def show_run(run_dir: str | Path, step: int | None = None, failed: bool = False, episode: int | None = None,
              training: bool = False, console: Console | None = None) -> None:
-    """Print the episodes of a transcript (default: the newest validation's): each message with its role, the
-    parsed tool calls, rewards and response types; ``failed`` keeps the unsuccessful ones, ``episode`` one.
+    """Print the episodes of a transcript (default: the newest validation's): each message with its role (and
+    ``view``, where the record labels answers by what the model saw), the parsed tool calls, rewards and response
+    types; ``failed`` keeps the unsuccessful ones, ``episode`` one.
 
     Raises:
         RunFolderError: the run has no such transcript or episode (the message lists what it has).
@@ -85,13 +86,15 @@ def _print_episode(record: dict[str, Any], console: Console) -> None:
     outcome = "[green]success[/green]" if record.get("success") else "[red]failure[/red]"
     title = (f"episode {record.get('episode')} (env seed {record.get('env_seed')}): {outcome}, reward "
              f"{_cell(record.get('reward'))}, {record.get('num_turns')} turns")
+    if "correct" in record:  # a question with a right answer (the cartridge distiller's)
+        title += f", correct answer {record['correct']}"
     lines = []
     for message in record.get("messages", []):
-        role = message.get("role")
-        lines.append(f"[bold cyan]{role}[/bold cyan]: {_escape(message.get('content', ''))}")
+        role = str(message.get("role")) + (f" ({message['view']})" if "view" in message else "")
+        lines.append(f"[bold cyan]{_escape(role)}[/bold cyan]: {_escape(message.get('content', ''))}")
         if "tool_call" in message:
             lines.append(f"  [magenta]tool call[/magenta]: {_escape(json.dumps(message['tool_call']))}")
-        details = {k: v for k, v in message.items() if k not in ("role", "content", "tool_call")}
+        details = {k: v for k, v in message.items() if k not in ("role", "view", "content", "tool_call")}
         if details:
             lines.append(f"  [dim]{_escape(json.dumps(details, default=str))}[/dim]")
     console.print(Panel("\n".join(lines), title=title, title_align="left"))

@@ -202,6 +202,8 @@ def test_config_rejects_bad_settings():
         CartridgeDistillConfig(num_tokens=8, num_frozen_tokens=9)
     with pytest.raises(ValueError, match="the distiller sets them"):
         CartridgeDistillConfig(env_kwargs={"documents": "full"})
+    with pytest.raises(ValueError, match=r"log_episodes='some' is invalid"):
+        CartridgeDistillConfig(log_episodes="some")
     assert dataclasses.asdict(CartridgeDistillConfig())["kl"] == "full"
 
 

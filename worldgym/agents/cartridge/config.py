@@ -10,6 +10,7 @@ from worldgym.agents.llm.models import TINY_SIZES
 from worldgym.config import check_choice, check_device, check_field, check_positive_int, check_range
 from worldgym.precision import Precision, check_precision
 from worldgym.tracking import check_report_to
+from worldgym.transcripts import LogEpisodes, check_log_episodes
 
 __all__ = ["CartridgeDistillConfig", "DistillMode"]
 
@@ -85,8 +86,13 @@ class CartridgeDistillConfig:
             ``DEFAULT_MMAP_THRESHOLD``): freed activations then leave the process instead of piling up in
             malloc's heap, at the cost of fresh pages for every large tensor (``cpu_allocator_memory.py``: a
             SmolLM2 backward held ~9x less memory, and took longer). None (default) leaves malloc as it is.
+        log_episodes: which answers go to transcripts (:mod:`worldgym.transcripts`; ``worldgym runs show``):
+            "validation" (every evaluation's held-out questions, each with the answers with no documents, with
+            the cartridge and with the documents, to ``episodes/step-<n>.jsonl``), "all" (also a few sampled
+            training answers per step, to ``episodes/train-step-<n>.jsonl``) or "none".
         report_to: where metrics also go besides ``metrics.jsonl`` (TRL's name): "none", "tensorboard", "wandb",
-            "all" or a list of them (:mod:`worldgym.tracking`; needs the ``tracking`` extra).
+            "all" or a list of them (:mod:`worldgym.tracking`; needs the ``tracking`` extra); every evaluation
+            also logs a table of its questions there.
         progress: show a progress bar.
     """
 
@@ -122,6 +128,7 @@ class CartridgeDistillConfig:
     device: str = "cpu"
     dtype: Precision = "float32"
     cpu_mmap_threshold: int | None = None
+    log_episodes: LogEpisodes = "validation"
     report_to: str | list[str] = "none"
     progress: bool = True
 
@@ -138,6 +145,7 @@ class CartridgeDistillConfig:
         for name in ("eval_every", "checkpoint_every", "offline_steps"):
             check_range(name, getattr(self, name), 0, None)
         check_report_to(self.report_to)
+        check_log_episodes(self.log_episodes)
         check_field(self.mode != "hybrid" or 0 < self.offline_steps < self.num_steps, "offline_steps",
                     self.offline_steps, f"use 1..{self.num_steps - 1} for mode='hybrid' (then on-policy steps)")
         for name in ("env_kwargs", "warmup_env_kwargs"):

@@ -26,6 +26,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from worldgym.agents.cartridge.config import CartridgeDistillConfig
 from worldgym.agents.cartridge.losses import distillation_loss
+from worldgym.agents.cartridge.transcripts import question_record
 from worldgym.agents.cartridge.views import (
     make_view,
     num_questions,
@@ -47,12 +48,14 @@ from worldgym.agents.llm.rollout import (
     reset_messages,
 )
 from worldgym.agents.llm.scoring import score_tokens
+from worldgym.agents.llm.transcripts import episode_record
 from worldgym.agents.llm.warm_start import WarmStartConfig, load_or_train_warm_start
 from worldgym.checkpointing import LAST_CHECKPOINT, load_checkpoint, load_latest, save_checkpoint
 from worldgym.errors import CartridgeError, CheckpointError
 from worldgym.jsonl import append_jsonl, read_jsonl, truncate_jsonl
 from worldgym.precision import autocast, cast_for_training, dtype_name, resolve_dtype
 from worldgym.tracking import Tracker, make_tracker
+from worldgym.transcripts import TRAIN_EPISODES_PER_STEP, write_transcript
 
 __all__ = ["CartridgeDistillTrainer", "teacher_warm_start_config"]
 
@@ -91,8 +94,9 @@ class CartridgeDistillTrainer:
             in bfloat16, in place).
         tokenizer: its tokenizer (default: the one that comes with the default model).
 
-    The run folder gets ``metrics.jsonl``, ``checkpoint-last`` (cartridge, Adam state, RNG, step) and, at the
-    end of :meth:`train`, ``cartridge/`` (:meth:`Cartridge.save`).
+    The run folder gets ``metrics.jsonl``, ``checkpoint-last`` (cartridge, Adam state, RNG, step), the
+    transcripts ``config.log_episodes`` asks for (``episodes/``) and, at the end of :meth:`train`,
+    ``cartridge/`` (:meth:`Cartridge.save`).
     """
 
     def __init__(
@@ -120,6 +124,9 @@ class CartridgeDistillTrainer:
         self._prompts: dict[tuple[int, str], list[int]] = {}  # (training question seed, view) -> prompt ids
         self._offline: dict[int, list[Episode]] = {}
         self._references: dict[str, _Reference] = {}  # split -> the frozen model's held-out figures
+        # the newest evaluation's (no documents, cartridge, teacher) answers and training step's, for transcripts
+        self._evaluated: tuple[list[Episode], list[Episode], list[Episode]] | None = None
+        self._sampled: list[Episode] = []
         self.documents_prefix_ids = self._documents_prefix_ids()
         self.documents_prefix = self._documents_prefix()
         self.rng = np.random.default_rng(config.seed)
@@ -223,13 +230,16 @@ class CartridgeDistillTrainer:
             (self.output_dir / "metrics.jsonl").unlink(missing_ok=True)
             self.history = []
             self._log({"step": 0, **self.evaluate()})
+            self._write_transcripts(evaluated=True)
         bar = tqdm(total=c.num_steps, initial=self.step, disable=not c.progress, desc="cartridge")
         while self.step < c.num_steps:
             metrics = self.train_step()
             last = self.step == c.num_steps
-            if last or (c.eval_every and self.step % c.eval_every == 0):
+            evaluated = last or bool(c.eval_every and self.step % c.eval_every == 0)
+            if evaluated:
                 metrics.update(self.evaluate())
             self._log(metrics)
+            self._write_transcripts(evaluated)
             if last or (c.checkpoint_every and self.step % c.checkpoint_every == 0):
                 self.save(self.output_dir / LAST_CHECKPOINT)
             bar.update(1)
@@ -244,7 +254,9 @@ class CartridgeDistillTrainer:
         start = time.perf_counter()
         seeds = [int(s) for s in self.rng.integers(0, self.train_questions, c.questions_per_step)]
         offline = c.mode == "offline" or (c.mode == "hybrid" and self.step < c.offline_steps)
-        episodes = self._teacher_answers(seeds) if offline else self._student_answers(seeds)
+        answers = self._teacher_answers(seeds) if offline else self._student_answers(seeds)
+        episodes = [_behind(e, self._prompt(e.env_seed, "none")) for e in answers] if offline else answers
+        self._sampled = answers[:TRAIN_EPISODES_PER_STEP] if c.log_episodes == "all" else []
         sampled_s = time.perf_counter() - start
         loss, figures = self._distillation_loss(episodes)
         self.optimizer.zero_grad(set_to_none=True)
@@ -264,15 +276,15 @@ class CartridgeDistillTrainer:
         return self._student.collect(seeds, self.config.samples_per_question, params)
 
     def _teacher_answers(self, seeds: list[int]) -> list[Episode]:
-        """The teacher's answers, sampled once per question (documents in context) and then reused."""
+        """The teacher's answers, sampled once per question (documents in context) and then reused, as sampled
+        (behind the teacher's prompts)."""
         missing = sorted(set(seeds) - set(self._offline))
         if missing:
             params = self._sampling(self.config.seed * 100_003 + 50_000)
             for seed, group in zip(missing, _groups(self._teacher.collect(missing, self.config.samples_per_question,
                                                                            params), self.config.samples_per_question)):
                 self._offline[seed] = group
-        answers = [episode for seed in seeds for episode in self._offline[seed]]
-        return [_behind(e, self._prompt(e.env_seed, "none")) for e in answers]
+        return [episode for seed in seeds for episode in self._offline[seed]]
 
     # ---------------------------------------------------------------- loss
     def _distillation_loss(self, episodes: list[Episode]) -> tuple[torch.Tensor, dict[str, float]]:
@@ -326,6 +338,7 @@ class CartridgeDistillTrainer:
         """
         reference = self._reference(split)
         with_cartridge, cartridge_tps = self._greedy_answers(self.student_engine, split, "none", env)
+        self._evaluated = None if env is not None else (reference.none, with_cartridge, reference.teacher)
         kl_cartridge = distillation_loss(reference.teacher_logits,
                                          self._score(reference.students, self.cartridge)[0].logits)[1]
         document_tokens = len(self._prompt(0, "full")) - len(self._prompt(0, "none"))
@@ -382,6 +395,29 @@ class CartridgeDistillTrainer:
                        f"cartridge {metrics['eval/accuracy_cartridge']:.3f}, teacher "
                        f"{metrics['eval/accuracy_teacher']:.3f}; KL {metrics['eval/kl_cartridge']:.4f} "
                        f"(none {metrics['eval/kl_none']:.4f})")
+
+    def _write_transcripts(self, evaluated: bool) -> None:
+        """The transcripts ``config.log_episodes`` asks for at this step: the evaluation's questions (when it
+        evaluated; also as a table to ``report_to``) and, with "all", the first :data:`TRAIN_EPISODES_PER_STEP`
+        of the step's sampled training answers."""
+        mode = self.config.log_episodes
+        answers, self._evaluated = self._evaluated, None
+        if evaluated and answers is not None:
+            records = self.transcript_records(*answers)
+            if mode != "none":
+                write_transcript(self.output_dir, self.step, records)
+            if self.tracker is not None:  # the sample-episodes table of report_to
+                self.tracker.log_episodes(records, self.step)
+        sampled, self._sampled = self._sampled, []
+        if mode == "all" and sampled:
+            records = [episode_record(e, self.tokenizer, i) for i, e in enumerate(sampled)]
+            write_transcript(self.output_dir, self.step, records, training=True)
+
+    def transcript_records(self, none: list[Episode], cartridge: list[Episode], teacher: list[Episode]
+                           ) -> list[dict[str, Any]]:
+        """The transcript lines of an evaluation: one per held-out question, from its greedy answers with no
+        documents, with the cartridge and with the documents (:func:`question_record`)."""
+        return [question_record(i, *answers, self.tokenizer) for i, answers in enumerate(zip(none, cartridge, teacher))]
 
     def save(self, path: str | Path) -> Path:
         """Cartridge + Adam state (safetensors) and step, RNG, patient and config (JSON)."""
