@@ -252,3 +252,13 @@ def test_validation_stops_at_the_first_bound_and_caps_its_errors():
     unknown = space.validate(ToolCall("tag", {f"k{i}": "v" * 1000 for i in range(300_000)}))
     assert len(unknown) == MAX_VALIDATION_ERRORS + 1 and sum(map(len, unknown)) < 2000
     assert len(space.validate(ToolCall("tag", {"items": "y" * 10_000_000}))[0]) < 200
+
+
+@pytest.mark.parametrize("arguments", [
+    {"fields": [10**5000, 10**5000]},  # str() of such an int raises ValueError
+    {"auth_info": {"zip_code": -(10**5000)}},
+    {"ids": list(range(10**5))},
+])
+def test_a_call_summary_is_bounded_and_never_raises(arguments: dict) -> None:
+    text = ToolCall("lookup", arguments).summary(200)
+    assert text.startswith("lookup") and len(text) <= 200

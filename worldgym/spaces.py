@@ -95,11 +95,18 @@ class ToolCall:
         "lookup {'ids': [0, 1, 2, 3, 4, 5, 6, 7, ...]}"
         """
         if _fits(self.arguments, max_chars):
-            text = self.to_json()
-            if len(text) <= max_chars:
+            try:
+                text = self.to_json()
+            except (ValueError, TypeError, RecursionError):  # e.g. an int over Python's digit limit, a cycle
+                text = None
+            if text is not None and len(text) <= max_chars:
                 return text
         name = self.name if isinstance(self.name, str) and len(self.name) <= 80 else _brief(self.name)
-        text = f"{name} {_SHORT_REPR.repr(self.arguments)}"
+        try:
+            arguments = _SHORT_REPR.repr(self.arguments)
+        except Exception:  # noqa: BLE001 - any object's repr may fail (a broken __repr__)
+            arguments = f"<{type(self.arguments).__name__}>"
+        text = f"{name} {arguments}"
         return text if len(text) <= max_chars else text[: max_chars - 3] + "..."
 
     def _key(self) -> str:
@@ -183,7 +190,16 @@ def _canonical_json(value: Any) -> str:
     return json.dumps(_plain(value, canonical=True), sort_keys=True, default=repr)
 
 
-_SHORT_REPR = reprlib.Repr()  # a repr whose cost does not grow with a container's size
+class _ShortRepr(reprlib.Repr):
+    """reprlib's bounded repr, with integers too large for ``str`` (over Python's digit limit) described."""
+
+    def repr_int(self, value: int, level: int) -> str:
+        if not -_INT_BOUND < value < _INT_BOUND:
+            return f"<int of more than {MAX_INT_DIGITS} digits>"
+        return super().repr_int(value, level)
+
+
+_SHORT_REPR = _ShortRepr()  # a repr whose cost does not grow with a container's size
 _SHORT_REPR.maxlevel, _SHORT_REPR.maxlist, _SHORT_REPR.maxtuple, _SHORT_REPR.maxdict = 3, 8, 8, 8
 _SHORT_REPR.maxstring = _SHORT_REPR.maxother = 80
 
