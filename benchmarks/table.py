@@ -359,6 +359,10 @@ def _fresh_clone(data: Results) -> str:
     return f"{shown}; commit {data['commit'][:10]}"
 
 
+def _short_fresh_clone(data: Results) -> str:
+    return ", ".join(f"`make {target}` {row['minutes']:.1f} min" for target, row in data["targets"].items())
+
+
 def _cpu_matmul_dtype(data: Results) -> str:
     def entry(row: Results) -> str:
         shown = ", ".join(f"{shape.split('_')[0]} {figures['gflops']['float32']:.0f} -> "
@@ -609,7 +613,7 @@ ROWS: tuple[Row, ...] = (
         ("cartridge_on_vs_offline.json",), _cartridge,
         headline=_short_cartridge, page="results/cartridges.md"),
     Row("`benchmarks/fresh_clone.py`", "the README's make targets on a fresh clone: minutes each, the test summary",
-        ("fresh_clone.json",), _fresh_clone, page="install.md", in_summary=False),
+        ("fresh_clone.json",), _fresh_clone, headline=_short_fresh_clone, page="install.md", in_summary=False),
     Row("`benchmarks/cpu_matmul_dtype.py`", "float32 vs bf16 matrix products on each kind of CPU measured (what "
         "`dtype=\"auto\"` decides on): GFLOP/s, one thread", ("cpu_matmul_dtype.json",), _cpu_matmul_dtype,
         headline=_short_cpu_matmul_dtype, page="precision.md", in_summary=False),
