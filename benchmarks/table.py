@@ -16,6 +16,7 @@ from pathlib import Path
 from statistics import mean
 from typing import Any
 
+from benchmarks.common import portable
 from worldgym.machine import isa_label
 
 START = "<!-- benchmark-table:start -->"
@@ -709,13 +710,30 @@ def render_summary(results: Path, docs: str = "docs") -> str:
     return "\n".join(lines)
 
 
-def replace_table(readme: str, table: str) -> str:
-    """``readme`` with the text between the table markers replaced by ``table``."""
-    if readme.count(START) != 1 or readme.count(END) != 1 or readme.index(START) > readme.index(END):
-        raise ValueError(f"the README must hold one {START} line and, after it, one {END} line")
-    head, rest = readme.split(START)
-    _, tail = rest.split(END)
-    return f"{head}{START}\n{table}\n{END}{tail}"
+def replace_table(text: str, table: str, start: str = START, end: str = END) -> str:
+    """``text`` with what lies between its ``start`` and ``end`` marker lines replaced by ``table`` (by default
+    the benchmark-table markers; the docs' other generated blocks name theirs)."""
+    if text.count(start) != 1 or text.count(end) != 1 or text.index(start) > text.index(end):
+        raise ValueError(f"the text must hold one {start} line and, after it, one {end} line")
+    head, rest = text.split(start)
+    _, tail = rest.split(end)
+    return f"{head}{start}\n{table}\n{end}{tail}"
+
+
+def sync_pages(pages: dict[Path, Callable[[str], str]], check: bool, command: str) -> int:
+    """Bring each page's generated blocks up to date (``pages``: a page -> its text with them rewritten), or
+    with ``check`` write nothing and exit 1 when one is stale (naming ``command``, which rewrites them); prints
+    each page that changed or would."""
+    stale = False
+    for path, rewrite in pages.items():
+        text = path.read_text()
+        new = rewrite(text)
+        if new != text:
+            stale = True
+            print(f"{portable(path)}: " + (f"stale: run `{command}`" if check else "rewritten"))
+            if not check:
+                path.write_text(new)
+    return int(stale and check)
 
 
 def table_in(readme: str) -> str:

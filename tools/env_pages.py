@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import importlib
 import inspect
 import re
@@ -24,6 +25,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # this checkout's worldgym, whatever is installed
+from benchmarks.table import replace_table, sync_pages
+
 ENV_DOCS = REPO / "docs" / "envs"
 SUMMARY = ("<!-- env-summary:start -->", "<!-- env-summary:end -->")
 ARGUMENTS = ("<!-- env-arguments:start -->", "<!-- env-arguments:end -->")
@@ -169,37 +172,18 @@ def render_arguments(page: EnvPage) -> str:
     return "\n".join(lines)
 
 
-def replace_block(text: str, markers: tuple[str, str], block: str) -> str:
-    """``text`` with what lies between the two markers replaced by ``block``."""
-    start, end = markers
-    if start not in text or end not in text:
-        raise ValueError(f"the markers {start} ... {end} are missing")
-    head, rest = text.split(start, 1)
-    return f"{head}{start}\n{block}\n{end}{rest.split(end, 1)[1]}"
-
-
 def render_page(page: EnvPage, text: str) -> str:
     """The page's text with both generated blocks brought up to date."""
-    text = replace_block(text, SUMMARY, render_summary(page))
-    return replace_block(text, ARGUMENTS, render_arguments(page))
+    text = replace_table(text, render_summary(page), *SUMMARY)
+    return replace_table(text, render_arguments(page), *ARGUMENTS)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--check", action="store_true", help="write nothing: exit 1 when a page is stale")
     args = parser.parse_args(argv)
-    stale = False
-    for page in PAGES:
-        path = ENV_DOCS / page.page
-        text = path.read_text()
-        new = render_page(page, text)
-        if new != text:
-            stale = True
-            print(f"{path.relative_to(REPO)}: " + ("stale: run `python tools/env_pages.py`" if args.check
-                                                   else "rewritten"))
-            if not args.check:
-                path.write_text(new)
-    return int(stale and args.check)
+    pages = {ENV_DOCS / page.page: functools.partial(render_page, page) for page in PAGES}
+    return sync_pages(pages, args.check, "python tools/env_pages.py")
 
 
 if __name__ == "__main__":

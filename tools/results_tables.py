@@ -10,11 +10,16 @@ fails when one differs from what this script writes.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # this checkout's benchmarks package
+from benchmarks.table import replace_table, sync_pages
+
 RESULTS = REPO / "benchmarks" / "results"
 
 # The tiny model's modes in benchmarks/csr_dual_lora_vs_dapo.py, in the order the page reads them.
@@ -99,19 +104,10 @@ TABLES: dict[str, dict[str, Callable[[Path], str]]] = {
 }
 
 
-def replace_block(text: str, name: str, block: str) -> str:
-    """``text`` with the block between ``<!-- name:start -->`` and ``<!-- name:end -->`` replaced."""
-    start, end = f"<!-- {name}:start -->", f"<!-- {name}:end -->"
-    if start not in text or end not in text:
-        raise ValueError(f"the markers {start} ... {end} are missing")
-    head, rest = text.split(start, 1)
-    return f"{head}{start}\n{block}\n{end}{rest.split(end, 1)[1]}"
-
-
 def render_page(page: str, text: str, results: Path = RESULTS) -> str:
     """The page's text with each of its tables rewritten from ``results``."""
     for name, render in TABLES[page].items():
-        text = replace_block(text, name, render(results))
+        text = replace_table(text, render(results), f"<!-- {name}:start -->", f"<!-- {name}:end -->")
     return text
 
 
@@ -119,17 +115,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--check", action="store_true", help="write nothing: exit 1 when a table is stale")
     args = parser.parse_args(argv)
-    stale = False
-    for page in TABLES:
-        path = REPO / page
-        text = path.read_text()
-        new = render_page(page, text)
-        if new != text:
-            stale = True
-            print(f"{page}: " + ("stale: run `python tools/results_tables.py`" if args.check else "rewritten"))
-            if not args.check:
-                path.write_text(new)
-    return int(stale and args.check)
+    pages = {REPO / page: functools.partial(render_page, page) for page in TABLES}
+    return sync_pages(pages, args.check, "python tools/results_tables.py")
 
 
 if __name__ == "__main__":
