@@ -22,7 +22,8 @@ import platform
 from pathlib import Path
 from typing import Any
 
-__all__ = ["cpu_flags", "cpu_isa", "cpu_model", "isa_label", "machine_info", "machine_kind", "machine_label"]
+__all__ = ["cpu_flags", "cpu_isa", "cpu_model", "isa_label", "machine_info", "machine_kind", "machine_label",
+           "onednn_cap"]
 
 _CPUINFO = Path("/proc/cpuinfo")
 
@@ -71,7 +72,7 @@ def _version(package: str) -> str | None:
         return None
 
 
-def _onednn_capped() -> str | None:
+def onednn_cap() -> str | None:
     """``ONEDNN_MAX_CPU_ISA`` when set: matmul kernels then use no more than that ISA, whatever the CPU has."""
     return os.environ.get("ONEDNN_MAX_CPU_ISA") or os.environ.get("DNNL_MAX_CPU_ISA")
 
@@ -91,7 +92,7 @@ def machine_info() -> dict[str, Any]:
         "transformers": _version("transformers"),
         "load_average": round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None,
     }
-    if (capped := _onednn_capped()) is not None:
+    if (capped := onednn_cap()) is not None:
         info["onednn_max_cpu_isa"] = capped
     if (gpu := _cuda_device()) is not None:
         info["cuda_device"] = gpu

@@ -23,14 +23,13 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import os
 import warnings
 from collections.abc import Iterator
 from typing import Literal
 
 import torch
 
-from worldgym.machine import cpu_flags, cpu_isa, cpu_model
+from worldgym.machine import cpu_flags, cpu_isa, cpu_model, onednn_cap
 
 __all__ = [
     "PRECISIONS",
@@ -68,7 +67,7 @@ def cpu_supports_bf16() -> bool:
     """Whether this CPU has native bf16 matrix instructions (AMX-BF16 or AVX512-BF16) that torch's kernels may
     use: the kernel's ``/proc/cpuinfo`` flags, unless ``ONEDNN_MAX_CPU_ISA`` caps the matmul kernels below them.
     """
-    capped = (os.environ.get("ONEDNN_MAX_CPU_ISA") or os.environ.get("DNNL_MAX_CPU_ISA") or "").upper()
+    capped = (onednn_cap() or "").upper()
     if capped and capped != "ALL" and not any(name in capped for name in ("BF16", "AMX", "AVX10")):
         return False
     return any(flag in cpu_flags() for flag in _BF16_CPU_FLAGS)
