@@ -70,7 +70,8 @@ class ToolEnv(gym.Env[str, ToolCall]):
         self.render_mode = render_mode
         self._turn: int | None = None  # None until reset
         self._ended = False  # the episode terminated or was truncated; step() needs a reset first
-        self._transcript: list[tuple[str, str]] = []  # (action as stored_action_text, observation), for render()
+        # (action as stored_action_text, observation): kept only for render_mode="ansi", the one reader
+        self._transcript: list[tuple[str, str]] = []
 
     @abstractmethod
     def _reset_task(self, options: dict[str, Any] | None) -> tuple[str, dict[str, Any]]:
@@ -86,7 +87,7 @@ class ToolEnv(gym.Env[str, ToolCall]):
         self._turn = 0
         self._ended = False
         prompt, changes = fit_observation_text(prompt, self.max_observation_chars)
-        self._transcript = [("", prompt)]
+        self._transcript = [("", prompt)] if self.render_mode == "ansi" else []
         info = {**info, "tools": self.action_space.openai_tools(), "turn": 0}
         if changes:
             info[OBSERVATION_CHANGES] = changes
@@ -116,7 +117,8 @@ class ToolEnv(gym.Env[str, ToolCall]):
         terminated = result.terminated
         truncated = not terminated and self._turn >= self.max_turns
         self._ended = terminated or truncated
-        self._transcript.append((stored_action_text(_describe(action)), text))
+        if self.render_mode == "ansi":  # describing the call is a JSON encoding per step: only for render()
+            self._transcript.append((stored_action_text(_describe(action)), text))
         info = {"turn": self._turn, "response_type": "tool_result", **result.info, "success": result.success}
         if changes:
             info[OBSERVATION_CHANGES] = changes
