@@ -52,7 +52,7 @@ def prune_checkpoints(run_dir: str | Path, save_total_limit: int | None) -> list
         shutil.rmtree(leftover, ignore_errors=True)
     if save_total_limit is None:
         return []
-    numbered = sorted((_step_of(folder), folder) for folder in run_checkpoints(run_dir) if _step_of(folder) >= 0)
+    numbered = sorted((step, folder) for folder in run_checkpoints(run_dir) if (step := _step_of(folder)) >= 0)
     kept, deleted = 0, []
     for _, folder in reversed(numbered):
         if kept < save_total_limit:
