@@ -64,26 +64,25 @@ def portable(path: str | Path) -> str:
 def write_json(path: Path, payload: Any, indent: int = 1) -> Path:
     """Write ``payload`` as JSON (``Path`` values as :func:`portable` strings) and print where it went.
 
-    A results object gets the machine it was made on under ``"machine"`` (:func:`with_machine`), set in the
+    A results object gets the machine it was made on under ``"machine"`` (:func:`machine_record`), set in the
     caller's dict too, so what a script returns is what it wrote.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
     if isinstance(payload, dict):
-        payload["machine"] = with_machine(payload)["machine"]
+        payload["machine"] = machine_record(payload.get("machine"))
     path.write_text(json.dumps(payload, indent=indent, default=_portable_default) + "\n")
     print(f"wrote {portable(path)}")
     return path
 
 
-def with_machine(payload: dict[str, Any]) -> dict[str, Any]:
-    """``payload`` with ``"machine"`` set to this machine's :func:`~worldgym.machine.machine_info` (CPU model,
-    cores, ISA level, AMX/AVX512-BF16, versions, load average). A script's own ``"machine"`` details are kept
-    beside it (a dict merged under it, a string as ``"platform"``)."""
+def machine_record(own: Any = None) -> dict[str, Any]:
+    """This machine's :func:`~worldgym.machine.machine_info` (CPU model, cores, ISA level, AMX/AVX512-BF16,
+    versions, load average), with a script's ``own`` machine details kept beside it (a dict merged under it, a
+    string as ``"platform"``)."""
     from worldgym.machine import machine_info
 
-    own = payload.get("machine")
     extra = own if isinstance(own, dict) else {} if own is None else {"platform": own}
-    return {**payload, "machine": {**extra, **machine_info()}}
+    return {**extra, **machine_info()}
 
 
 def _portable_default(value: Any) -> str:
