@@ -113,3 +113,14 @@ def test_results_record_the_machine_and_tables_show_its_instruction_set(tmp_path
     assert _machine_cell(row("new.json"), tmp_path) == isa_label(machine)
     assert _machine_cell(row("old.json"), tmp_path) == "not recorded"
     assert _machine_cell(row("new.json", "old.json"), tmp_path) == f"{isa_label(machine)} / not recorded"
+
+
+def test_csr_phone_success_is_the_current_env_as_the_documented_command_makes_it() -> None:
+    """``csr_phone_success.json`` (the CSRPhone page's expert-vs-random table) is what ``python -m worldgym.demo``
+    writes today: the env version it runs and the fields of each cell."""
+    from worldgym.demo import run_demo
+
+    committed = json.loads((RESULTS / "csr_phone_success.json").read_text())
+    fresh = run_demo(episodes=1, seed=committed["seed"], split=committed["split"], difficulties=[1])
+    assert committed["env"] == fresh["env"]
+    assert set(committed["results"][0]) == set(fresh["results"][0])
