@@ -354,3 +354,26 @@ def test_a_step_with_no_reward_difference_skips_the_update(tmp_path, model, toke
                           tokenizer=tokenizer, make_env=lambda: MathQAEnv(num_problems=30),
                           reward_fn=lambda episode: 0.5)
     assert "loss/skipped_update" not in with_kl.train_step()
+
+
+def test_a_larger_first_round_samples_the_groups_at_once_and_keeps_one_batch(tmp_path, model, tokenizer,
+                                                                            parity_reward):
+    trainer = _trainer(tmp_path, model, tokenizer, num_steps=1, dynamic_sampling=True, max_resample_rounds=1,
+                       first_round_prompts=4)
+    trainer.reward_fn = parity_reward
+    submitted: list[int] = []
+    submit = trainer._submit_round
+    trainer._submit_round = lambda first, prompts: submitted.append(prompts) or submit(first, prompts)
+    episodes, metrics = trainer.collect_batch()
+    assert submitted[0] == 4  # one round of 4 groups where two rounds of 2 would run
+    assert len(episodes) <= 2 * 4  # at most prompts_per_step groups are trained
+    assert metrics["rollout/episodes_sampled"] == sum(submitted) * 4
+    assert len({e.group_id for e in episodes}) == len(episodes) // 4
+    without = _trainer(tmp_path / "off", build_tiny_model(tokenizer, seed=0), tokenizer, num_steps=1,
+                       first_round_prompts=4)  # no dynamic sampling: every sampled group is trained
+    assert without._first_round_prompts == 2
+
+
+def test_first_round_prompts_must_not_be_negative():
+    with pytest.raises(ValueError, match="first_round_prompts=-1 is invalid"):
+        GRPOConfig(first_round_prompts=-1)

@@ -53,3 +53,54 @@ def test_activation_checkpointing_keeps_the_update(tmp_path, parity_reward):
 def test_microbatch_size_must_not_be_negative():
     with pytest.raises(ValueError, match="microbatch_size=-1 is invalid"):
         GRPOConfig(microbatch_size=-1)
+
+
+def test_checkpointing_only_long_microbatches_keeps_the_update_and_recomputes_only_those(tmp_path, parity_reward,
+                                                                                       monkeypatch):
+    from worldgym.agents.llm import adapters
+
+    paused: list[bool] = []
+    pause = adapters.activation_checkpointing_paused
+
+    def recording_pause(model):
+        paused.append(True)
+        return pause(model)
+
+    monkeypatch.setattr("worldgym.agents.grpo.trainer.activation_checkpointing_paused", recording_pause)
+    always, always_weights = _step(tmp_path, parity_reward, "always", microbatch_size=2,
+                                   activation_checkpointing=True)
+    assert not paused  # 0: every microbatch recomputes
+    never, never_weights = _step(tmp_path, parity_reward, "never", microbatch_size=2, activation_checkpointing=True,
+                                 checkpointing_min_tokens=10**9)
+    assert len(paused) == 3  # three microbatches of 2 rows, each shorter than the threshold
+    for name, tensor in always_weights.items():
+        torch.testing.assert_close(never_weights[name], tensor, rtol=1e-5, atol=1e-6)
+
+
+def test_checkpointing_paused_restores_the_layers(tiny_model_for_pause):
+    from worldgym.agents.llm.adapters import activation_checkpointing_paused
+
+    model = tiny_model_for_pause
+    flags = lambda: [m.gradient_checkpointing for m in model.modules() if hasattr(m, "gradient_checkpointing")]  # noqa: E731
+    assert flags() and all(flags())
+    with activation_checkpointing_paused(model):
+        assert not any(flags())
+    assert all(flags())
+    with pytest.raises(RuntimeError), activation_checkpointing_paused(model):
+        raise RuntimeError("a failing forward")
+    assert all(flags())
+
+
+@pytest.fixture
+def tiny_model_for_pause(tokenizer):
+    from worldgym.agents.llm.adapters import enable_activation_checkpointing
+    from worldgym.agents.llm.models import build_tiny_model
+
+    model = build_tiny_model(tokenizer, seed=0)
+    enable_activation_checkpointing(model)
+    return model
+
+
+def test_checkpointing_min_tokens_must_not_be_negative():
+    with pytest.raises(ValueError, match="checkpointing_min_tokens=-1 is invalid"):
+        GRPOConfig(checkpointing_min_tokens=-1)

@@ -173,3 +173,32 @@ def test_bf16_lora_update_with_checkpointed_activations(tmp_path, tokenizer, par
     trainer.reward_fn = parity_reward
     step = trainer.train()[-1]
     assert math.isfinite(step["loss/total"]) and step["loss/grad_norm"] > 0
+
+
+def test_bf16_updates_weight_tokens_by_the_truncated_engine_ratio(tmp_path, tokenizer, parity_reward):
+    trainer = _trainer(tmp_path, tokenizer, "bfloat16", importance_sampling_cap=1.01)
+    trainer.reward_fn = parity_reward
+    step = trainer.train(until=1)[-1]
+    assert 0.9 < step["precision/is_weight_mean"] <= 1.01
+    assert 0 <= step["precision/is_weight_capped"] <= 1
+    plain = _trainer(tmp_path / "plain", tokenizer, "bfloat16", importance_sampling_cap=None)
+    plain.reward_fn = parity_reward
+    assert "precision/is_weight_mean" not in plain.train(until=1)[-1]
+
+
+def test_importance_weights_scale_each_tokens_gradient():
+    from worldgym.agents.llm.losses import policy_loss
+
+    logprobs = torch.log(torch.tensor([[0.5, 0.25]])).requires_grad_(True)
+    weights = torch.tensor([[1.0, 2.0]])
+    mask, advantages = torch.ones(1, 2), torch.tensor([1.0])
+    policy_loss(logprobs, logprobs.detach(), advantages, mask, importance_weights=weights).loss.backward()
+    weighted = logprobs.grad.clone()
+    logprobs.grad = None
+    policy_loss(logprobs, logprobs.detach(), advantages, mask).loss.backward()
+    torch.testing.assert_close(weighted, logprobs.grad * weights)
+
+
+def test_importance_sampling_cap_below_one_is_refused():
+    with pytest.raises(ValueError, match="importance_sampling_cap=0.5 is invalid"):
+        GRPOConfig(importance_sampling_cap=0.5)

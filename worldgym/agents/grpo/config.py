@@ -45,6 +45,11 @@ class GRPOConfig:
             forward and use those as the PPO ratio's old logprobs (the engine's incremental logprobs and the
             learner's full forward differ by rounding under bf16; in float32 they are equal). None: on under
             bf16, off in float32. The engine-vs-learner gap is logged as ``precision/logprob_gap_mean|max``.
+        importance_sampling_cap: where the old logprobs are recomputed, weight each trained token's loss by the
+            truncated importance ratio ``min(pi_learner / pi_engine, cap)`` of the learner's probability of the
+            sampled token over the engine's (truncated importance sampling, as TRL and verl apply to vLLM
+            rollouts), so the gradient is the learner's own policy gradient; None: no weights. Logged as
+            ``precision/is_weight_mean`` and ``precision/is_weight_capped`` (the share of tokens at the cap).
         bf16_autocast: deprecated spelling of ``dtype="bfloat16"``.
         env_id: the training env, gym.make(env_id, **env_kwargs); text in, text out: a tool-call env (its action
             space a ToolCallSpace) is wrapped in ParseToolCall (:func:`worldgym.agents.llm.envs.make_text_env`).
@@ -72,6 +77,10 @@ class GRPOConfig:
         entropy_coef: entropy bonus.
         dynamic_sampling: DAPO: drop groups whose rewards are all equal and resample to refill the batch.
         max_resample_rounds: resampling rounds of dynamic sampling per step.
+        first_round_prompts: tasks sampled in a step's first round (0: ``prompts_per_step``). Where most steps
+            need a second round anyway, sampling those groups in the first one runs them in the same batch, which
+            shares every decoding step's weight reads and per-step overheads; at most ``prompts_per_step``
+            informative groups are kept. Without dynamic sampling only ``prompts_per_step`` are sampled.
         overlong_buffer: DAPO soft length penalty: tokens before the length limit where it starts (0 = off).
         overlong_penalty: the soft length penalty at the limit.
         learning_rate: AdamW learning rate (> 0).
@@ -85,6 +94,9 @@ class GRPOConfig:
             each rank splits its share of the minibatch so.
         activation_checkpointing: recompute each layer's activations in the backward pass instead of keeping
             them (real models on long multi-turn episodes: memory grows with tokens x layers otherwise).
+        checkpointing_min_tokens: with ``activation_checkpointing``, recompute only in microbatches of at least
+            this many token positions (rows x their longest sequence); shorter ones keep their activations and
+            skip the recomputation (0: recompute in every microbatch).
         auxiliary_grad_ratio: with an auxiliary loss (e.g. the dual-LoRA world model), cap its gradient at this
             multiple of the policy loss's gradient norm, both measured on the tensors both gradients reach, per
             minibatch (None: no cap). A loss that shares tensors with the policy and has a ~100x larger
@@ -148,6 +160,7 @@ class GRPOConfig:
     cpu_mmap_threshold: int | None = None
     dtype: Precision = "float32"
     recompute_old_logprobs: bool | None = None
+    importance_sampling_cap: float | None = 2.0
     bf16_autocast: bool = False
 
     env_id: str = "MathQA-v1"
@@ -172,6 +185,7 @@ class GRPOConfig:
     entropy_coef: float = 0.0
     dynamic_sampling: bool = False
     max_resample_rounds: int = 3
+    first_round_prompts: int = 0
     overlong_buffer: int = 0
     overlong_penalty: float = 1.0
 
@@ -182,6 +196,7 @@ class GRPOConfig:
     minibatch_size: int = 64
     microbatch_size: int = 0
     activation_checkpointing: bool = False
+    checkpointing_min_tokens: int = 0
     auxiliary_grad_ratio: float | None = None
     auxiliary_projection: bool = False
     echo_coef: float = 0.0
@@ -230,7 +245,7 @@ class GRPOConfig:
             check_range(name, getattr(self, name), 0, 1, low_open=True, high_open=True)
         for name in ("kl_coef", "entropy_coef", "weight_decay", "temperature", "eval_every", "eval_episodes",
                      "checkpoint_every", "overlong_buffer", "max_resample_rounds", "overlong_penalty",
-                     "microbatch_size"):
+                     "microbatch_size", "first_round_prompts", "checkpointing_min_tokens"):
             check_range(name, getattr(self, name), 0, None)
         check_field(self.temperature > 0, "temperature", self.temperature,
                     "use > 0 for training rollouts (greedy groups are all identical, so every advantage would be "
@@ -260,6 +275,9 @@ class GRPOConfig:
                     "tensors of one module together, which it cannot), or learner='ddp'")
         if self.recompute_old_logprobs is not None:
             check_choice("recompute_old_logprobs", self.recompute_old_logprobs, (True, False, None))
+        if self.importance_sampling_cap is not None:
+            check_field(self.importance_sampling_cap >= 1, "importance_sampling_cap", self.importance_sampling_cap,
+                        "use >= 1 (a cap below 1 would shrink tokens both policies agree on), or None for no weights")
         if self.cpu_mmap_threshold is not None:
             check_positive_int("cpu_mmap_threshold", self.cpu_mmap_threshold)
         check_range("max_policy_lag", self.max_policy_lag, 0, None)

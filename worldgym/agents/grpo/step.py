@@ -25,7 +25,7 @@ then scores as many examples (``LossShard.equal_shares``), so every rank runs th
 
 from __future__ import annotations
 
-from contextlib import nullcontext
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -158,6 +158,8 @@ class StepTrainer(Protocol):
 
     def clip_and_step(self) -> torch.Tensor: ...
 
+    def forward_memory(self, positions: int) -> AbstractContextManager[Any]: ...
+
 
 def step_on_minibatch(trainer: StepTrainer, learner: Learner, batch: dict[str, Any], advantages: torch.Tensor,
                       rows: torch.Tensor) -> dict[str, float]:
@@ -225,7 +227,8 @@ def _part_backward(
             terms.auxiliary, terms.auxiliary_metrics = trainer.auxiliary_term(rows, shard)
         return terms.total(scale * policy_share, scale * token_share, scale), terms
 
-    loss, terms = learner.forward(compute)
+    with trainer.forward_memory(len(part.rows) * _longest(batch, part.rows)):
+        loss, terms = learner.forward(compute)
     loss.backward()
     return loss.item(), terms, token_share
 
@@ -276,3 +279,8 @@ def _whole(tensor: torch.Tensor) -> torch.Tensor:
 def _trained_tokens(batch: dict[str, Any], rows: torch.Tensor) -> float:
     """The trained tokens of ``rows`` (padding is 0 in the action mask)."""
     return float(batch["action_mask"][rows].sum())
+
+
+def _longest(batch: dict[str, Any], rows: torch.Tensor) -> int:
+    """The longest sequence of ``rows`` (the width their forward pass runs at)."""
+    return int(batch["attention_mask"][rows].sum(1).max()) if len(rows) else 0

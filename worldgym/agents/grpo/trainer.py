@@ -6,7 +6,7 @@ import copy
 import json
 import time
 from collections.abc import Callable
-from contextlib import nullcontext
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import asdict, dataclass
 from functools import partial
 from pathlib import Path
@@ -25,7 +25,11 @@ from worldgym.agents.grpo.echo import EchoTargets, echo_loss
 from worldgym.agents.grpo.learner import SINGLE_PROCESS_LEARNER, Learner
 from worldgym.agents.grpo.rewards import EpisodeRewardFn, episode_rewards
 from worldgym.agents.grpo.step import MinibatchLoss, loss_shares, step_on_minibatch
-from worldgym.agents.llm.adapters import enable_activation_checkpointing, seeded_lora
+from worldgym.agents.llm.adapters import (
+    activation_checkpointing_paused,
+    enable_activation_checkpointing,
+    seeded_lora,
+)
 from worldgym.agents.llm.allocator import map_large_allocations_on_cpu
 from worldgym.agents.llm.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from worldgym.agents.llm.engines import GenerationEngine, HFEngine, SamplingParams
@@ -38,6 +42,7 @@ from worldgym.agents.llm.losses import (
     entropy_from_logits,
     group_advantages,
     policy_loss,
+    truncated_importance_weights,
 )
 from worldgym.agents.llm.models import TINY_SIZES, build_tiny_model
 from worldgym.agents.llm.rollout import Episode, RolloutCollector, collate_episodes, make_vector_env
@@ -320,7 +325,7 @@ class GRPOTrainer:
         prepared = self.prepare(episodes)
         update_start = time.perf_counter()
         if self.config.async_rollouts and self.step + 1 < self.config.num_steps:
-            self._pending = self._submit_round(0)
+            self._pending = self._submit_round(0, self._first_round_prompts)
         if self._nothing_to_learn(prepared):
             update_metrics = {"loss/skipped_update": 1.0}
         else:
@@ -451,6 +456,7 @@ class GRPOTrainer:
         was_training = self.policy.training
         self.policy.eval()  # no dropout: the old policy's logprobs are its deterministic ones
         recomputed = torch.zeros_like(batch["old_logprobs"])
+        batch = {**batch, "engine_logprobs": batch["old_logprobs"]}
         rows = torch.arange(len(recomputed))
         try:
             for chunk in rows.split(config.microbatch_size or config.minibatch_size):
@@ -465,12 +471,29 @@ class GRPOTrainer:
         gap = (recomputed - batch["old_logprobs"])[trained].abs()
         metrics = {"precision/logprob_gap_mean": gap.mean().item() if gap.numel() else 0.0,
                    "precision/logprob_gap_max": gap.max().item() if gap.numel() else 0.0}
-        return {**batch, "old_logprobs": recomputed * trained}, metrics
+        batch = {**batch, "old_logprobs": recomputed * trained}
+        if config.importance_sampling_cap is not None:
+            weights = truncated_importance_weights(recomputed, batch["engine_logprobs"], trained,
+                                                   config.importance_sampling_cap)
+            on_trained = weights[trained]
+            batch["importance_weights"] = weights
+            metrics["precision/is_weight_mean"] = on_trained.mean().item() if on_trained.numel() else 1.0
+            metrics["precision/is_weight_capped"] = (
+                (on_trained >= config.importance_sampling_cap).float().mean().item() if on_trained.numel() else 0.0)
+        return batch, metrics
 
-    def _submit_round(self, first_group_id: int) -> _Round:
-        """Draw ``prompts_per_step`` tasks and a sampling seed, and submit their groups to the runtime."""
+    @property
+    def _first_round_prompts(self) -> int:
+        """Tasks in a step's first round: ``first_round_prompts`` under dynamic sampling (when set), else
+        ``prompts_per_step``."""
         config = self.config
-        seeds = self.rng.integers(0, 2**31 - 1, size=config.prompts_per_step).tolist()
+        dynamic_sampling = config.dynamic_sampling and self.policy_weight > 0
+        return (config.first_round_prompts or config.prompts_per_step) if dynamic_sampling else config.prompts_per_step
+
+    def _submit_round(self, first_group_id: int, prompts: int) -> _Round:
+        """Draw ``prompts`` tasks and a sampling seed, and submit their groups to the runtime."""
+        config = self.config
+        seeds = self.rng.integers(0, 2**31 - 1, size=prompts).tolist()
         params = SamplingParams(
             config.temperature, config.top_p, config.max_new_tokens, seed=int(self.rng.integers(0, 2**31 - 1))
         )
@@ -494,9 +517,9 @@ class GRPOTrainer:
         return batch.episodes
 
     def _collect_batch(self, dynamic_sampling: bool) -> tuple[list[Episode], dict[str, float]]:
-        """Sample ``prompts_per_step`` groups; with dynamic sampling keep only groups whose rewards differ and
-        resample (up to ``max_resample_rounds``) to refill. Rollout metrics describe the first, unfiltered
-        round; the policy lag, the trained episodes."""
+        """Sample ``prompts_per_step`` groups (``first_round_prompts`` in the first round); with dynamic
+        sampling keep only groups whose rewards differ and resample (up to ``max_resample_rounds``) to refill.
+        Rollout metrics describe the first, unfiltered round; the policy lag, the trained episodes."""
         config = self.config
         kept: list[Episode] = []
         metrics: dict[str, float] = {}
@@ -507,9 +530,10 @@ class GRPOTrainer:
             if round_index == 0 and self._pending is not None:
                 round_, self._pending = self._pending, None
             else:
-                round_ = self._submit_round(group_offset)
+                prompts = self._first_round_prompts if round_index == 0 else config.prompts_per_step
+                round_ = self._submit_round(group_offset, prompts)
             episodes = self._gather_round(round_, costs)
-            group_offset += config.prompts_per_step
+            group_offset += len(round_.seeds)
             real_sampled += sum(not e.imagined for e in episodes)
             if round_index == 0:
                 metrics = _rollout_metrics(episodes)
@@ -526,8 +550,8 @@ class GRPOTrainer:
         metrics["rollout/kept_groups"] = len(kept) / config.group_size
         metrics["rollout/episodes_sampled"] = group_offset * config.group_size
         metrics["rollout/real_episodes_sampled"] = real_sampled  # episodes with no step answered in the env's place
-        kept = kept[: config.prompts_per_step * config.group_size]
-        trained = kept or episodes  # no informative group: train on the last round (zero advantages)
+        batch_size = config.prompts_per_step * config.group_size
+        trained = kept[:batch_size] or episodes[:batch_size]  # none informative: the last round (zero advantages)
         return trained, metrics | costs | _lag_metrics(trained, self.step)
 
     def _update(self, batch: dict[str, torch.Tensor], advantages: torch.Tensor, learner: Learner
@@ -602,6 +626,8 @@ class GRPOTrainer:
             ref_logprobs,
             config.kl_coef,
             max_tokens=config.max_new_tokens * config.max_turns,
+            importance_weights=(batch["importance_weights"][rows, : inputs.width - 1].to(device)
+                                if "importance_weights" in batch else None),
         )
         with torch.set_grad_enabled(config.entropy_coef > 0):  # a metric only, unless it is in the loss
             entropy = entropy_from_logits(action_logits).mean() if len(action_logits) else torch.zeros(())
@@ -635,6 +661,14 @@ class GRPOTrainer:
         if self.auxiliary_loss is None:
             return None, {}
         return self.auxiliary_loss.loss(rows.tolist(), shard)
+
+    def forward_memory(self, positions: int) -> AbstractContextManager[Any]:
+        """The context of a microbatch forward over ``positions`` token positions: activation checkpointing
+        paused below ``checkpointing_min_tokens`` (the activations fit; the backward recomputes nothing)."""
+        config = self.config
+        if config.activation_checkpointing and positions < config.checkpointing_min_tokens:
+            return activation_checkpointing_paused(self.policy)
+        return nullcontext()
 
     def clip_and_step(self) -> torch.Tensor:
         """Clip the accumulated gradients' norm to ``grad_clip`` and step the optimizer; the norm before."""

@@ -33,7 +33,7 @@ from safetensors.torch import save_file
 from worldgym.config import check_field
 
 __all__ = [
-    "activate_adapters", "active_adapters", "enable_activation_checkpointing", "merged_trainable_tokens",
+    "activate_adapters", "activation_checkpointing_paused", "active_adapters", "enable_activation_checkpointing", "merged_trainable_tokens",
     "recompute_under_active_adapters", "save_adapter_flat", "seeded_lora", "using_adapters",
 ]
 
@@ -146,6 +146,21 @@ def enable_activation_checkpointing(model: torch.nn.Module) -> None:
     the adapters its forward used (:func:`recompute_under_active_adapters`). It acts in training mode only."""
     model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={
         "use_reentrant": False, "context_fn": recompute_under_active_adapters(model)})
+
+
+@contextmanager
+def activation_checkpointing_paused(model: torch.nn.Module) -> Iterator[None]:
+    """Run a block's forwards without activation checkpointing (its layers keep their activations for the
+    backward pass, which then recomputes nothing); the layers that had it get it back after the block. The
+    choice is made at each forward, so a backward after the block still uses what its forward kept."""
+    layers = [module for module in model.modules() if getattr(module, "gradient_checkpointing", False) is True]
+    for module in layers:
+        module.gradient_checkpointing = False
+    try:
+        yield
+    finally:
+        for module in layers:
+            module.gradient_checkpointing = True
 
 
 @contextmanager

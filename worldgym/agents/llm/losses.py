@@ -37,6 +37,7 @@ __all__ = [
     "overlong_penalty",
     "policy_loss",
     "token_logprobs",
+    "truncated_importance_weights",
 ]
 
 Aggregation = Literal["token_mean", "seq_mean", "dr_grpo"]
@@ -138,12 +139,15 @@ def policy_loss(
     ref_logprobs: torch.Tensor | None = None,
     kl_coef: float = 0.0,
     max_tokens: int | None = None,
+    importance_weights: torch.Tensor | None = None,
 ) -> PolicyLossOutput:
     """Token-level clipped surrogate (PPO / GRPO / DAPO), plus an optional k3 KL penalty to a reference.
 
     Per token: ``r_t = exp(logp_t - logp_old_t)`` against the policy that *sampled* (see the module
-    docstring), ``l_t = -min(r_t A, clip(r_t, 1 - eps_low, 1 + eps_high) A) + kl_coef * k3_t``, aggregated by
-    ``aggregation``. ``advantages`` are per sequence ``[B]`` (broadcast over tokens) or per token ``[B, T]``.
+    docstring), ``l_t = -w_t min(r_t A, clip(r_t, 1 - eps_low, 1 + eps_high) A) + kl_coef * k3_t``, aggregated
+    by ``aggregation``. ``advantages`` are per sequence ``[B]`` (broadcast over tokens) or per token ``[B, T]``.
+    ``importance_weights`` ``w_t`` (constants, default 1): where the tokens were sampled by an engine whose
+    probabilities differ from the learner's, the truncated ratio of the two (:func:`truncated_importance_weights`).
     """
     if advantages.dim() == 1:
         advantages = advantages.unsqueeze(-1)
@@ -151,6 +155,8 @@ def policy_loss(
     unclipped = ratio * advantages
     clipped = ratio.clamp(1.0 - eps_low, 1.0 + eps_high) * advantages
     per_token = -torch.minimum(unclipped, clipped)
+    if importance_weights is not None:
+        per_token = per_token * importance_weights.detach()
     kl = torch.zeros_like(per_token)
     if ref_logprobs is not None:
         kl = kl_k3(logprobs, ref_logprobs)
@@ -164,6 +170,23 @@ def policy_loss(
             for name, value in (("policy", per_token), ("kl", kl), ("clip", was_clipped), ("ratio", ratio))
         }
     return PolicyLossOutput(total, stats["policy"], stats["kl"], stats["clip"], stats["ratio"])
+
+
+def truncated_importance_weights(learner_logprobs: torch.Tensor, engine_logprobs: torch.Tensor, mask: torch.Tensor,
+                                  cap: float) -> torch.Tensor:
+    """Truncated importance sampling of rollouts from another engine: per token
+    ``min(pi_learner / pi_engine, cap)`` on the masked tokens (1 elsewhere), the learner's probability of the
+    sampled token over the probability the engine sampled it with. An engine that rounds differently (bf16
+    kernels, another attention) samples from a slightly different policy than the one the loss differentiates;
+    weighting each token by this ratio makes the gradient the learner's own policy gradient again, and the cap
+    bounds the variance a rare token with a tiny engine probability would add.
+
+    >>> truncated_importance_weights(torch.log(torch.tensor([[0.5, 0.9, 0.2]])),
+    ...                              torch.log(torch.tensor([[0.5, 0.3, 0.4]])), torch.tensor([[1, 1, 0]]), cap=2.0)
+    tensor([[1., 2., 1.]])
+    """
+    ratio = (learner_logprobs.float() - engine_logprobs.float()).exp().clamp(max=cap)
+    return torch.where(mask.bool(), ratio, torch.ones_like(ratio))
 
 
 def dynamic_sampling_mask(rewards: torch.Tensor, group_ids: torch.Tensor, tol: float = 1e-8) -> torch.Tensor:
