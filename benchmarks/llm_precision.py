@@ -130,13 +130,14 @@ def attention_ms(model: PreTrainedModel, length: int, repeats: int) -> dict[str,
 
 
 def dapo_step(model: str, dtype: str, difficulty: int, prompts: int, group_size: int, quick: bool,
-              always_update: bool = True) -> dict[str, float]:
+              always_update: bool = True, engine_options: dict[str, Any] | None = None,
+              **overrides: Any) -> dict[str, float]:
     """One DAPO step of ``model``'s CSR preset in ``dtype``; the step's timings and precision metrics.
 
     With ``always_update`` the step has an entropy term of 1e-6, so its update runs (and is timed) even when no
     group's rewards differ, which DAPO would otherwise skip; the update's work is the same either way."""
     from worldgym.agents.grpo import GRPOTrainer
-    from worldgym.agents.grpo.presets import grpo_presets
+    from worldgym.agents.grpo.presets import grpo_presets, make_engine
     from worldgym.agents.llm.warm_start import load_or_train_warm_start
 
     preset = grpo_presets("CSRPhone-v1")[model]
@@ -145,13 +146,15 @@ def dapo_step(model: str, dtype: str, difficulty: int, prompts: int, group_size:
         config = preset.grpo_config(difficulty, dtype=dtype, num_steps=1, eval_every=0, temperature=0.5,
                                     prompts_per_step=prompts, group_size=group_size, output_dir=run_dir,
                                     progress=False, entropy_coef=1e-6 if always_update else 0.0,
-                                    **({"max_new_tokens": 16, "max_turns": 2} if quick else {}))
+                                    **({"max_new_tokens": 16, "max_turns": 2} if quick else {}), **overrides)
         trainer = GRPOTrainer(config, model=warm.model, tokenizer=warm.tokenizer,
-                              make_engine=lambda policy: preset.engine(policy, warm.tokenizer))
+                              make_engine=lambda policy: make_engine(policy, warm.tokenizer,
+                                                                     **{**preset.engine_options, **(engine_options or {})}))
         row = trainer.train_step()
     keys = ("time/rollout_s", "time/update_s", "time/step_s", "rollout/episodes_sampled", "rollout/success_rate",
-            "rollout/model_tokens", "precision/logprob_gap_mean", "precision/logprob_gap_max",
-            "loss/ratio_first_minibatch", "loss/skipped_update")
+            "rollout/model_tokens", "rollout/kept_groups", "precision/logprob_gap_mean", "precision/logprob_gap_max",
+            "precision/is_weight_mean", "precision/is_weight_capped", "loss/ratio_first_minibatch",
+            "loss/skipped_update")
     return {key: row[key] for key in keys if key in row}
 
 
@@ -193,6 +196,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     step.add_argument("--difficulty", type=int, default=3)
     step.add_argument("--prompts", type=int, default=2)
     step.add_argument("--group-size", type=int, default=8)
+    step.add_argument("--first-round-prompts", type=int, default=None,
+                      help="tasks in dynamic sampling's first round (default: the preset's)")
+    step.add_argument("--checkpointing-min-tokens", type=int, default=None,
+                      help="recompute activations only in microbatches of at least this many positions")
+    step.add_argument("--compiled-decode-attention", action="store_true",
+                      help="decode with the compiled decode attention (HFEngine's compiled_decode_attention)")
     step.add_argument("--skip-empty-updates", action="store_true",
                       help="as DAPO does: no update when no group's rewards differ (default: time the update anyway)")
     sft = modes.add_parser("sft", parents=[results_parser()], help="the CSR warm start's SFT in bf16")
@@ -233,16 +242,28 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     return results
 
 
+def step_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """The trainer settings ``--first-round-prompts`` / ``--checkpointing-min-tokens`` change (none: the
+    preset's)."""
+    names = ("first_round_prompts", "checkpointing_min_tokens")
+    return {name: getattr(args, name) for name in names if getattr(args, name) is not None}
+
+
+def engine_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """The engine options ``--compiled-decode-attention`` sets (none: the preset's)."""
+    return {"compiled_decode_attention": True} if args.compiled_decode_attention else {}
+
+
 def run_dapo_step(args: argparse.Namespace) -> dict[str, Any]:
     figures = {}
     for dtype in args.dtypes:
         figures[dtype] = dapo_step(args.model, dtype, args.difficulty, args.prompts, args.group_size, args.quick,
-                                   not args.skip_empty_updates)
+                                   not args.skip_empty_updates, engine_overrides(args), **step_overrides(args))
         print(dtype, {k: round(v, 4) for k, v in figures[dtype].items()})
     update = "skipped when no group's rewards differ" if args.skip_empty_updates else "always run (entropy 1e-6)"
     return {"what": f"one DAPO step of the {args.model} CSR preset (shipped warm start), d{args.difficulty}, "
                     f"{args.prompts} prompts x {args.group_size}, temperature 0.5, update {update}",
-            "quick": args.quick, "threads": args.threads, "load_average": os.getloadavg()[0], "figures": figures}
+            "settings": {**step_overrides(args), **engine_overrides(args)}, "quick": args.quick, "threads": args.threads, "load_average": os.getloadavg()[0], "figures": figures}
 
 
 def run_learner(args: argparse.Namespace) -> dict[str, Any]:

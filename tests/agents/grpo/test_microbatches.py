@@ -67,10 +67,10 @@ def test_checkpointing_only_long_microbatches_keeps_the_update_and_recomputes_on
         return pause(model)
 
     monkeypatch.setattr("worldgym.agents.grpo.trainer.activation_checkpointing_paused", recording_pause)
-    always, always_weights = _step(tmp_path, parity_reward, "always", microbatch_size=2,
+    _, always_weights = _step(tmp_path, parity_reward, "always", microbatch_size=2,
                                    activation_checkpointing=True)
     assert not paused  # 0: every microbatch recomputes
-    never, never_weights = _step(tmp_path, parity_reward, "never", microbatch_size=2, activation_checkpointing=True,
+    _, never_weights = _step(tmp_path, parity_reward, "never", microbatch_size=2, activation_checkpointing=True,
                                  checkpointing_min_tokens=10**9)
     assert len(paused) == 3  # three microbatches of 2 rows, each shorter than the threshold
     for name, tensor in always_weights.items():
@@ -81,7 +81,10 @@ def test_checkpointing_paused_restores_the_layers(tiny_model_for_pause):
     from worldgym.agents.llm.adapters import activation_checkpointing_paused
 
     model = tiny_model_for_pause
-    flags = lambda: [m.gradient_checkpointing for m in model.modules() if hasattr(m, "gradient_checkpointing")]  # noqa: E731
+
+    def flags() -> list[bool]:
+        return [m.gradient_checkpointing for m in model.modules() if hasattr(m, "gradient_checkpointing")]
+
     assert flags() and all(flags())
     with activation_checkpointing_paused(model):
         assert not any(flags())

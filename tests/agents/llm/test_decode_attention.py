@@ -137,3 +137,60 @@ def test_layout_follows_the_cpu_kind(monkeypatch: pytest.MonkeyPatch) -> None:
     assert decode_attention.folds_query_groups(torch.float32)
     monkeypatch.setattr(decode_attention, "cpu_flags", lambda: frozenset({"avx512_bf16"}))
     assert decode_attention.folds_query_groups(torch.bfloat16)  # AVX512-BF16 without AMX: folded ~6x faster
+
+
+@pytest.mark.parametrize("masked", [True, False])
+def test_the_compiled_kernel_equals_float32_attention_on_strided_bf16_views(masked: bool) -> None:
+    from worldgym.agents.llm.engines.decode_attention import compiled_decode_attention_forward
+
+    module = torch.nn.Module()
+    module.num_key_value_groups, module.is_causal = 3, True
+    generator = torch.Generator().manual_seed(0)
+    query = torch.randn(4, 9, 1, 16, generator=generator).bfloat16()
+    key, value = (torch.randn(4, 3, 50, 16, generator=generator).bfloat16()[:, :, :37] for _ in range(2))
+    mask = None
+    if masked:
+        mask = torch.ones(4, 1, 1, 37, dtype=torch.bool)
+        mask[0, ..., :9] = False
+    out, _ = compiled_decode_attention_forward(module, query, key, value, mask, scaling=0.25)
+    reference, _ = sdpa_attention_forward(module, query.float(), key.float(), value.float(),
+                                          None if mask is None else mask, scaling=0.25)
+    assert out.dtype == torch.bfloat16 and out.shape == reference.shape == (4, 1, 9, 16)
+    torch.testing.assert_close(out.float(), reference, atol=1e-2, rtol=0)  # bf16 output rounding only
+
+
+def test_the_compiled_kernel_falls_back_to_the_flash_kernel_with_one_warning(monkeypatch: pytest.MonkeyPatch
+                                                                               ) -> None:
+    def failing(*args: object) -> torch.Tensor:
+        raise RuntimeError("no C++ compiler found\nmore lines")
+
+    monkeypatch.setattr(decode_attention, "_compiled", {"kernel": failing})
+    module = torch.nn.Module()
+    module.num_key_value_groups, module.is_causal = 3, True
+    query = torch.randn(2, 9, 1, 16, dtype=torch.bfloat16)
+    key, value = (torch.randn(2, 3, 20, 16, dtype=torch.bfloat16) for _ in range(2))
+    with pytest.warns(RuntimeWarning, match="could not be built .*no C\\+\\+ compiler found\\); decoding with"):
+        out, _ = decode_attention.compiled_decode_attention_forward(module, query, key, value, None, scaling=0.25)
+    expected, _ = decode_attention_forward(module, query, key, value, None, scaling=0.25)
+    assert torch.equal(out, expected)
+    assert decode_attention._compiled["kernel"] is None
+    again, _ = decode_attention.compiled_decode_attention_forward(module, query, key, value, None, scaling=0.25)
+    assert torch.equal(again, expected)  # no second warning: pytest's -W error would fail on one
+
+
+def test_an_engine_with_the_compiled_kernel_generates_what_the_flash_kernel_does(tokenizer) -> None:
+    from worldgym.agents.llm.engines import HFEngine, SamplingParams
+
+    prompts = [tokenizer("What is 3 plus 4?")["input_ids"], tokenizer("Add 12 and 9.")["input_ids"]]
+    params = SamplingParams(max_new_tokens=10, temperature=0.0, seed=0)
+    outputs = {}
+    for compiled in (False, True):
+        model = sharpen(build_tiny_model(tokenizer, seed=0, dtype=torch.bfloat16), 3.0)
+        engine = HFEngine(model, tokenizer.pad_token_id, [tokenizer.eos_token_id], dtype=torch.bfloat16,
+                          compiled_decode_attention=compiled)
+        expected_name = decode_attention.COMPILED_DECODE_ATTENTION if compiled else FAST_DECODE_ATTENTION
+        assert model.config._attn_implementation == expected_name
+        outputs[compiled] = [g[0] for g in engine.generate(prompts, params)]
+    for flash, compiled in zip(outputs[False], outputs[True]):
+        assert flash.token_ids[:3] == compiled.token_ids[:3]  # later tokens may part on a bf16 near-tie
+        assert abs(flash.logprobs[0] - compiled.logprobs[0]) < 0.05

@@ -141,6 +141,9 @@ class HFEngine:
         dtype: the compute dtype (bfloat16: forward passes under autocast, so KV caches are bf16 too; logits
             and logprobs stay float32). None: the dtype of the model's frozen weights
             (:func:`worldgym.precision.compute_dtype`), e.g. bf16 for a LoRA model whose base is stored in bf16.
+        compiled_decode_attention: under bf16 on CPU, decode with the compiled decode attention
+            (:mod:`~worldgym.agents.llm.engines.decode_attention`: one float32 pass over the cache instead of the
+            flash kernel's tiles; compiled once per process, the flash kernel where no C++ compiler works).
 
     Raises:
         CartridgeError: the cartridge was made for another model.
@@ -158,6 +161,7 @@ class HFEngine:
         cartridge: Cartridge | None = None,
         retire_stopped_rows: bool = True,
         dtype: torch.dtype | None = None,
+        compiled_decode_attention: bool = False,
     ):
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
@@ -175,7 +179,7 @@ class HFEngine:
         if self._compute_dtype() == torch.bfloat16 and self.device.type == "cpu":
             # bf16 decode steps with the faster grouped-query layout (decode_attention.py; float32 keeps sdpa,
             # so its engine logprobs stay bit-equal to the learner's)
-            use_fast_decode_attention(model)
+            use_fast_decode_attention(model, compiled=compiled_decode_attention)
         self.kv_cache = PrefixKVCache(kv_cache_max_tokens) if reuse_kv_cache else None
         self._kv_weight_versions: tuple[int, ...] = ()
         self.cartridge: Cartridge | None = None
