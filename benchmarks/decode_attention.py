@@ -12,7 +12,9 @@ reads its KV from memory as a real decode step does. Variants (``mask``: a left-
 - ``matmul``: ``[B, H_kv, group, D] @ K^T``, softmax in float32, ``@ V``;
 - ``matmul_contiguous``: the same on contiguous copies of K and V (the copy not timed);
 - ``sdpa_contiguous``: ``hf_sdpa`` after copying K and V contiguous (the copy timed);
-- ``compiled``: ``torch.compile`` of ``matmul`` (dynamic shapes; skipped with ``--quick`` or ``--no-compile``);
+- ``compiled``: :func:`~worldgym.agents.llm.engines.decode_attention.compiled_decode_attention_forward`, the
+  float32 reductions of ``grouped_decode_attention`` under ``torch.compile`` (skipped with ``--quick`` or
+  ``--no-compile``);
 - ``fast``: :func:`~worldgym.agents.llm.engines.decode_attention.decode_attention_forward`;
 - ``read``: summing K and V (as float32 words): the time to read the bytes, a floor for any kernel.
 
@@ -48,7 +50,11 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import sdpa_mask
 
 from worldgym.agents.llm.cache_argument import cache_argument
-from worldgym.agents.llm.engines.decode_attention import decode_attention_forward, use_fast_decode_attention
+from worldgym.agents.llm.engines.decode_attention import (
+    compiled_decode_attention_forward,
+    decode_attention_forward,
+    use_fast_decode_attention,
+)
 from worldgym.agents.llm.engines.growing_cache import GrowingLayer, growing_cache
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a file: find the benchmarks package
@@ -129,7 +135,7 @@ def variants(shape: Shape, query: torch.Tensor, mask: torch.Tensor | None,
                                              attention_mask=None if mask is None else mask[:, 0, 0]),
     }
     if compiled is not None:
-        table["compiled"] = lambda k, v: compiled(folded, k, v, mask, scale)
+        table["compiled"] = lambda k, v: compiled(module, query, k, v, mask, scaling=scale)
     return table
 
 
@@ -297,13 +303,13 @@ def whole_model(args: argparse.Namespace, rows: int, positions: int) -> dict[str
         figures = {"sdpa": model_step_figures(model, rows, positions, args.model_repeats)}
         if use_fast_decode_attention(model):
             figures["fast"] = model_step_figures(model, rows, positions, args.model_repeats)
+        if not args.no_compile and use_fast_decode_attention(model, compiled=True):
+            figures["compiled"] = model_step_figures(model, rows, positions, args.model_repeats)
         out[dtype_name] = figures
         print(f"whole model {dtype_name}: {figures}")
     return out
 
 
-def make_compiled() -> Callable[..., torch.Tensor]:
-    return torch.compile(matmul_attention, dynamic=True)
 
 
 def print_table(layers: list[dict[str, Any]]) -> None:
@@ -332,10 +338,10 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.quick:
         args.model, args.rows, args.positions, args.repeats, args.model_repeats = "tiny", 4, [64], 2, 2
-        args.pool_gb, args.no_compile = 0.001, True
+        args.pool_gb, args.no_compile = 0.001, True  # the compiled kernel's tests compile it; quick stays quick
     set_torch_threads(1)
     load_average = os.getloadavg()[0]
-    compiled = None if args.no_compile else make_compiled()
+    compiled = None if args.no_compile else compiled_decode_attention_forward
     layers = []
     for positions in args.positions:
         for dtype_name in args.dtypes:
