@@ -38,12 +38,15 @@ def test_every_validation_and_sampled_training_steps_write_transcripts(tmp_path,
     assert all("tool_call" in m for m in replies) and sum(m["reward"] for m in answers) == pytest.approx(
         first["reward"])
     assert len(read_transcript(run, 1, training=True)) == TRAIN_EPISODES_PER_STEP
+    assert all(row["time/transcripts_s"] >= 0 for row in read_jsonl(run / "metrics.jsonl"))  # each step wrote
     trainer.close()
 
 
-def test_no_transcripts_with_log_episodes_none(tmp_path, tokenizer):
+def test_no_transcripts_with_log_episodes_none(tmp_path, tokenizer, monkeypatch):
+    monkeypatch.setattr(GRPOTrainer, "transcript_records", lambda self, episodes: pytest.fail("records built"))
     _train(tmp_path, tokenizer, "none")
     assert not (tmp_path / "run" / "episodes").exists()
+    assert not any("time/transcripts_s" in row for row in read_jsonl(tmp_path / "run" / "metrics.jsonl"))
 
 
 def test_an_unknown_log_episodes_is_refused():

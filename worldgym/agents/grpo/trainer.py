@@ -291,8 +291,7 @@ class GRPOTrainer:
                     save_policy_base(self.output_dir, self.policy, self.tokenizer)
             validation = self._validate() if config.eval_every else {}
             if main and config.eval_every:
-                self._log({"step": 0, **validation})
-                self._write_transcripts(validated=True)
+                self._log({"step": 0, **validation, **self._write_transcripts(validated=True)})
                 if self.parallel is None:
                     self.checkpoints.save_best(self.history, self.save)
         with tqdm(total=config.num_steps, initial=self.step, desc="grpo", disable=not (config.progress and main)
@@ -302,8 +301,8 @@ class GRPOTrainer:
                 validated = bool(config.eval_every) and self.step % config.eval_every == 0
                 if validated:
                     metrics.update(self._validate())
+                metrics.update(self._write_transcripts(validated))
                 self._log(metrics)
-                self._write_transcripts(validated)
                 if config.checkpoint_every and self.step % config.checkpoint_every == 0:
                     self.checkpoints.save_step(self.step, self.save)
                 if self.parallel is None:  # a data-parallel group keeps no best checkpoint: ranks would disagree
@@ -760,23 +759,29 @@ class GRPOTrainer:
             training = f"  | training tasks: success {np.mean(success):.3f}" if success else ""
             tqdm.write(f"step {metrics['step']:4d}  validation: " + ", ".join(shown) + training)
 
-    def _write_transcripts(self, validated: bool) -> None:
+    def _write_transcripts(self, validated: bool) -> dict[str, float]:
         """The transcripts ``config.log_episodes`` asks for at this step: the validation's episodes (when it
         validated; also as a table to ``report_to``) and, with "all", the first :data:`TRAIN_EPISODES_PER_STEP` of
-        the step's training episodes."""
+        the step's training episodes. Returns ``time/transcripts_s`` when it wrote any (a subclass's records may
+        cost generation, e.g. the dual-LoRA world model's predicted replies)."""
         mode = self.config.log_episodes
         if not self.is_main:
-            return
-        if validated and "validation" in self._episodes:
-            records = self.transcript_records(self._episodes.pop("validation"))
+            return {}
+        start, wrote = time.perf_counter(), False
+        validation = self._episodes.pop("validation", None) if validated else None
+        if validation is not None and (mode != "none" or self.tracker is not None):
+            records = self.transcript_records(validation)
             if mode != "none":
                 write_transcript(self.output_dir, self.step, records)
             if self.tracker is not None:  # the sample-episodes table of report_to
                 self.tracker.log_episodes(records, self.step)
+            wrote = True
         if mode == "all" and "train" in self._episodes:
             sampled = self._episodes.pop("train")[:TRAIN_EPISODES_PER_STEP]
             records = [episode_record(e, self.tokenizer, i) for i, e in enumerate(sampled)]
             write_transcript(self.output_dir, self.step, records, training=True)
+            wrote = True
+        return {"time/transcripts_s": time.perf_counter() - start} if wrote else {}
 
     def transcript_records(self, episodes: list[Episode]) -> list[dict[str, Any]]:
         """The transcript lines of validation ``episodes`` (a subclass may add to them)."""
