@@ -186,6 +186,16 @@ class _DreamerRun:
         self.run_dir = run_dir
         self.resumed_from: Path | None = None
 
+    @property
+    def step(self) -> int:
+        """The iteration (what the checkpoints are numbered by)."""
+        return self.engine.core.counters.iter_num
+
+    @property
+    def saver(self) -> object:
+        """What saves the checkpoints (``save()``): the engine's core."""
+        return self.engine.core
+
     def resume(self) -> Path | None:
         self.resumed_from = latest_checkpoint(self.run_dir)
         return self.resumed_from
@@ -205,15 +215,17 @@ _BUILDERS = {"grpo": _grpo, "dual_lora": _dual_lora, "ztoken_ppo": _ztoken_ppo, 
 
 def crash_saves_from(trainer, stage: str, first_step: int) -> None:
     """Make ``trainer``'s saves at ``trainer.step >= first_step`` SIGKILL this process at ``stage`` of the save
-    (through :data:`~worldgym.checkpointing.CRASH_ENV`); the earlier saves complete."""
-    save = trainer.save
+    (through :data:`~worldgym.checkpointing.CRASH_ENV`); the earlier saves complete. The saves are those of
+    ``trainer.saver`` where it has one (Dreamer's engine core), else of ``trainer``."""
+    owner = getattr(trainer, "saver", trainer)
+    save = owner.save
 
-    def save_or_crash(path):
+    def save_or_crash(*args):
         if trainer.step >= first_step:
             os.environ[CRASH_ENV] = stage
-        return save(path)
+        return save(*args)
 
-    trainer.save = save_or_crash
+    owner.save = save_or_crash
 
 
 def train(
@@ -226,9 +238,9 @@ def train(
 ) -> None:
     """Train a tiny run of ``trainer`` in ``run_dir`` to its end, resuming from its newest checkpoint.
 
-    Output and tracebacks go to the file ``log``. GRPO and dual-LoRA only: ``crash=(stage, first_step)`` has
-    the first save at step ``first_step`` or later SIGKILL the process at ``stage`` (see
-    :func:`crash_saves_from`); ``num_steps`` stops the same run earlier (its later steps do not change).
+    Output and tracebacks go to the file ``log``. ``crash=(stage, first_step)`` has the first save at step
+    ``first_step`` or later SIGKILL the process at ``stage`` (see :func:`crash_saves_from`; GRPO, dual-LoRA and
+    Dreamer v3). GRPO and dual-LoRA only: ``num_steps`` stops the same run earlier (its later steps do not change).
     """
     with open(log, "a") as output:
         os.dup2(output.fileno(), 1)

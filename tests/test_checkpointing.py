@@ -1,5 +1,6 @@
 """Tests for the shared checkpoint format: optimizer round trips, damage detection, kill -9 during a save."""
 
+import hashlib
 import json
 import os
 import random
@@ -18,15 +19,17 @@ from worldgym.checkpointing import (
     MANIFEST,
     SAVE_STAGES,
     atomic_directory,
+    checkpoint_directory,
     latest_checkpoint,
     load_checkpoint,
     load_latest,
+    open_checkpoint,
     optimizer_from_tensors,
     optimizer_to_tensors,
     resolve_checkpoint,
     save_checkpoint,
 )
-from worldgym.errors import CheckpointError
+from worldgym.errors import CheckpointError, RunFileError
 
 
 def _stepped_optimizers():
@@ -279,3 +282,25 @@ def test_kill_at_random_moments_never_loses_the_checkpoint(tmp_path):
         printed = saver.communicate(timeout=60)[0].split()
         last_done = int(printed[-1]) if printed else first - 1
         assert last_done <= _saved_index(target) <= last_done + 1
+
+
+def test_run_files_a_manifest_lists_are_checked_with_the_checkpoint(tmp_path):
+    """A checkpoint's shared run files (beside it) count as its own: missing or changed, it does not open."""
+    (tmp_path / "store").mkdir()
+    (tmp_path / "store" / "part").write_bytes(b"shared bytes")
+    digest = hashlib.sha256(b"shared bytes").hexdigest()
+    with checkpoint_directory(tmp_path / "ckpt", "test", 3, 1, {"store/part": digest}) as tmp:
+        (tmp / "state.json").write_text("{}")
+    assert open_checkpoint(tmp_path / "ckpt", "test", (2, 3), required=["state.json"]) == tmp_path / "ckpt"
+    (tmp_path / "store" / "part").write_bytes(b"shared bytez")
+    with pytest.raises(RunFileError, match=re.escape(f"run file {tmp_path / 'store' / 'part'} is corrupt")):
+        open_checkpoint(tmp_path / "ckpt", "test", 3, required=["state.json"])
+    (tmp_path / "store" / "part").unlink()
+    with pytest.raises(RunFileError, match=re.escape(f"needs {tmp_path / 'store' / 'part'}, which is missing")):
+        open_checkpoint(tmp_path / "ckpt", "test", 3, required=["state.json"])
+    assert open_checkpoint(tmp_path / "ckpt", "test", 3, required=["state.json"], check_run_files=False)
+    with pytest.raises(CheckpointError, match=re.escape("reads format 1 and 2 only")):
+        open_checkpoint(tmp_path / "ckpt", "test", (1, 2), required=["state.json"])
+    with pytest.raises(CheckpointError, match="points outside the checkpoint"):
+        with checkpoint_directory(tmp_path / "bad", "test", 3, 1, {"../elsewhere": digest}):
+            pass

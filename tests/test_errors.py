@@ -30,6 +30,7 @@ from worldgym.errors import (
     DatasetError,
     RemoteEnvError,
     RemoteEnvSchemaError,
+    RunFileError,
     WorldgymError,
 )
 
@@ -38,7 +39,7 @@ BUILT_IN = {CheckpointError: ValueError, CheckpointNotFoundError: FileNotFoundEr
             ModelNotInstalledError: ImportError, ReplayNotReadyError: RuntimeError, TrainingFailure: RuntimeError,
             RomFileError: ValueError, HeaderChecksumError: ValueError, AssemblyError: ValueError,
             StateError: ValueError, UserError: Exception, RemoteEnvError: ConnectionError,
-            RemoteEnvSchemaError: ValueError, LockstepMismatch: AssertionError}
+            RemoteEnvSchemaError: ValueError, LockstepMismatch: AssertionError, RunFileError: ValueError}
 
 
 @pytest.mark.parametrize(("error", "built_in"), BUILT_IN.items(), ids=lambda value: value.__name__)

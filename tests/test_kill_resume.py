@@ -19,8 +19,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from worldgym.agents.dreamer_v3.replay_store import SEGMENT_FILES, SEGMENT_WRITTEN
 from worldgym.agents.llm.checkpoint import load_checkpoint
-from worldgym.checkpointing import CRASH_STAGES
+from worldgym.checkpointing import CRASH_STAGES, is_complete, run_files
 from worldgym.jsonl import read_jsonl
 from worldgym.retention import DELETING
 
@@ -201,3 +202,43 @@ def test_grpo_killed_at_each_stage_of_a_save_resumes_from_a_loadable_checkpoint(
     assert resumed_from(run_dir)[-1] == str(run_dir / f"checkpoint-{newest}")
     assert_same_run("grpo", expected, run_dir)
     assert checkpoint_folders(run_dir) == checkpoint_folders(expected)
+
+
+# Dreamer never saves over an existing folder (no checkpoint-last or -best), so it is never killed "old_moved_aside";
+# it may be killed once a save has written its replay segment, before the checkpoint that lists it.
+DREAMER_STAGES = (*(stage for stage in CRASH_STAGES if stage != "old_moved_aside"), SEGMENT_WRITTEN)
+DREAMER_SAVE_EVERY = 4  # iterations between two of the worker's Dreamer checkpoints (save_total_limit=2)
+
+
+def segment_files(run_dir: Path) -> list[str]:
+    return sorted(path.name for path in run_dir.glob(SEGMENT_FILES))
+
+
+@pytest.mark.parametrize("stage", DREAMER_STAGES)
+def test_dreamer_killed_at_each_stage_of_a_save_resumes_exactly(runs, tmp_path, stage):
+    """SIGKILL a Dreamer run (Game Boy, episodes kept across a resume) at ``stage`` of a random save that also
+    prunes: the complete checkpoints left verify with every replay segment they need, resuming finishes the run as
+    if never killed, and the run folder ends with the same checkpoints and replay segments (same bytes: their
+    names hold their hashes) as the uninterrupted run, a killed save's orphan segment gone."""
+    expected = runs.uninterrupted("dreamer_v3")
+    run_dir = tmp_path / "run"
+    first_step = DREAMER_SAVE_EVERY * random.Random(f"{SEED}-dreamer-{stage}").randint(3, 8)
+    killed = runs.start("dreamer_v3", run_dir, crash=(stage, first_step))
+    killed.join(RUN_TIMEOUT_S)
+    assert killed.exitcode == -signal.SIGKILL, f"not killed at {stage}:\n{runs.log(killed)}"
+    complete = [run_dir / name for name in checkpoint_folders(run_dir) if not name.endswith((".tmp", DELETING))]
+    assert complete and all(is_complete(path) for path in complete), checkpoint_folders(run_dir)
+    unfinished = stage in ("files_written", "synced", SEGMENT_WRITTEN)  # the killed save's segment, unlisted
+    newest = first_step - DREAMER_SAVE_EVERY * unfinished
+    assert max(int(path.name.split("-")[1]) for path in complete) == newest
+    partial = {"files_written": f"checkpoint-{first_step}.tmp", "synced": f"checkpoint-{first_step}.tmp",
+               "pruning": f"checkpoint-{first_step - 2 * DREAMER_SAVE_EVERY}{DELETING}"}.get(stage)
+    assert partial is None or (run_dir / partial).is_dir(), checkpoint_folders(run_dir)
+    listed = {Path(name).name for path in complete for name in run_files(path)}
+    orphans = [name for name in segment_files(run_dir) if name not in listed]
+    assert [name.split("-")[1:3] for name in orphans] == [[str(newest), str(first_step)]] * unfinished, orphans
+    runs.run("dreamer_v3", run_dir)
+    assert resumed_from(run_dir)[-1] == str(run_dir / f"checkpoint-{newest}")
+    assert_same_run("dreamer_v3", expected, run_dir)
+    assert checkpoint_folders(run_dir) == checkpoint_folders(expected)
+    assert segment_files(run_dir) == segment_files(expected)

@@ -1,8 +1,10 @@
 """Checkpoint retention: which step checkpoints stay, checkpoint-best, a kill while pruning, run-folder look-ups."""
 
+import hashlib
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -14,12 +16,15 @@ import torch
 from worldgym.checkpointing import (
     CRASH_ENV,
     LAST_CHECKPOINT,
+    checkpoint_directory,
+    is_complete,
     latest_checkpoint,
     load_checkpoint,
     save_checkpoint,
+    write_durably,
 )
 from worldgym.errors import CheckpointNotFoundError, ConfigError, RunFolderError
-from worldgym.retention import DELETING, CheckpointKeeper, check_retention, prune_checkpoints
+from worldgym.retention import DELETING, CheckpointKeeper, check_retention, prune_checkpoints, prune_run_files
 from worldgym.run_folder import BEST_CHECKPOINT, find_checkpoint, read_results
 
 
@@ -114,3 +119,47 @@ def _empty(root: Path) -> Path:
 def test_a_bad_save_total_limit_is_refused(limit):
     with pytest.raises(ConfigError, match=re.escape(f"save_total_limit={limit!r} is invalid")):
         check_retention(limit)
+
+
+def _save_sharing(path: Path, step: int, shared: list[str]) -> Path:
+    """A step checkpoint that needs the run files ``shared`` (``store/<name>``), written first if missing."""
+    for name in shared:
+        if not (path.parent / "store" / name).is_file():
+            write_durably(path.parent / "store" / name, name.encode())
+    digests = {f"store/{name}": hashlib.sha256(name.encode()).hexdigest() for name in shared}
+    with checkpoint_directory(path, "test", 1, step, digests) as tmp:
+        (tmp / "state.json").write_text("{}")
+    return path
+
+
+def _store(run: Path) -> list[str]:
+    return sorted(p.name for p in (run / "store").iterdir())
+
+
+def test_pruning_keeps_the_run_files_a_kept_checkpoint_needs_and_only_those(tmp_path):
+    """Shared run files go once no checkpoint lists them (a pruned one, one being deleted, or a save never renamed
+    in do not count; checkpoint-best and a checkpoint moved aside do); files the glob does not match stay."""
+    keeper = CheckpointKeeper(tmp_path, save_total_limit=2, shared=("store/seg-*",))
+    _save_sharing(tmp_path / BEST_CHECKPOINT, 1, ["seg-a"])
+    write_durably(tmp_path / "store" / "notes.txt", b"not a segment")
+    for step, names in [(1, ["seg-a"]), (2, ["seg-a", "seg-b"]), (3, ["seg-b", "seg-c"]), (4, ["seg-c", "seg-d"])]:
+        keeper.save_step(step, lambda path, step=step, names=names: _save_sharing(path, step, names))
+    assert _names(tmp_path) == ["checkpoint-3", "checkpoint-4", "checkpoint-best"]
+    assert _store(tmp_path) == ["notes.txt", "seg-a", "seg-b", "seg-c", "seg-d"]  # seg-a: checkpoint-best
+    shutil.rmtree(tmp_path / BEST_CHECKPOINT)
+    (tmp_path / "checkpoint-3").rename(tmp_path / "checkpoint-3.old")  # a save killed after moving it aside
+    _save_sharing(tmp_path / "checkpoint-5.tmp", 5, ["seg-e"])  # a save killed before its rename
+    write_durably(tmp_path / "store" / "seg-f", b"x")
+    (tmp_path / "store" / "seg-f").rename(tmp_path / "store" / "seg-f.tmp")  # a write killed before its rename
+    assert prune_run_files(tmp_path, ("store/seg-*",)) == [tmp_path / "store" / n for n in ("seg-a", "seg-e", "seg-f.tmp")]
+    assert _store(tmp_path) == ["notes.txt", "seg-b", "seg-c", "seg-d"]
+    assert is_complete(tmp_path / "checkpoint-3.old") and is_complete(tmp_path / "checkpoint-4")
+
+
+def test_a_checkpoint_whose_run_file_is_gone_is_incomplete_and_does_not_count_as_kept(tmp_path):
+    for step, names in [(1, ["seg-a"]), (2, ["seg-b"]), (3, ["seg-c"])]:
+        _save_sharing(tmp_path / f"checkpoint-{step}", step, names)
+    (tmp_path / "store" / "seg-c").unlink()
+    assert not is_complete(tmp_path / "checkpoint-3")
+    assert [p.name for p in prune_checkpoints(tmp_path, 1, ("store/seg-*",))] == ["checkpoint-1"]
+    assert _store(tmp_path) == ["seg-b"]

@@ -2,6 +2,10 @@
 
 A run folder holds ``checkpoint-<step>`` folders (periodic saves) and ``checkpoint-last`` (the end of a
 :meth:`train` call); :func:`latest_checkpoint` is the one rule by which every trainer finds the one to resume.
+
+A checkpoint may also need *run files*: files that several checkpoints share, kept once in a store folder beside
+them (Dreamer's ``replay/`` segments). Its manifest lists them under ``run_files`` (paths relative to the folder
+holding the checkpoint, with their SHA-256s), and every check of the checkpoint checks them too.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
-from worldgym.errors import CheckpointError
+from worldgym.errors import CheckpointError, RunFileError
 
 __all__ = [
     "CRASH_ENV",
@@ -48,8 +52,10 @@ __all__ = [
     "recover_directory",
     "resolve_checkpoint",
     "run_checkpoints",
+    "run_files",
     "save_checkpoint",
     "step_checkpoint",
+    "write_durably",
     "write_manifest",
 ]
 
@@ -200,24 +206,65 @@ def crash_point(stage: str) -> None:
 # ---------------------------------------------------------------- manifest: kind, format version, SHA-256s
 @contextmanager
 def checkpoint_directory(
-    final: str | Path, kind: str, format_version: int, step: int | None = None
+    final: str | Path,
+    kind: str,
+    format_version: int,
+    step: int | None = None,
+    shared: dict[str, str] | None = None,
 ) -> Iterator[Path]:
     """:func:`atomic_directory` that also writes the manifest of everything written into it, last (with the
-    run's progress counter ``step``, by which :func:`latest_checkpoint` orders a run's checkpoints)."""
+    run's progress counter ``step``, by which :func:`latest_checkpoint` orders a run's checkpoints, and the
+    run files ``shared`` it needs: path relative to the folder holding ``final`` -> SHA-256, already durable)."""
     with atomic_directory(final) as tmp:
         yield tmp
         crash_point("files_written")
-        write_manifest(tmp, kind, format_version, step)
+        write_manifest(tmp, kind, format_version, step, shared)
 
 
-def write_manifest(directory: Path, kind: str, format_version: int, step: int | None = None) -> None:
-    """Record ``kind``, ``format_version``, ``step`` (when given) and the SHA-256 of every file under
-    ``directory`` in a manifest."""
+def write_manifest(
+    directory: Path, kind: str, format_version: int, step: int | None = None, shared: dict[str, str] | None = None
+) -> None:
+    """Record ``kind``, ``format_version``, ``step`` (when given), the SHA-256 of every file under ``directory``
+    and the run files ``shared`` (when given) in a manifest."""
     files = {name: _sha256(directory / name) for name in _relative_files(directory)}
     manifest: dict[str, Any] = {"kind": kind, "format_version": format_version, "files": files}
     if step is not None:
         manifest["step"] = int(step)
+    if shared:
+        for name in shared:
+            _check_name(directory / MANIFEST, name)
+        manifest["run_files"] = dict(sorted(shared.items()))
     (directory / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
+
+
+def write_durably(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` through ``<path>.tmp``, fsynced, then renamed in (a kill leaves the old
+    file or the new one, never a torn one) and the rename made durable."""
+    new_folder = not path.parent.is_dir()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if new_folder:
+        fsync_directory(path.parent.parent)
+    tmp = _sibling(path, _TMP)
+    with open(tmp, "wb") as file:
+        file.write(data)
+        file.flush()
+        os.fsync(file.fileno())
+    os.replace(tmp, path)
+    fsync_directory(path.parent)
+
+
+def run_files(folder: str | Path) -> dict[str, str]:
+    """The run files (path relative to the folder holding ``folder`` -> SHA-256) the manifest of the checkpoint
+    ``folder`` lists; empty when it lists none.
+
+    Raises:
+        CheckpointError: the manifest is missing or does not parse.
+    """
+    manifest = _read_manifest(Path(folder) / MANIFEST)
+    shared = manifest.get("run_files", {})
+    if not isinstance(shared, dict):
+        raise CheckpointError(f"{Path(folder) / MANIFEST} is corrupt: 'run_files' is not a table")
+    return shared
 
 
 def is_complete(folder: str | Path) -> bool:
@@ -242,23 +289,59 @@ def _verify_manifest(root: Path) -> dict[str, Any]:
     if not isinstance(manifest.get("files"), dict):
         raise CheckpointError(f"{root / MANIFEST} is corrupt: it has no 'files' table")
     _check_files(root, manifest["files"], required=())
+    _check_run_files(root, run_files(root))
     return manifest
 
 
-def open_checkpoint(path: str | Path, kind: str, format_version: int, required: Sequence[str]) -> Path:
+def open_checkpoint(
+    path: str | Path,
+    kind: str,
+    format_version: int | Sequence[int],
+    required: Sequence[str],
+    check_run_files: bool = True,
+) -> Path:
     """The checked directory of the checkpoint at ``path`` (or the ``<path>.old`` an interrupted save left).
+
+    ``format_version`` is the version this reader reads, or the versions. ``check_run_files=False`` skips the
+    run files its manifest lists (for a reader that needs none of them, e.g. a policy export).
 
     Raises:
         CheckpointError: naming the file at fault, when nothing or only part of a checkpoint is there, the
             manifest is missing, corrupt, of another kind or format version, or a file's SHA-256 differs from
             the manifest (truncated, edited or bit-flipped).
+        RunFileError: (a :class:`CheckpointError`) a run file the manifest lists is missing or corrupt.
     """
     root = resolve_checkpoint(path)
-    _check_present(root, kind, format_version, required)
+    versions = _versions(format_version)
+    _check_present(root, kind, versions[0], required)
     manifest = _read_manifest(root / MANIFEST)
-    _check_kind_and_version(root / MANIFEST, manifest, kind, format_version)
+    _check_kind_and_version(root / MANIFEST, manifest, kind, versions)
     _check_files(root, manifest["files"], required)
+    if check_run_files:
+        _check_run_files(root, run_files(root))
     return root
+
+
+def _versions(format_version: int | Sequence[int]) -> tuple[int, ...]:
+    return (format_version,) if isinstance(format_version, int) else tuple(sorted(format_version))
+
+
+def _check_run_files(root: Path, shared: dict[str, str]) -> None:
+    """Every run file in ``shared`` is there, beside ``root``, with its SHA-256."""
+    for name, digest in shared.items():
+        _check_name(root / MANIFEST, name)
+        file = root.parent / name
+        if not file.is_file():
+            raise RunFileError(
+                f"checkpoint {root} needs {file}, which is missing (deleted, or the checkpoint was copied without "
+                f"the {PurePosixPath(name).parts[0]}/ folder beside it: copy that folder too)"
+            )
+        if _sha256(file) != digest:
+            raise RunFileError(
+                f"run file {file} is corrupt: its SHA-256 differs from the one {root / MANIFEST} records "
+                "(truncated, edited or damaged on disk; every checkpoint that needs it is unusable: resume from "
+                "one that does not)"
+            )
 
 
 def _check_present(root: Path, kind: str, format_version: int, required: Sequence[str]) -> None:
@@ -290,7 +373,9 @@ def _read_manifest(file: Path) -> dict[str, Any]:
     return manifest
 
 
-def _check_kind_and_version(file: Path, manifest: dict[str, Any], kind: str, format_version: int) -> None:
+def _check_kind_and_version(
+    file: Path, manifest: dict[str, Any], kind: str, format_versions: tuple[int, ...]
+) -> None:
     found = manifest.get("format_version", 1)  # format 1 manifests were a bare {file: sha256} table
     found_kind = manifest.get("kind") if isinstance(manifest.get("files"), dict) else None
     if found_kind is not None and found_kind != kind:  # another kind first: its format number means nothing here
@@ -298,9 +383,10 @@ def _check_kind_and_version(file: Path, manifest: dict[str, Any], kind: str, for
             f"{file}: a {found_kind!r} checkpoint, not a {kind!r} one: another kind of checkpoint (format "
             f"{found!r} of {found_kind!r} checkpoints) is here; wrong folder?"
         )
-    if found != format_version:
+    if found not in format_versions:
+        readable = " and ".join(map(str, format_versions))
         raise CheckpointError(
-            f"{file}: checkpoint format {found!r}, this worldgym reads format {format_version} only "
+            f"{file}: checkpoint format {found!r}, this worldgym reads format {readable} only "
             "(saved by another worldgym version: load it with that version, or re-create it)"
         )
     if manifest.get("kind") != kind:

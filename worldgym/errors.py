@@ -3,7 +3,7 @@ from the matching built-in exception (``except ValueError`` keeps working)."""
 
 from __future__ import annotations
 
-__all__ = ["CheckpointError", "CheckpointNotFoundError", "ConfigError", "WorldgymError"]
+__all__ = ["CheckpointError", "CheckpointNotFoundError", "ConfigError", "RunFileError", "WorldgymError"]
 
 
 class WorldgymError(Exception):
@@ -12,6 +12,11 @@ class WorldgymError(Exception):
 
 class CheckpointError(WorldgymError, ValueError):
     """A checkpoint is missing, incomplete, corrupt, of another format version, or does not fit the model."""
+
+
+class RunFileError(CheckpointError):
+    """A file a checkpoint shares with others in its run folder (e.g. a Dreamer replay segment under ``replay/``)
+    is missing or differs from the SHA-256 the checkpoint's manifest records; the message names the file."""
 
 
 class CheckpointNotFoundError(CheckpointError, FileNotFoundError):

@@ -6,22 +6,35 @@ works alike for all. Pruning is kill-safe: it starts only once the newest step c
 the newest ``save_total_limit`` step checkpoints whose manifests verify (a damaged one never counts as kept),
 and deletes an old one by first renaming it to ``<name>.deleting`` (which no reader takes for a checkpoint)
 and only then removing its files; a later prune removes what a kill left half deleted.
+
+Run files that checkpoints share (their manifests' ``run_files``, e.g. Dreamer's ``replay/`` segments) go once no
+checkpoint of the run folder lists them any more (:func:`prune_run_files`), so pruning never deletes what a
+retained checkpoint needs.
 """
 
 from __future__ import annotations
 
 import shutil
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from worldgym.checkpointing import crash_point, fsync_directory, is_complete, run_checkpoints, step_checkpoint
+from worldgym.checkpointing import (
+    MANIFEST,
+    crash_point,
+    fsync_directory,
+    is_complete,
+    run_checkpoints,
+    run_files,
+    step_checkpoint,
+)
 from worldgym.config import check_field
+from worldgym.errors import CheckpointError
 from worldgym.run_folder import BEST_CHECKPOINT, update_results
 
 __all__ = ["BEST_CHECKPOINT", "DELETING", "CheckpointKeeper", "check_retention", "is_new_best",
-           "prune_checkpoints"]
+           "prune_checkpoints", "prune_run_files"]
 
 
 DELETING = ".deleting"  # suffix of a pruned checkpoint while its files are removed
@@ -40,9 +53,12 @@ def check_retention(save_total_limit: int | None) -> None:
     check_field(ok, "save_total_limit", save_total_limit, "use None (keep every step checkpoint) or an integer >= 1")
 
 
-def prune_checkpoints(run_dir: str | Path, save_total_limit: int | None) -> list[Path]:
+def prune_checkpoints(
+    run_dir: str | Path, save_total_limit: int | None, shared: Iterable[str] = ()
+) -> list[Path]:
     """Delete the step checkpoints (``checkpoint-<n>``) of ``run_dir`` older than its newest ``save_total_limit``
     complete ones; ``checkpoint-last`` and ``checkpoint-best`` are never touched. Returns the deleted folders.
+    Then the run files matching the globs ``shared`` that no remaining checkpoint needs go (:func:`prune_run_files`).
 
     A step checkpoint counts as kept only when its manifest and every file it lists verify, so a kill at any
     moment leaves at least ``save_total_limit`` loadable step checkpoints (or every one there was).
@@ -50,8 +66,12 @@ def prune_checkpoints(run_dir: str | Path, save_total_limit: int | None) -> list
     run_dir = Path(run_dir)
     for leftover in run_dir.glob(f"checkpoint-*{DELETING}"):  # a prune a kill cut short
         shutil.rmtree(leftover, ignore_errors=True)
-    if save_total_limit is None:
-        return []
+    deleted = [] if save_total_limit is None else _prune_steps(run_dir, save_total_limit)
+    prune_run_files(run_dir, shared)
+    return deleted
+
+
+def _prune_steps(run_dir: Path, save_total_limit: int) -> list[Path]:
     numbered = sorted((step, folder) for folder in run_checkpoints(run_dir) if (step := _step_of(folder)) >= 0)
     kept, deleted = 0, []
     for _, folder in reversed(numbered):
@@ -59,6 +79,33 @@ def prune_checkpoints(run_dir: str | Path, save_total_limit: int | None) -> list
             kept += is_complete(folder)
             continue
         deleted.append(_delete(folder))
+    return deleted
+
+
+def prune_run_files(folder: str | Path, shared: Iterable[str]) -> list[Path]:
+    """Delete the files matching the globs ``shared`` (relative to ``folder``, e.g. ``"replay/segment-*"``) that
+    the manifest of no checkpoint in ``folder`` lists among its run files; returns them. Give globs that also
+    match what a kill left of a write (:func:`~worldgym.checkpointing.write_durably`'s ``<file>.tmp``).
+
+    Every sub-folder with a manifest counts (``checkpoint-best`` and ``<name>.old`` included), but for
+    ``<name>.tmp`` (a save never renamed in) and ``<name>.deleting`` (being pruned): none is ever loaded. A
+    manifest that does not parse needs nothing: its checkpoint cannot be loaded either.
+    """
+    folder = Path(folder)
+    candidates = sorted({file for pattern in shared for file in folder.glob(pattern) if file.is_file()})
+    if not candidates:
+        return []
+    needed: set[Path] = set()
+    for checkpoint in folder.iterdir():
+        if checkpoint.name.endswith((".tmp", DELETING)) or not (checkpoint / MANIFEST).is_file():
+            continue
+        try:
+            needed.update(folder / name for name in run_files(checkpoint))
+        except CheckpointError:
+            continue
+    deleted = [file for file in candidates if file not in needed]
+    for file in deleted:
+        file.unlink()
     return deleted
 
 
@@ -105,6 +152,8 @@ class CheckpointKeeper:
         greater_is_better: whether a larger ``metric_for_best_model`` is better.
         prunes: whether this process prunes (False on the ranks of a data-parallel group that save collectively
             but do not write).
+        shared: globs (relative to ``run_dir``) of the run files the checkpoints share (Dreamer:
+            ``("replay/segment-*",)``); those no checkpoint needs any more go after every prune.
     """
 
     run_dir: Path
@@ -112,20 +161,21 @@ class CheckpointKeeper:
     metric_for_best_model: str | None = None
     greater_is_better: bool = True
     prunes: bool = True
+    shared: tuple[str, ...] = ()
 
     def save_step(self, step: int, save: Callable[[Path], Any]) -> Path:
         """``save(run_dir/checkpoint-<step>)``, then prune the step checkpoints beyond ``save_total_limit``."""
         path = step_checkpoint(self.run_dir, step)
         save(path)
         if self.prunes:
-            prune_checkpoints(self.run_dir, self.save_total_limit)
+            prune_checkpoints(self.run_dir, self.save_total_limit, self.shared)
         return path
 
     def resumed(self, history: Sequence[dict[str, Any]], save: Callable[[Path], Any] | None = None) -> None:
         """Finish what a kill cut short once a trainer resumed its newest checkpoint: the pruning after it, and
         (given ``save``) its ``checkpoint-best`` when the last row of ``history`` is the best so far."""
         if self.prunes:
-            prune_checkpoints(self.run_dir, self.save_total_limit)
+            prune_checkpoints(self.run_dir, self.save_total_limit, self.shared)
         if save is not None:
             self.save_best(history, save)
 

@@ -28,7 +28,6 @@ def _load(core, path) -> dict:
         ("truncated", "model.safetensors"),
         ("truncated", "state.json"),
         ("flipped_byte", "model.safetensors"),
-        ("flipped_byte", "replay.safetensors"),
         ("missing", "rng.safetensors"),
         ("wrong_version", "manifest.json"),
     ],

@@ -146,3 +146,23 @@ def test_in_place_writes_through_slot_views():
     assert in_place.written_t == 4 and in_place.committed_t == 0
     with pytest.raises(RuntimeError, match="commit at least every safety_margin=4 steps"):
         in_place.next_slot()
+
+
+def test_live_steps_are_read_and_restored_across_the_wrap():
+    """A ring that wrapped reads its live steps out and refills an empty ring with them, other slots zero."""
+    ring = make_ring(capacity=20, margin=4)
+    fill(ring, 27)  # wrapped: holds steps [7, 27)
+    assert ring.live_steps() == (11, 27)  # the 4 oldest are the writer's margin
+    steps = ring.read_steps(11, 27)
+    assert torch.equal(steps["reward"][:, 0], torch.arange(11, 27, dtype=torch.float32))
+    with pytest.raises(ValueError, match=r"steps \[6, 27\) are not in the ring"):
+        ring.read_steps(6, 27)
+    other = make_ring(capacity=20, margin=4)
+    fill(other, 3)
+    other.restore_steps(27, [(9, ring.read_steps(9, 20)), (20, ring.read_steps(20, 27))])
+    assert (other.committed_t, other.written_t) == (27, 27)
+    for name, data in ring.read_steps(9, 27).items():
+        assert torch.equal(other.read_steps(9, 27)[name], data), name
+    assert not other.read_steps(7, 9)["reward"].any()  # not given: emptied
+    with pytest.raises(ValueError, match=r"replay field 'obs': segment has steps of \(3, 2\) torch.float32, ring expects \(3, 3\)"):
+        make_ring(obs_shape=(3,)).restore_steps(27, [(9, ring.read_steps(9, 27))])

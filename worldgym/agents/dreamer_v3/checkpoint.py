@@ -1,10 +1,13 @@
-"""Checkpoints as safetensors (weights, optimiser moments, replay, RNG states) plus one JSON state file.
+"""Checkpoints as safetensors (weights, optimiser moments, RNG states) plus one JSON state file, and the replay.
 
 They use the shared checksummed format of :mod:`worldgym.checkpointing` (SHA-256 manifest, format version,
 durable atomic replacement); checkpoints of format 1 (before the manifest) are refused with a message.
 
 A checkpoint restores the networks, the optimisers, the committed replay, the ``Ratio`` state and every
-generator, so a resumed run keeps its replay ratio.
+generator, so a resumed run keeps its replay ratio. The replay is stored once per run, not in each checkpoint:
+format 3 checkpoints list the segments of the run folder's ``replay/`` store that hold it
+(:mod:`~worldgym.agents.dreamer_v3.replay_store`); format 2 checkpoints (each with its whole ring in
+``replay.safetensors``) still load.
 
 The episodes in progress continue after a resume when the env saves its own state (``save_state(path)`` and
 ``load_state(path)`` on the unwrapped vector env, :class:`~worldgym.agents.dreamer_v3.engine.rollout.SavesState`:
@@ -28,6 +31,7 @@ from safetensors.torch import save_file
 
 from worldgym.agents.dreamer_v3.learner import DreamerLearner
 from worldgym.agents.dreamer_v3.replay import ReplayRing
+from worldgym.agents.dreamer_v3.replay_store import ReplaySegments, Segment
 from worldgym.checkpointing import (
     checkpoint_directory,
     open_checkpoint,
@@ -44,8 +48,10 @@ if TYPE_CHECKING:  # the engine package imports this module
 __all__ = ["CheckpointError", "load_checkpoint", "save_checkpoint"]
 
 KIND = "dreamer_v3"
-FORMAT_VERSION = 2  # 1: no manifest
-FILES = ("model.safetensors", "optim.safetensors", "replay.safetensors", "rng.safetensors", "state.json")
+FORMAT_VERSION = 3  # 1: no manifest; 2: the whole replay ring in each checkpoint; 3: replay segments of the run
+READ_VERSIONS = (2, 3)
+FILES = ("model.safetensors", "optim.safetensors", "rng.safetensors", "state.json")
+RING_REPLAY = "replay.safetensors"  # format 2: the ring's storage
 ENV_STATE = "env_state.npz"  # written by the env's save_state
 ACTOR_STATE = "actor.safetensors"  # env runner rows and policy filter state, saved with ENV_STATE
 
@@ -74,9 +80,11 @@ def save_checkpoint(
     env: SavesState | None = None,
     actor: dict[str, torch.Tensor] | None = None,
     step: int | None = None,
+    segments: ReplaySegments | None = None,
 ) -> Path:
-    """Write a checkpoint into a temporary sibling with a SHA-256 manifest (recording ``step``, the
-    iteration), fsync it, then swap it in.
+    """Write the replay steps not yet stored into the store beside ``directory`` (``segments``: those of the run
+    so far; default: none, so every live step is written), then the checkpoint into a temporary sibling with a
+    SHA-256 manifest (recording ``step``, the iteration, and the segments it needs), fsync it, swap it in.
 
     With ``env`` and ``actor`` (both or neither), the env's save state and the actor's tensors go in too.
     """
@@ -85,7 +93,10 @@ def save_checkpoint(
             "save the env's state together with the actor's (pass both env and actor, or neither)"
         )
     final = Path(directory)
-    with checkpoint_directory(final, KIND, FORMAT_VERSION, step) as path:
+    needed = (segments if segments is not None else ReplaySegments()).save(replay, final.parent)
+    state = state | {"replay_segments": [segment.to_dict() for segment in needed]}
+    shared = {segment.file: segment.sha256 for segment in needed}
+    with checkpoint_directory(final, KIND, FORMAT_VERSION, step, shared) as path:
         _write_checkpoint(path, learner, replay, generators, state)
         if env is not None:
             env.save_state(path / ENV_STATE)
@@ -104,11 +115,6 @@ def _write_checkpoint(
     save_file(model, str(path / "model.safetensors"))
     optim_tensors, groups = _optimizer_tensors(learner)
     save_file(optim_tensors, str(path / "optim.safetensors"))
-    replay_state = replay.state_dict()
-    save_file(
-        {k: v.cpu().contiguous() for k, v in replay_state.items() if isinstance(v, torch.Tensor)},
-        str(path / "replay.safetensors"),
-    )
     save_file({k: g.get_state() for k, g in generators.items()}, str(path / "rng.safetensors"))
     payload = dict(state)
     payload |= {
@@ -125,17 +131,20 @@ def load_checkpoint(
     replay: ReplayRing,
     generators: dict[str, torch.Generator],
     env: SavesState | None = None,
+    segments: ReplaySegments | None = None,
 ) -> dict[str, Any]:
-    """Restore a checkpoint written by :func:`save_checkpoint`; returns its JSON state.
+    """Restore a checkpoint written by :func:`save_checkpoint` (or of format 2); returns its JSON state.
 
     When the checkpoint holds an env state and ``env`` is given, ``env`` loads it and the returned state has
     ``"actor"``: the tensors saved as ``actor`` (else no ``"actor"`` key, and the envs are to be reset).
+    ``segments`` becomes the checkpoint's replay segments (none for format 2), for the run's next save.
 
     Raises:
         CheckpointError: naming the file, when a file is missing, truncated or corrupt, the format version
             differs, or tensors do not fit this run's networks or replay.
+        RunFileError: (a :class:`CheckpointError`) a replay segment the checkpoint needs is missing or corrupt.
     """
-    path = open_checkpoint(directory, KIND, FORMAT_VERSION, required=FILES)
+    path = open_checkpoint(directory, KIND, READ_VERSIONS, required=FILES)
     state = read_json(path / "state.json")
     try:
         learner.load_state_dict(read_tensors(path / "model.safetensors"))
@@ -143,12 +152,7 @@ def load_checkpoint(
         raise CheckpointError(f"checkpoint {path} does not fit this model config: {err}") from err
     _load_optimizers(learner, read_tensors(path / "optim.safetensors"), state["optimizer_groups"])
     learner.gradient_steps = int(state["gradient_steps"])
-    replay_state: dict[str, Any] = dict(read_tensors(path / "replay.safetensors"))
-    replay_state["committed_t"] = int(state["committed_t"])
-    try:
-        replay.load_state_dict(replay_state)
-    except ValueError as err:
-        raise CheckpointError(f"checkpoint {path}: {err}") from err
+    _load_replay(path, state, replay, segments if segments is not None else ReplaySegments())
     rng = read_tensors(path / "rng.safetensors")
     for name, generator in generators.items():
         if name not in rng:
@@ -164,3 +168,22 @@ def load_checkpoint(
             raise CheckpointError(f"{path / ENV_STATE} does not fit this env: {err}") from err
         state["actor"] = actor
     return state
+
+
+def _load_replay(path: Path, state: dict[str, Any], replay: ReplayRing, segments: ReplaySegments) -> None:
+    """Refill ``replay`` from the run's segments the checkpoint lists, or from its ``replay.safetensors``."""
+    committed_t = int(state["committed_t"])
+    if "replay_segments" not in state:  # format 2
+        if not (path / RING_REPLAY).is_file():
+            raise CheckpointError(f"checkpoint {path} is incomplete: missing ['{RING_REPLAY}']")
+        try:
+            replay.load_state_dict(dict(read_tensors(path / RING_REPLAY)) | {"committed_t": committed_t})
+        except ValueError as err:
+            raise CheckpointError(f"checkpoint {path}: {err}") from err
+        segments.forget()
+        return
+    listed = state["replay_segments"]
+    if not isinstance(listed, list):
+        raise CheckpointError(f"{path / 'state.json'} is corrupt: 'replay_segments' is not a list")
+    needed = [Segment.from_dict(entry, path / "state.json") for entry in listed]
+    segments.load(replay, path.parent, needed, committed_t)

@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
-from worldgym.agents.dreamer_v3.checkpoint import FILES, FORMAT_VERSION, KIND
+from worldgym.agents.dreamer_v3.checkpoint import FILES, KIND, READ_VERSIONS
 from worldgym.agents.dreamer_v3.config import DreamerConfig
 from worldgym.agents.dreamer_v3.learner import DreamerLearner
 from worldgym.agents.dreamer_v3.policy import DreamerPolicy
@@ -27,6 +27,7 @@ from worldgym.errors import CheckpointError, ExportError
 __all__ = ["POLICY_KIND", "export_policy", "load_policy"]
 
 POLICY_KIND = "dreamer_v3_policy"
+POLICY_FORMAT_VERSION = 2
 _WEIGHTS, _SPEC = "policy.safetensors", "policy.json"
 _PARTS = {"world_model.encoder.": "encoder.", "world_model.rssm.": "rssm.", "actor.": "actor."}
 
@@ -38,7 +39,7 @@ def export_policy(checkpoint: str | Path, out_dir: str | Path) -> Path:
         ExportError: the checkpoint records no observation shape (saved by a worldgym without exports).
         CheckpointError: the checkpoint is damaged.
     """
-    root = open_checkpoint(checkpoint, KIND, FORMAT_VERSION, required=FILES)
+    root = open_checkpoint(checkpoint, KIND, READ_VERSIONS, required=FILES, check_run_files=False)  # no replay
     state = read_json(root / "state.json")
     if "obs_shape" not in state:
         raise ExportError(f"{root} records no observation shape (saved by a worldgym without exports): resume the "
@@ -50,7 +51,7 @@ def export_policy(checkpoint: str | Path, out_dir: str | Path) -> Path:
                 weights[new + name[len(prefix):]] = tensor
     spec = {"config": state["config"], "obs_shape": state["obs_shape"], "action_dim": state["action_dim"],
             "step": state["iter_num"]}
-    with checkpoint_directory(out_dir, POLICY_KIND, FORMAT_VERSION, state["iter_num"]) as tmp:
+    with checkpoint_directory(out_dir, POLICY_KIND, POLICY_FORMAT_VERSION, state["iter_num"]) as tmp:
         save_file(weights, str(tmp / _WEIGHTS))
         (tmp / _SPEC).write_text(json.dumps(spec, indent=1) + "\n")
     return Path(out_dir)
@@ -62,7 +63,7 @@ def load_policy(path: str | Path, num_envs: int = 1, device: str = "cpu") -> Dre
     Raises:
         CheckpointError: the folder is not a Dreamer policy export, is damaged, or its weights do not fit.
     """
-    root = open_checkpoint(path, POLICY_KIND, FORMAT_VERSION, required=(_WEIGHTS, _SPEC))
+    root = open_checkpoint(path, POLICY_KIND, POLICY_FORMAT_VERSION, required=(_WEIGHTS, _SPEC))
     spec = read_json(root / _SPEC)
     config = DreamerConfig.from_dict({**spec["config"], "device": device})
     with torch.random.fork_rng(devices=[]):

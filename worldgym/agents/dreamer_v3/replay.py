@@ -129,9 +129,15 @@ class ReplayRing:
         view = self.committed_t if committed_t is None else committed_t
         if view > self.committed_t:
             raise ValueError(f"committed_t view {view} is ahead of the ring's marker {self.committed_t}")
-        lo = max(0, self.committed_t - self.capacity + self.safety_margin)
-        hi = view - seq_len
-        return lo, hi
+        return self.live_steps()[0], view - seq_len
+
+    def live_steps(self) -> tuple[int, int]:
+        """Range ``[lo, committed_t)`` of the committed steps a sample may still read, now or later.
+
+        The ``safety_margin`` oldest slots are out of it (the writer may be overwriting them), and ``lo`` only
+        grows as the ring fills, so these steps are all a checkpoint needs to continue exactly.
+        """
+        return max(0, self.committed_t - self.capacity + self.safety_margin), self.committed_t
 
     def ready(self, seq_len: int, min_ready_steps: int, committed_t: int | None = None) -> bool:
         """True when ``min_ready_steps`` are committed and a sequence of ``seq_len`` fits the window."""
@@ -167,8 +173,48 @@ class ReplayRing:
         """Fraction of the ring holding committed data."""
         return min(self.committed_t, self.capacity) / self.capacity
 
+    def read_steps(self, start: int, end: int) -> dict[str, torch.Tensor]:
+        """Every committed field of the steps ``[start, end)``, ``[end - start, N, ...]`` on the CPU."""
+        oldest = max(0, self.written_t - self.capacity)  # older slots hold steps written since
+        if not oldest <= start <= end <= self.committed_t:
+            raise ValueError(
+                f"steps [{start}, {end}) are not in the ring, which holds the committed steps [{oldest}, "
+                f"{self.committed_t})"
+            )
+        slots = torch.arange(start, end, device=self.device) % self.capacity
+        return {name: data[slots].cpu().contiguous() for name, data in self.storage.items()}
+
+    def restore_steps(self, committed_t: int, parts: list[tuple[int, dict[str, torch.Tensor]]]) -> None:
+        """Empty the ring, then write ``parts`` (first step, fields ``[T, N, ...]``) and set both markers to
+        ``committed_t``; steps outside ``[committed_t - capacity, committed_t)`` are skipped.
+
+        Raises:
+            ValueError: a field is missing or its shape or dtype differs from this ring's schema.
+        """
+        for _, fields in parts:
+            for name, data in self.storage.items():
+                saved = fields.get(name)
+                if saved is None:
+                    raise ValueError(f"replay segment lacks field {name!r}")
+                if saved.shape[1:] != data.shape[1:] or saved.dtype != data.dtype:
+                    raise ValueError(
+                        f"replay field {name!r}: segment has steps of {tuple(saved.shape[1:])} {saved.dtype}, "
+                        f"ring expects {tuple(data.shape[1:])} {data.dtype}"
+                    )
+        for data in self.storage.values():
+            data.zero_()
+        for first, fields in parts:
+            lo, hi = max(first, committed_t - self.capacity), committed_t
+            count = min(hi, first + next(iter(fields.values())).shape[0]) - lo
+            if count <= 0:
+                continue
+            slots = torch.arange(lo, lo + count, device=self.device) % self.capacity
+            for name, data in self.storage.items():
+                data[slots] = fields[name][lo - first : lo - first + count].to(self.device)
+        self.committed_t = self.written_t = committed_t
+
     def state_dict(self) -> dict[str, torch.Tensor | int]:
-        """Tensors and markers for a checkpoint; uncommitted steps are dropped (they were never visible)."""
+        """The whole storage and the marker (checkpoints of format 2; uncommitted steps never become visible)."""
         state: dict[str, torch.Tensor | int] = {f"storage.{k}": v for k, v in self.storage.items()}
         state["committed_t"] = self.committed_t
         return state

@@ -30,11 +30,12 @@ from worldgym.agents.dreamer_v3.learner import DreamerLearner
 from worldgym.agents.dreamer_v3.metrics import check_batch, check_metrics, to_float
 from worldgym.agents.dreamer_v3.policy import DreamerPolicy
 from worldgym.agents.dreamer_v3.replay import ReplayRing, dreamer_schema
+from worldgym.agents.dreamer_v3.replay_store import SEGMENT_FILES, ReplaySegments
 from worldgym.agents.dreamer_v3.scheduler import TrainSchedule
 from worldgym.errors import CheckpointError
 from worldgym.jsonl import append_jsonl, truncate_jsonl
 from worldgym.precision import dtype_name
-from worldgym.retention import CheckpointKeeper
+from worldgym.retention import CheckpointKeeper, prune_run_files
 from worldgym.tracking import Tracker, make_tracker
 
 
@@ -128,7 +129,8 @@ class EngineCore:
         self.total_iters = max(1, cfg.num_steps // cfg.num_envs)
         self.run_dir = Path(cfg.output_dir)
         self.metrics_path = self.run_dir / "metrics.jsonl"
-        self.checkpoints = CheckpointKeeper(self.run_dir, cfg.save_total_limit)
+        self.checkpoints = CheckpointKeeper(self.run_dir, cfg.save_total_limit, shared=(SEGMENT_FILES,))
+        self.replay_segments = ReplaySegments()  # where the saved replay steps are (replay_store)
         self.tracker: Tracker | None = None  # config.report_to's backends, opened by the first log()
         self._resumed_step: int | None = None  # the policy step resume() continued from
         self.episodes_path = self.run_dir / "episodes.jsonl"  # one line per finished episode
@@ -274,7 +276,7 @@ class EngineCore:
 
     def save(self, directory: str | Path | None = None) -> Path:
         """Checkpoint into ``directory`` (default ``run_dir/checkpoint-<iteration>``, keeping the newest
-        ``save_total_limit`` of those)."""
+        ``save_total_limit`` of those); the replay steps not stored yet go to the ``replay/`` folder beside it."""
         c = self.counters
         state = {
             "config": self.cfg.to_dict(),
@@ -298,16 +300,22 @@ class EngineCore:
             actor |= {f"policy.{k}": v for k, v in self.policy.filter_state().items()}
 
         def write(path: Path) -> Path:
-            return save_checkpoint(path, self.learner, self.replay, self.generators, state, env, actor, c.iter_num)
+            return save_checkpoint(
+                path, self.learner, self.replay, self.generators, state, env, actor, c.iter_num, self.replay_segments
+            )
 
         if directory is None:  # a step checkpoint, then the pruning of those beyond save_total_limit
             return self.checkpoints.save_step(c.iter_num, write)
-        return write(Path(directory))
+        path = write(Path(directory))
+        prune_run_files(path.parent, (SEGMENT_FILES,))  # segments the checkpoint replaced there had alone
+        return path
 
     def resume(self, directory: str | Path) -> None:
         """Continue the run saved in ``directory``: networks, optimisers, replay, Ratio and generators, and the
         episodes in progress when the env saves its state (else the next window resets the envs)."""
-        state = load_checkpoint(directory, self.learner, self.replay, self.generators, self.state_saving_env)
+        state = load_checkpoint(
+            directory, self.learner, self.replay, self.generators, self.state_saving_env, self.replay_segments
+        )
         saved_cfg = state["config"]
         for key in ("model", "replay", "obs_kind", "num_envs", "env_id"):
             if saved_cfg[key] != self.cfg.to_dict()[key]:
