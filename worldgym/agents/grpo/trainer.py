@@ -289,7 +289,7 @@ class GRPOTrainer:
                 (self.output_dir / "metrics.jsonl").write_text("")
                 if config.learner != "fsdp":  # what `worldgym export` rebuilds (FSDP holds only shards here)
                     save_policy_base(self.output_dir, self.policy, self.tokenizer)
-            validation = self._validate() if config.eval_every else {}
+            validation = self._timed_validation() if config.eval_every else {}
             if main and config.eval_every:
                 self._log({"step": 0, **validation, **self._write_transcripts(validated=True)})
                 if self.parallel is None:
@@ -300,7 +300,7 @@ class GRPOTrainer:
                 metrics = self.train_step()
                 validated = bool(config.eval_every) and self.step % config.eval_every == 0
                 if validated:
-                    metrics.update(self._validate())
+                    metrics.update(self._timed_validation())
                 metrics.update(self._write_transcripts(validated))
                 self._log(metrics)
                 if config.checkpoint_every and self.step % config.checkpoint_every == 0:
@@ -376,6 +376,12 @@ class GRPOTrainer:
             return self._validation_row()
         with self.parallel.full_weights():
             return self._validation_row() if self.is_main else {}
+
+    def _timed_validation(self) -> dict[str, Any]:
+        """:meth:`_validate`'s row with its seconds, ``time/validation_s``."""
+        start = time.perf_counter()
+        row = self._validate()
+        return {**row, "time/validation_s": time.perf_counter() - start} if row else row
 
     def _validation_row(self) -> dict[str, Any]:
         metrics = self.evaluate()
