@@ -19,11 +19,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from worldgym.agents.dreamer_v3.replay_store import SEGMENT_FILES, SEGMENT_WRITTEN
 from worldgym.agents.llm.checkpoint import load_checkpoint
 from worldgym.checkpointing import CRASH_STAGES, is_complete, run_files
 from worldgym.jsonl import read_jsonl
 from worldgym.retention import DELETING
+from worldgym.segment_store import SEGMENT_FILES, SEGMENT_WRITTEN
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the forkserver imports the worker by name
 import kill_resume_worker as worker
