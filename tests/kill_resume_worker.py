@@ -109,7 +109,7 @@ def _dual_lora(
     csr = _dual_lora_fixtures()
     tokenizer = load_tokenizer(assets / CSR_TOKENIZER)
     # tests/agents/dual_lora/test_trainer.py's settings (2 turns, not 3: half the time), with replay so its state
-    # must survive the resume too
+    # must survive the resume too: 4 calls a step, 6 kept, so the oldest go and so do the segments only they need
     config = DualLoRAConfig(
         env_id="CSRPhone-v1",
         env_kwargs={"difficulty": 1},
@@ -124,6 +124,7 @@ def _dual_lora(
         minibatch_size=4,
         learning_rate=1e-2,
         wm_replay_fraction=0.5,
+        wm_replay_capacity=6,
         checkpoint_every=1,
         save_total_limit=1,
         progress=False,

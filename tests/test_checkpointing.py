@@ -28,6 +28,7 @@ from worldgym.checkpointing import (
     optimizer_to_tensors,
     resolve_checkpoint,
     save_checkpoint,
+    write_durably,
 )
 from worldgym.errors import CheckpointError, RunFileError
 
@@ -116,7 +117,7 @@ def test_format_1_and_foreign_manifests_are_refused_clearly(tmp_path):
     path = _weights_checkpoint(tmp_path / "ckpt")
     manifest = json.loads((path / MANIFEST).read_text())
     (path / MANIFEST).write_text(json.dumps(manifest["files"]))  # format 1: a bare {file: sha256} table
-    with pytest.raises(CheckpointError, match="checkpoint format 1, this worldgym reads format 2 only"):
+    with pytest.raises(CheckpointError, match="checkpoint format 1, this worldgym reads format 2 and 3 only"):
         load_checkpoint(path)
     (path / MANIFEST).write_text(json.dumps({**manifest, "kind": "dreamer_v3"}))
     with pytest.raises(CheckpointError, match="a 'dreamer_v3' checkpoint, not a 'weights' one"):
@@ -304,3 +305,17 @@ def test_run_files_a_manifest_lists_are_checked_with_the_checkpoint(tmp_path):
     with pytest.raises(CheckpointError, match="points outside the checkpoint"):
         with checkpoint_directory(tmp_path / "bad", "test", 3, 1, {"../elsewhere": digest}):
             pass
+
+
+def test_a_weights_checkpoint_that_lists_run_files_is_of_format_3_and_checks_them(tmp_path):
+    """Older worldgyms (format 2 only) refuse it rather than load it without its run files; a reader that needs
+    none of them (a policy export) skips them."""
+    write_durably(tmp_path / "store" / "part", b"shared bytes")
+    shared = {"store/part": hashlib.sha256(b"shared bytes").hexdigest()}
+    save_checkpoint(tmp_path / "ckpt", {"w": torch.ones(2)}, {"step": 1}, shared=shared)
+    assert json.loads((tmp_path / "ckpt" / MANIFEST).read_text())["format_version"] == 3
+    assert load_checkpoint(tmp_path / "ckpt")[1] == {"step": 1}
+    (tmp_path / "store" / "part").unlink()
+    with pytest.raises(RunFileError, match="which is missing"):
+        load_checkpoint(tmp_path / "ckpt")
+    assert torch.equal(load_checkpoint(tmp_path / "ckpt", check_run_files=False)[0]["w"], torch.ones(2))

@@ -7,6 +7,7 @@ the other runs. The kill step is random: set ``WORLDGYM_KILL_SEED`` to replay a 
 
 from __future__ import annotations
 
+import functools
 import multiprocessing
 import os
 import random
@@ -14,16 +15,17 @@ import shutil
 import signal
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import torch
 
-from worldgym.agents.dreamer_v3.replay_store import SEGMENT_FILES, SEGMENT_WRITTEN
 from worldgym.agents.llm.checkpoint import load_checkpoint
 from worldgym.checkpointing import CRASH_STAGES, is_complete, run_files
 from worldgym.jsonl import read_jsonl
 from worldgym.retention import DELETING
+from worldgym.segment_store import SEGMENT_FILES, SEGMENT_WRITTEN
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the forkserver imports the worker by name
 import kill_resume_worker as worker
@@ -156,34 +158,45 @@ def test_kill_9_at_a_random_step_then_resume_ends_like_the_uninterrupted_run(run
 
 
 @pytest.fixture(scope="module")
-def grpo_after_one_step(runs) -> Path:
-    """A GRPO run stopped after its first step (``checkpoint-1`` and ``checkpoint-last`` written)."""
-    return runs.run("grpo", runs.root / "grpo_one_step", num_steps=1)
+def after_one_step(runs) -> Callable[[str], Path]:
+    """A GRPO or dual-LoRA run stopped after its first step (``checkpoint-1`` and ``checkpoint-last`` written),
+    run once per module."""
+    return functools.cache(lambda trainer: runs.run(trainer, runs.root / f"{trainer}_one_step", num_steps=1))
 
 
 def checkpoint_folders(run_dir: Path) -> list[str]:
     return sorted(path.name for path in run_dir.iterdir() if path.name.startswith("checkpoint"))
 
 
-@pytest.mark.parametrize("stage", CRASH_STAGES)
-def test_grpo_killed_at_each_stage_of_a_save_resumes_from_a_loadable_checkpoint(
-    runs, grpo_after_one_step, tmp_path, stage
+def segment_files(run_dir: Path) -> list[str]:
+    return sorted(path.name for path in run_dir.glob(SEGMENT_FILES))
+
+
+# the dual-LoRA world model's replay is stored once per run: a save may also be killed once it has written its
+# replay segment, before the checkpoint that lists it
+LLM_STAGES = [*(("grpo", stage) for stage in CRASH_STAGES), *(("dual_lora", stage) for stage in CRASH_STAGES),
+              ("dual_lora", SEGMENT_WRITTEN)]
+
+
+@pytest.mark.parametrize(("trainer", "stage"), LLM_STAGES)
+def test_llm_killed_at_each_stage_of_a_save_resumes_from_a_loadable_checkpoint(
+    runs, after_one_step, tmp_path, trainer, stage
 ):
-    """Continue a one-step GRPO run to its end in a process that SIGKILLs itself at ``stage`` of a random later
-    save (``checkpoint-<n>``; for ``old_moved_aside``, the first save that replaces a folder: a better
-    ``checkpoint-best``, else ``checkpoint-last`` at the end; for ``pruning``, the removal of the checkpoint the
-    new one displaces): a loadable checkpoint is left, and resuming finishes the run as if never killed, with no
-    partial folder left behind."""
-    expected = runs.uninterrupted("grpo")
+    """Continue a one-step GRPO or dual-LoRA run to its end in a process that SIGKILLs itself at ``stage`` of a
+    random later save (``checkpoint-<n>``; for ``old_moved_aside``, the first save that replaces a folder: a
+    better ``checkpoint-best``, else ``checkpoint-last`` at the end; for ``pruning``, the removal of the
+    checkpoint the new one displaces): a loadable checkpoint is left, with every replay segment it needs, and
+    resuming finishes the run as if never killed, with no partial folder and no orphan segment left behind."""
+    expected = runs.uninterrupted(trainer)
     run_dir = tmp_path / "run"
-    shutil.copytree(grpo_after_one_step, run_dir)
-    first_step = random.Random(f"{SEED}-{stage}").randint(2, worker.LLM_STEPS)
-    killed = runs.start("grpo", run_dir, crash=(stage, first_step))
+    shutil.copytree(after_one_step(trainer), run_dir)
+    first_step = random.Random(f"{SEED}-{trainer}-{stage}").randint(2, worker.LLM_STEPS)
+    killed = runs.start(trainer, run_dir, crash=(stage, first_step))
     killed.join(RUN_TIMEOUT_S)
     assert killed.exitcode == -signal.SIGKILL, f"not killed at {stage}:\n{runs.log(killed)}"
     complete = [run_dir / name for name in checkpoint_folders(run_dir)
                 if not name.endswith((".tmp", ".old", DELETING))]
-    steps = [load_checkpoint(path)[1]["step"] for path in complete]  # every complete one loads
+    steps = [load_checkpoint(path)[1]["step"] for path in complete]  # every complete one loads, run files too
     moved_aside = [name for name in checkpoint_folders(run_dir) if name.endswith(".old")]
     if stage == "old_moved_aside":  # the end's checkpoint-last, or a checkpoint-best replaced on the way
         assert moved_aside in (["checkpoint-last.old"], ["checkpoint-best.old"]), checkpoint_folders(run_dir)
@@ -194,24 +207,26 @@ def test_grpo_killed_at_each_stage_of_a_save_resumes_from_a_loadable_checkpoint(
             "synced": f"checkpoint-{first_step}.tmp",
             "new_renamed_in": None,
             "pruning": f"checkpoint-{first_step - 1}{DELETING}",  # save_total_limit=1: the previous one goes
+            SEGMENT_WRITTEN: None,
         }[stage]
-        newest = first_step - (stage in ("files_written", "synced"))
+        newest = first_step - (stage in ("files_written", "synced", SEGMENT_WRITTEN))
     assert partial is None or (run_dir / partial).is_dir(), checkpoint_folders(run_dir)
     assert max(steps) == newest
-    runs.run("grpo", run_dir)
+    loadable = [run_dir / name for name in checkpoint_folders(run_dir) if not name.endswith((".tmp", DELETING))]
+    listed = {Path(name).name for path in loadable for name in run_files(path)}  # a ".old" one's too
+    unlisted = trainer == "dual_lora" and stage in ("files_written", "synced", SEGMENT_WRITTEN)
+    assert len([name for name in segment_files(run_dir) if name not in listed]) == unlisted  # the killed save's
+    runs.run(trainer, run_dir)
     assert resumed_from(run_dir)[-1] == str(run_dir / f"checkpoint-{newest}")
-    assert_same_run("grpo", expected, run_dir)
+    assert_same_run(trainer, expected, run_dir)
     assert checkpoint_folders(run_dir) == checkpoint_folders(expected)
+    assert segment_files(run_dir) == segment_files(expected)
 
 
 # Dreamer never saves over an existing folder (no checkpoint-last or -best), so it is never killed "old_moved_aside";
 # it may be killed once a save has written its replay segment, before the checkpoint that lists it.
 DREAMER_STAGES = (*(stage for stage in CRASH_STAGES if stage != "old_moved_aside"), SEGMENT_WRITTEN)
 DREAMER_SAVE_EVERY = 4  # iterations between two of the worker's Dreamer checkpoints (save_total_limit=2)
-
-
-def segment_files(run_dir: Path) -> list[str]:
-    return sorted(path.name for path in run_dir.glob(SEGMENT_FILES))
 
 
 @pytest.mark.parametrize("stage", DREAMER_STAGES)

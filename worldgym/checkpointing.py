@@ -73,6 +73,7 @@ _RUN_CHECKPOINT = re.compile(r"checkpoint-(\d+|last)")
 
 _WEIGHTS, _OPTIMIZER, _STATE = "weights.safetensors", "optimizer.safetensors", "state.json"
 _WEIGHTS_KIND = "weights"
+_SHARING_FORMAT_VERSION = 3  # a weights checkpoint that lists run files (older worldgyms would ignore them)
 
 
 # ---------------------------------------------------------------- optimizer state as tensors + JSON
@@ -529,15 +530,18 @@ def save_checkpoint(
     state: dict[str, Any],
     optimizer: torch.optim.Optimizer | dict[str, Any] | None = None,
     step: int | None = None,
+    shared: dict[str, str] | None = None,
 ) -> Path:
     """Write ``weights`` and the optimizer's tensors (an optimizer, or its ``state_dict()``) as safetensors
-    and ``state`` (JSON-able) as JSON; ``step`` (the run's progress counter) goes into the manifest.
+    and ``state`` (JSON-able) as JSON; ``step`` (the run's progress counter) and the run files ``shared`` it needs
+    (see :func:`checkpoint_directory`; such a checkpoint is of format 3) go into the manifest.
 
     The files go into a temporary folder with a manifest of their SHA-256s, fsynced, then swapped in for any
     previous checkpoint at ``path`` (see :func:`atomic_directory`), so a kill -9 never leaves no checkpoint.
     """
     path = Path(path)
-    with checkpoint_directory(path, _WEIGHTS_KIND, FORMAT_VERSION, step) as tmp:
+    version = _SHARING_FORMAT_VERSION if shared else FORMAT_VERSION
+    with checkpoint_directory(path, _WEIGHTS_KIND, version, step, shared) as tmp:
         save_file({k: v.detach().contiguous().cpu() for k, v in weights.items()}, str(tmp / _WEIGHTS))
         full_state = {"state": state, "optimizer": None}
         if optimizer is not None:
@@ -550,15 +554,18 @@ def save_checkpoint(
 
 
 def load_checkpoint(
-    path: str | Path,
+    path: str | Path, check_run_files: bool = True
 ) -> tuple[dict[str, torch.Tensor], dict[str, Any], dict[str, Any] | None]:
-    """``(weights, state, optimizer_state_dict or None)`` from :func:`save_checkpoint`'s folder.
+    """``(weights, state, optimizer_state_dict or None)`` from :func:`save_checkpoint`'s folder
+    (``check_run_files=False``: for a reader that needs none of its run files, e.g. a policy export).
 
     Raises:
         CheckpointError: the folder or a file is missing, a file's hash differs from the manifest (truncated
             or edited), the format version differs, or a file does not parse. The message names the file.
+        RunFileError: (a :class:`CheckpointError`) a run file the manifest lists is missing or corrupt.
     """
-    root = open_checkpoint(path, _WEIGHTS_KIND, FORMAT_VERSION, required=(_WEIGHTS, _STATE))
+    root = open_checkpoint(path, _WEIGHTS_KIND, (FORMAT_VERSION, _SHARING_FORMAT_VERSION),
+                           required=(_WEIGHTS, _STATE), check_run_files=check_run_files)
     weights = read_tensors(root / _WEIGHTS)
     full_state = read_json(root / _STATE)
     optimizer = None

@@ -16,7 +16,6 @@ from safetensors.torch import save_file
 from worldgym.agents.dreamer_v3 import CPUEngine, LossConfig, ReplayConfig, ScheduleConfig, model_size
 from worldgym.agents.dreamer_v3.checkpoint import KIND, RING_REPLAY, load_checkpoint
 from worldgym.agents.dreamer_v3.gameboy import gameboy_config, make_gameboy_env
-from worldgym.agents.dreamer_v3.replay_store import SEGMENT_FILES, STORE
 from worldgym.checkpointing import (
     MANIFEST,
     is_complete,
@@ -26,6 +25,7 @@ from worldgym.checkpointing import (
     write_manifest,
 )
 from worldgym.errors import RunFileError, WorldgymError
+from worldgym.segment_store import SEGMENT_FILES, STORE
 
 os.environ.setdefault("WORLDGYM_WARP_CACHE", str(Path.home() / ".cache" / "worldgym" / "warp"))
 

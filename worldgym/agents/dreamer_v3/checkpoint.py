@@ -5,8 +5,8 @@ durable atomic replacement); checkpoints of format 1 (before the manifest) are r
 
 A checkpoint restores the networks, the optimisers, the committed replay, the ``Ratio`` state and every
 generator, so a resumed run keeps its replay ratio. The replay is stored once per run, not in each checkpoint:
-format 3 checkpoints list the segments of the run folder's ``replay/`` store that hold it
-(:mod:`~worldgym.agents.dreamer_v3.replay_store`); format 2 checkpoints (each with its whole ring in
+format 3 checkpoints list the segments of the run folder's ``replay/`` store that hold its live steps
+(:mod:`worldgym.segment_store`); format 2 checkpoints (each with its whole ring in
 ``replay.safetensors``) still load.
 
 The episodes in progress continue after a resume when the env saves its own state (``save_state(path)`` and
@@ -31,7 +31,6 @@ from safetensors.torch import save_file
 
 from worldgym.agents.dreamer_v3.learner import DreamerLearner
 from worldgym.agents.dreamer_v3.replay import ReplayRing
-from worldgym.agents.dreamer_v3.replay_store import ReplaySegments, Segment
 from worldgym.checkpointing import (
     checkpoint_directory,
     open_checkpoint,
@@ -41,6 +40,7 @@ from worldgym.checkpointing import (
     read_tensors,
 )
 from worldgym.errors import CheckpointError
+from worldgym.segment_store import Segment, SegmentStore, listed_segments, segment_digests
 
 if TYPE_CHECKING:  # the engine package imports this module
     from worldgym.agents.dreamer_v3.engine.rollout import SavesState
@@ -80,7 +80,7 @@ def save_checkpoint(
     env: SavesState | None = None,
     actor: dict[str, torch.Tensor] | None = None,
     step: int | None = None,
-    segments: ReplaySegments | None = None,
+    segments: SegmentStore | None = None,
 ) -> Path:
     """Write the replay steps not yet stored into the store beside ``directory`` (``segments``: those of the run
     so far; default: none, so every live step is written), then the checkpoint into a temporary sibling with a
@@ -93,10 +93,10 @@ def save_checkpoint(
             "save the env's state together with the actor's (pass both env and actor, or neither)"
         )
     final = Path(directory)
-    needed = (segments if segments is not None else ReplaySegments()).save(replay, final.parent)
+    needed = (segments if segments is not None else SegmentStore()).save(final.parent, replay.live_steps(),
+                                                                         replay.read_steps)
     state = state | {"replay_segments": [segment.to_dict() for segment in needed]}
-    shared = {segment.file: segment.sha256 for segment in needed}
-    with checkpoint_directory(final, KIND, FORMAT_VERSION, step, shared) as path:
+    with checkpoint_directory(final, KIND, FORMAT_VERSION, step, segment_digests(needed)) as path:
         _write_checkpoint(path, learner, replay, generators, state)
         if env is not None:
             env.save_state(path / ENV_STATE)
@@ -131,7 +131,7 @@ def load_checkpoint(
     replay: ReplayRing,
     generators: dict[str, torch.Generator],
     env: SavesState | None = None,
-    segments: ReplaySegments | None = None,
+    segments: SegmentStore | None = None,
 ) -> dict[str, Any]:
     """Restore a checkpoint written by :func:`save_checkpoint` (or of format 2); returns its JSON state.
 
@@ -152,7 +152,7 @@ def load_checkpoint(
         raise CheckpointError(f"checkpoint {path} does not fit this model config: {err}") from err
     _load_optimizers(learner, read_tensors(path / "optim.safetensors"), state["optimizer_groups"])
     learner.gradient_steps = int(state["gradient_steps"])
-    _load_replay(path, state, replay, segments if segments is not None else ReplaySegments())
+    _load_replay(path, state, replay, segments if segments is not None else SegmentStore())
     rng = read_tensors(path / "rng.safetensors")
     for name, generator in generators.items():
         if name not in rng:
@@ -170,7 +170,7 @@ def load_checkpoint(
     return state
 
 
-def _load_replay(path: Path, state: dict[str, Any], replay: ReplayRing, segments: ReplaySegments) -> None:
+def _load_replay(path: Path, state: dict[str, Any], replay: ReplayRing, segments: SegmentStore) -> None:
     """Refill ``replay`` from the run's segments the checkpoint lists, or from its ``replay.safetensors``."""
     committed_t = int(state["committed_t"])
     if "replay_segments" not in state:  # format 2
@@ -182,8 +182,14 @@ def _load_replay(path: Path, state: dict[str, Any], replay: ReplayRing, segments
             raise CheckpointError(f"checkpoint {path}: {err}") from err
         segments.forget()
         return
-    listed = state["replay_segments"]
-    if not isinstance(listed, list):
-        raise CheckpointError(f"{path / 'state.json'} is corrupt: 'replay_segments' is not a list")
-    needed = [Segment.from_dict(entry, path / "state.json") for entry in listed]
-    segments.load(replay, path.parent, needed, committed_t)
+    needed = listed_segments(state["replay_segments"], path / "state.json")
+    lo = max(0, committed_t - replay.capacity + replay.safety_margin)  # the live steps once restored
+
+    def restore(parts: list[tuple[Segment, dict[str, torch.Tensor]]]) -> None:
+        for segment, fields in parts:
+            if any(t.ndim == 0 or t.shape[0] != segment.end - segment.start for t in fields.values()):
+                raise ValueError(f"{segment.file} does not hold steps [{segment.start}, {segment.end})")
+        replay.restore_steps(committed_t, [(segment.start, fields) for segment, fields in parts])
+
+    needs = f"steps [{lo}, {committed_t}) this ring needs (saved with another replay capacity or safety margin?)"
+    segments.load(path.parent, needed, (lo, committed_t), restore, needs)

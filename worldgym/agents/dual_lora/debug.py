@@ -151,7 +151,7 @@ def find_checkpoint(path: str | Path) -> Path:
 def checkpoint_state(checkpoint: Path) -> dict[str, Any]:
     """The JSON state of a dual-LoRA checkpoint (checksums verified; :class:`CheckpointError` names a bad
     file)."""
-    _, state, _ = load_checkpoint(checkpoint)
+    _, state, _ = load_checkpoint(checkpoint, check_run_files=False)  # its replay is not needed here
     if "transfer" not in state.get("config", {}):
         raise UserError(f"{checkpoint} is not a dual-LoRA checkpoint: its state.json holds no DualLoRAConfig")
     return state

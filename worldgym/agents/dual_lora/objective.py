@@ -4,6 +4,7 @@ validation metrics."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -159,15 +160,18 @@ class WorldModelObjective:
         self.schedule.observe_validation(metrics["eval/wm_token_accuracy"])
         return metrics
 
-    def state(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
-        tensors, replay_state = self.replay.state() if self.replay is not None else ({}, None)
-        tensors = {f"replay.{name}": tensor for name, tensor in tensors.items()}
-        return tensors, {"schedule": self.schedule.state(), "rng": self.rng.bit_generator.state,
-                         "replay": replay_state}
+    def state(self, path: Path) -> tuple[dict[str, torch.Tensor], dict[str, Any], dict[str, str]]:
+        """The λ schedule and RNG, and the replay, whose calls not stored yet go to the store beside ``path``
+        (its segments are the checkpoint's run files)."""
+        replay_state, run_files = self.replay.save(path.parent) if self.replay is not None else (None, {})
+        return {}, {"schedule": self.schedule.state(), "rng": self.rng.bit_generator.state,
+                    "replay": replay_state}, run_files
 
-    def load_state(self, tensors: dict[str, torch.Tensor], json_state: dict[str, Any]) -> None:
+    def load_state(self, tensors: dict[str, torch.Tensor], json_state: dict[str, Any], path: Path) -> None:
+        """Restore :meth:`state` from the checkpoint at ``path`` (``tensors``: the replay of a checkpoint saved
+        before the run-level store)."""
         self.schedule.load_state(json_state["schedule"])
         self.rng.bit_generator.state = json_state["rng"]
         if self.replay is not None and json_state["replay"] is not None:
             replay = {name[len("replay."):]: t for name, t in tensors.items() if name.startswith("replay.")}
-            self.replay.load_state(replay, json_state["replay"])
+            self.replay.load(path, json_state["replay"], replay)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol
 
 import torch
@@ -95,12 +96,15 @@ class AuxiliaryLoss(Protocol):
         """Metrics of the objective on validation episodes."""
         ...
 
-    def state(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
-        """``(tensors, json_state)`` to checkpoint."""
+    def state(self, path: Path) -> tuple[dict[str, torch.Tensor], dict[str, Any], dict[str, str]]:
+        """``(tensors, json_state, run_files)`` for the checkpoint being saved at ``path``. ``run_files`` are
+        the files beside it that this and other checkpoints share, written (durably) by this call: path relative
+        to ``path.parent`` -> SHA-256. Put them in the segment store (:data:`worldgym.segment_store.SEGMENT_FILES`):
+        the trainer's pruning deletes those no checkpoint lists any more."""
         ...
 
-    def load_state(self, tensors: dict[str, torch.Tensor], json_state: dict[str, Any]) -> None:
-        """Restore :meth:`state`."""
+    def load_state(self, tensors: dict[str, torch.Tensor], json_state: dict[str, Any], path: Path) -> None:
+        """Restore :meth:`state` from the checkpoint at ``path`` (its run files already checked)."""
         ...
 
 

@@ -53,7 +53,8 @@ from worldgym.agents.llm.transcripts import episode_record
 from worldgym.checkpointing import LAST_CHECKPOINT, load_latest
 from worldgym.jsonl import append_jsonl, truncate_jsonl
 from worldgym.precision import autocast, cast_for_training, dtype_name, recomputes_old_logprobs, resolve_dtype
-from worldgym.retention import CheckpointKeeper
+from worldgym.retention import CheckpointKeeper, prune_run_files
+from worldgym.segment_store import SEGMENT_FILES
 from worldgym.tracking import Tracker, make_tracker
 from worldgym.transcripts import TRAIN_EPISODES_PER_STEP, write_transcript
 
@@ -194,8 +195,9 @@ class GRPOTrainer:
         self.parallel = _data_parallel_learner(self)  # learner "ddp"/"fsdp": this rank's part of the updates
         self.step = 0
         self.output_dir = Path(config.output_dir)
+        # shared: the replay segments an auxiliary loss stores once per run (AuxiliaryLoss.state)
         self.checkpoints = CheckpointKeeper(self.output_dir, config.save_total_limit, config.metric_for_best_model,
-                                            config.greater_is_better, prunes=self.is_main)
+                                            config.greater_is_better, prunes=self.is_main, shared=(SEGMENT_FILES,))
         self.history: list[dict[str, Any]] = []
         self.last_episode_success: list[float] = []  # each episode's success in the last evaluate(), seed order
         self._episodes: dict[str, list[Episode]] = {}  # the newest validation's and training step's, for transcripts
@@ -802,8 +804,10 @@ class GRPOTrainer:
             self.tracker = None
 
     def save(self, path: str | Path) -> Path:
-        """Trainable weights + optimizer (safetensors) and step, RNG and config (JSON). Under a data-parallel
-        learner every rank calls it (a sharded learner gathers the whole state) and rank 0 alone writes."""
+        """Trainable weights + optimizer (safetensors) and step, RNG and config (JSON), and the auxiliary loss's
+        state, whose run files (its replay segments) go beside ``path`` and are listed in the manifest. Under a
+        data-parallel learner every rank calls it (a sharded learner gathers the whole state) and rank 0 alone
+        writes."""
         if self.parallel is not None:
             weights, optimizer_state = self.parallel.full_state()
         else:
@@ -815,10 +819,13 @@ class GRPOTrainer:
         if self._pending is not None:  # async: the next step's tasks, already drawn from the RNG
             state["pending_round"] = {"seeds": self._pending.seeds, "params": asdict(self._pending.params),
                                       "first_group_id": self._pending.first_group_id}
+        shared: dict[str, str] = {}
         if self.auxiliary_loss is not None:
-            tensors, state["auxiliary"] = self.auxiliary_loss.state()
+            tensors, state["auxiliary"], shared = self.auxiliary_loss.state(Path(path))
             weights.update({_AUXILIARY + name: tensor for name, tensor in tensors.items()})
-        return save_checkpoint(path, weights, state, optimizer_state, step=self.step)
+        saved = save_checkpoint(path, weights, state, optimizer_state, step=self.step, shared=shared)
+        prune_run_files(saved.parent, (SEGMENT_FILES,))  # segments only the checkpoint it replaced listed
+        return saved
 
     def resume_latest(self) -> Path | None:
         """Load the run's newest checkpoint (:func:`~worldgym.checkpointing.latest_checkpoint`)
@@ -862,7 +869,7 @@ class GRPOTrainer:
         self.rng.bit_generator.state = state["rng"]
         self.step = int(state["step"])
         if self.auxiliary_loss is not None:
-            self.auxiliary_loss.load_state(auxiliary, state["auxiliary"])
+            self.auxiliary_loss.load_state(auxiliary, state["auxiliary"], Path(path))
         # a crash after this checkpoint left later lines in the log: drop them so no step is logged twice
         truncate_jsonl(self.output_dir / "metrics.jsonl", "step", self.step)
         self._sync_weights()

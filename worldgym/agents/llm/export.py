@@ -115,7 +115,7 @@ def export_run(run_dir: str | Path, checkpoint: Path, out_dir: str | Path) -> Pa
         raise ExportError(f"{base_dir} keeps no copy of its {info.get('base_params')}-parameter base model (only "
                           f"bases up to {MAX_BASE_COPY_PARAMS} are copied into a run): export from the trainer "
                           "with worldgym.agents.llm.export.export_policy(trainer.policy, trainer.tokenizer, DIR)")
-    weights, state, _ = load_checkpoint(checkpoint)
+    weights, state, _ = load_checkpoint(checkpoint, check_run_files=False)  # no auxiliary replay needed
     weights = {name: tensor for name, tensor in weights.items() if not name.startswith(_AUXILIARY)}
     policy = _rebuilt_policy(base_dir, info)
     _load_weights(policy, weights, checkpoint)

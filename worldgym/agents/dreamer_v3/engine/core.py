@@ -30,12 +30,12 @@ from worldgym.agents.dreamer_v3.learner import DreamerLearner
 from worldgym.agents.dreamer_v3.metrics import check_batch, check_metrics, to_float
 from worldgym.agents.dreamer_v3.policy import DreamerPolicy
 from worldgym.agents.dreamer_v3.replay import ReplayRing, dreamer_schema
-from worldgym.agents.dreamer_v3.replay_store import SEGMENT_FILES, ReplaySegments
 from worldgym.agents.dreamer_v3.scheduler import TrainSchedule
 from worldgym.errors import CheckpointError
 from worldgym.jsonl import append_jsonl, truncate_jsonl
 from worldgym.precision import dtype_name
 from worldgym.retention import CheckpointKeeper, prune_run_files
+from worldgym.segment_store import SEGMENT_FILES, SegmentStore
 from worldgym.tracking import Tracker, make_tracker
 
 
@@ -130,7 +130,7 @@ class EngineCore:
         self.run_dir = Path(cfg.output_dir)
         self.metrics_path = self.run_dir / "metrics.jsonl"
         self.checkpoints = CheckpointKeeper(self.run_dir, cfg.save_total_limit, shared=(SEGMENT_FILES,))
-        self.replay_segments = ReplaySegments()  # where the saved replay steps are (replay_store)
+        self.replay_segments = SegmentStore()  # where the saved replay steps are (worldgym.segment_store)
         self.tracker: Tracker | None = None  # config.report_to's backends, opened by the first log()
         self._resumed_step: int | None = None  # the policy step resume() continued from
         self.episodes_path = self.run_dir / "episodes.jsonl"  # one line per finished episode
