@@ -152,9 +152,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     }
     update_results(out, results)  # beside the best checkpoint the trainer recorded
     plot(trainer.history, out / "curves.png")
-    print(f"validation success {evals[0]['eval/success_rate']:.3f} -> {evals[-1]['eval/success_rate']:.3f}, "
-          f"world-model token accuracy {evals[0].get('eval/wm_token_accuracy', 0):.3f} -> "
-          f"{evals[-1].get('eval/wm_token_accuracy', 0):.3f} in {results['seconds']:.0f} s; wrote {out}")
+    if evals:
+        print(f"validation success {evals[0]['eval/success_rate']:.3f} -> {evals[-1]['eval/success_rate']:.3f}, "
+              f"world-model token accuracy {evals[0].get('eval/wm_token_accuracy', 0):.3f} -> "
+              f"{evals[-1].get('eval/wm_token_accuracy', 0):.3f} in {results['seconds']:.0f} s; wrote {out}")
+    else:  # eval_every=0: no validation ran
+        print(f"trained {trainer.step} steps without validation in {results['seconds']:.0f} s; wrote {out}")
     return results
 
 
