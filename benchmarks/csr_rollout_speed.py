@@ -1,7 +1,8 @@
 """CSRPhone-v1 rollout speed of ``HFEngine``: whole multi-turn episodes per second, with and without keeping
 each episode's KV cache across turns (``reuse_kv_cache``), or (``--compare retire``, KV reuse on) with and
 without dropping rows that stopped from the batch (``retire_stopped_rows``), or (``--compare dtype``, both
-options on) in float32 and then bfloat16 (frozen weights stored in bf16, forwards under autocast, bf16 KV).
+options on) in float32 and then bfloat16 (frozen weights stored in bf16, forwards under autocast, bf16 KV), or
+(``--compare attention``, bf16, both options on) with the flash kernel's and the compiled decode attention.
 
 For every difficulty, batch size (episodes run together in one ``RolloutCollector.collect`` call) and the
 compared option off / on, the same seeds are played greedily to the end (16 turns at most, the env's own
@@ -23,7 +24,8 @@ CPU seconds and the load average are recorded too (the machine's cores may be sh
     OMP_WAIT_POLICY=PASSIVE python benchmarks/csr_rollout_speed.py --quick   # 2 episodes, d1, batch 2
 
 Writes ``csr_rollout_speed.json`` (``csr_rollout_speed_<model>.json`` for another model, e.g. ``_smollm2``;
-``csr_rollout_speed_retire[_<model>].json`` for ``--compare retire``, ``..._dtype...`` for ``--compare dtype``;
+``csr_rollout_speed_retire[_<model>].json`` for ``--compare retire``, ``..._dtype...`` for ``--compare dtype``,
+``..._attention...`` for ``--compare attention``;
 ``diverging_episodes`` counts the seeds whose token ids differ between the two runs) to ``benchmarks/results/``
 (``--results-dir``).
 
@@ -66,6 +68,8 @@ COMPARED: dict[str, tuple[str, dict[str, bool]]] = {
     "kv_reuse": ("reuse_kv_cache", {"retire_stopped_rows": True}),
     "retire": ("retire_stopped_rows", {"reuse_kv_cache": True}),
     "dtype": ("bfloat16", {"reuse_kv_cache": True, "retire_stopped_rows": True}),  # off: float32
+    # bf16 both times; off: the flash kernel, on: the compiled decode attention
+    "attention": ("compiled_decode_attention", {"reuse_kv_cache": True, "retire_stopped_rows": True}),
 }
 
 
@@ -162,6 +166,9 @@ def engine_settings(compare: str, on: bool, model: PreTrainedModel) -> dict[str,
     """The engine options of one run of the comparison; for ``dtype`` the engine's compute dtype, and
     ``model``'s weights (all frozen here) are cast to it in place (float32 off, bfloat16 on)."""
     option, shared = COMPARED[compare]
+    if compare == "attention":
+        cast_for_training(model.requires_grad_(False), torch.bfloat16)
+        return {**shared, option: on, "dtype": torch.bfloat16}
     if compare != "dtype":
         return {**shared, option: on}
     dtype = torch.bfloat16 if on else torch.float32
@@ -233,7 +240,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
                                   **engine_settings(args.compare, on, model))
                 collector = RolloutCollector(engine, tokenizer, make_env_factory(difficulty), max_turns=MAX_TURNS,
                                              max_episode_tokens=args.max_episode_tokens)
-                collector.collect(seeds[:1], 1, SamplingParams(temperature=0.0, max_new_tokens=2))  # warm-up
+                # warm-up (two tasks: prompts of two lengths, a padded batch, as compiled kernels see them)
+                collector.collect(seeds[:2], 1, SamplingParams(temperature=0.0, max_new_tokens=2))
                 engine.clear_kv_cache()
                 runs[on] = run(collector, counter, seeds, batch, params)
             diverging, logprob_gap = same_episodes(runs[False].episodes, runs[True].episodes)
@@ -244,6 +252,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
                             "retire": shared.get("retire_stopped_rows", on)}
                 if args.compare == "dtype":
                     settings["dtype"] = "bfloat16" if on else "float32"
+                if args.compare == "attention":
+                    settings |= {"dtype": "bfloat16", "attention": "compiled" if on else "flash"}
                 results["runs"].append({"difficulty": difficulty, "batch": batch, **settings, **figures,
                                         "same_episodes": identical, "diverging_episodes": diverging,
                                         "max_logprob_gap": logprob_gap})
