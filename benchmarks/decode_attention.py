@@ -19,8 +19,9 @@ reads its KV from memory as a real decode step does. Variants (``mask``: a left-
 - ``read``: summing K and V (as float32 words): the time to read the bytes, a floor for any kernel.
 
 Then a whole decode step of the model (``rows`` rows behind a :class:`GrowingCache` of ``positions`` random
-keys and values per layer) in float32 and bfloat16, with transformers' ``sdpa`` and with
-:func:`use_fast_decode_attention`, with and without padding. Timings are medians of ``--repeats`` rounds that
+keys and values per layer) in float32 and bfloat16, with transformers' ``sdpa``, with
+:func:`use_fast_decode_attention` (flash and compiled) and with no attention at all (``no_attention``: zeros,
+what the rest of the step costs, the floor no attention kernel can go below), with and without padding. Timings are medians of ``--repeats`` rounds that
 alternate the variants, after a warm-up, on one thread (``WORLDGYM_THREADS`` to change).
 
     OMP_WAIT_POLICY=PASSIVE python benchmarks/decode_attention.py           # SmolLM2-135M, 16 x 3000 and 16 x 1000
@@ -45,7 +46,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 import transformers
-from transformers import DynamicCache, PreTrainedModel
+from transformers import AttentionInterface, DynamicCache, PreTrainedModel
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import sdpa_mask
 
@@ -292,6 +293,16 @@ def model_step_figures(model: PreTrainedModel, rows: int, positions: int, repeat
     return figures
 
 
+NO_ATTENTION = "worldgym_no_attention"
+
+
+def no_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                 *args: Any, **kwargs: Any) -> tuple[torch.Tensor, None]:
+    """An attention function that reads nothing and returns zeros ``[B, q, H, D]``: a decode step with it
+    costs what the step costs besides attention (projections, MLPs, norms, sampling, framework overheads)."""
+    return query.new_zeros(query.shape[0], query.shape[2], query.shape[1], query.shape[3]), None
+
+
 def whole_model(args: argparse.Namespace, rows: int, positions: int) -> dict[str, Any]:
     """Decode-step milliseconds of the model in each dtype, with ``sdpa`` and with the fast decode attention."""
     base = load_model(args.model).eval()
@@ -305,6 +316,10 @@ def whole_model(args: argparse.Namespace, rows: int, positions: int) -> dict[str
             figures["fast"] = model_step_figures(model, rows, positions, args.model_repeats)
         if not args.no_compile and use_fast_decode_attention(model, compiled=True):
             figures["compiled"] = model_step_figures(model, rows, positions, args.model_repeats)
+        AttentionInterface.register(NO_ATTENTION, no_attention)
+        model.set_attn_implementation(NO_ATTENTION)  # the rest of the step: a floor for any attention kernel
+        figures["no_attention"] = model_step_figures(model, rows, positions, args.model_repeats)
+        model.set_attn_implementation("sdpa")
         out[dtype_name] = figures
         print(f"whole model {dtype_name}: {figures}")
     return out
