@@ -21,7 +21,9 @@ start (cached or shipped, in float32) on the same seeds.
     OMP_WAIT_POLICY=PASSIVE python benchmarks/llm_precision.py learner --quick      # tiny model, seconds
 
 Both write into ``llm_precision.json`` (``llm_precision_<model>.json`` for a model other than tiny) in
-``benchmarks/results/`` (``--results-dir``), each under its own key, keeping the other's figures.
+``benchmarks/results/`` (``--results-dir``), each under its own key, keeping the other's figures; a DAPO step with
+settings other than the preset's (``--first-round-prompts``, ``--checkpointing-min-tokens``,
+``--compiled-decode-attention``) under ``dapo_step+<setting>=<value>...``.
 """
 
 from __future__ import annotations
@@ -231,15 +233,21 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     figures = runs[args.mode](args)
     # read only now: another mode may have written its figures to the same file while this one ran
     results = json.loads(path.read_text()) if path.is_file() else {}
-    key = args.mode.replace("-", "_")
+    key = args.mode.replace("-", "_") + (settings_suffix(args) if args.mode == "dapo-step" else "")
     figures["machine"] = machine_info()  # each mode's figures say where they were made (the file may mix)
     earlier = results.get(key, {})
-    if key == "dapo_step" and machine_kind(earlier.get("machine", {})) == machine_kind(figures["machine"]):
+    if key.startswith("dapo_step") and machine_kind(earlier.get("machine", {})) == machine_kind(figures["machine"]):
         figures["figures"] = {**earlier.get("figures", {}), **figures["figures"]}  # one dtype per run: keep the other's
     results |= {"model": args.model, "cpu_native_bf16": cpu_supports_bf16(), "python": platform.python_version(),
                 "torch": torch.__version__, "cpu_count": os.cpu_count(), key: figures}
     write_json(path, results, indent=2)
     return results
+
+
+def settings_suffix(args: argparse.Namespace) -> str:
+    """``+name=value`` for each setting a DAPO-step run changed from the preset (its key in the results file:
+    ``dapo_step`` for the preset's own settings)."""
+    return "".join(f"+{name}={value}" for name, value in {**step_overrides(args), **engine_overrides(args)}.items())
 
 
 def step_overrides(args: argparse.Namespace) -> dict[str, Any]:
