@@ -9,7 +9,8 @@ CSR difficulty-3 episode's (~3,000 tokens, the model's replies a minority of the
 
 ``dapo-step``: one DAPO step of the model's CSR preset (its shipped warm start, CSRPhone-v1 at ``--difficulty``,
 ``--prompts`` x ``--group-size`` episodes at temperature 0.5, dynamic sampling) in each ``--dtypes``: rollout,
-update and step seconds, and under bf16 the engine-vs-learner logprob gap.
+update and step seconds, the process's peak memory, and under bf16 the engine-vs-learner logprob gap and the
+importance weights.
 
 ``sft``: the model's CSR warm start (the preset's SFT recipe, expert chats at d1-d3) trained in bf16 from
 scratch, timed, then greedy validation success at ``--difficulties`` for it (in bf16) and for the float32 warm
@@ -32,6 +33,7 @@ import argparse
 import json
 import os
 import platform
+import resource
 import statistics
 import sys
 import tempfile
@@ -157,7 +159,12 @@ def dapo_step(model: str, dtype: str, difficulty: int, prompts: int, group_size:
             "rollout/model_tokens", "rollout/kept_groups", "precision/logprob_gap_mean", "precision/logprob_gap_max",
             "precision/is_weight_mean", "precision/is_weight_capped", "loss/ratio_first_minibatch",
             "loss/skipped_update")
-    return {key: row[key] for key in keys if key in row}
+    return {**{key: row[key] for key in keys if key in row}, "peak_rss_gb": peak_rss_gb()}
+
+
+def peak_rss_gb() -> float:
+    """The process's peak resident memory so far, in GB (Linux reports ``ru_maxrss`` in KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e9
 
 
 def sft_in_bf16(args: argparse.Namespace) -> dict[str, Any]:
