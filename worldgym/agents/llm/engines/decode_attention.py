@@ -103,7 +103,9 @@ def _compiled_kernel() -> Callable[..., torch.Tensor] | None:
     """:func:`grouped_decode_attention` under ``torch.compile`` (dynamic shapes), made once per process; None
     once compiling has failed."""
     if "kernel" not in _compiled:
-        _compiled["kernel"] = torch.compile(grouped_decode_attention, dynamic=True)
+        # not from inductor's on-disk graph cache: a kernel cached by another process (other threads, other
+        # load) ran at ~1.7x the time of a fresh build of the same graph here, so each process builds its own
+        _compiled["kernel"] = torch.compile(grouped_decode_attention, dynamic=True, options={"fx_graph_cache": False})
     return _compiled["kernel"]
 
 
