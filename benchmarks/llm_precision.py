@@ -305,6 +305,7 @@ def run_learner(args: argparse.Namespace) -> dict[str, Any]:
         "quick": args.quick,
         "settings": {k: getattr(args, k) for k in ("rows", "length", "trained", "repeats", "threads")},
         "figures": figures, "bf16_speedup": speedup, "loss_gap": loss_gap, "load_average": os.getloadavg()[0],
+        "peak_rss_gb": peak_rss_gb(),  # both precisions' passes, activations kept (no checkpointing)
     }
 
 
