@@ -41,5 +41,6 @@ def test_decode_attention(tmp_path: Path) -> None:
     step = data["whole_model_step"]
     assert step["model"] == "tiny"
     for dtype in ("float32", "bfloat16"):
-        assert set(step[dtype]) == {"sdpa", "fast"}
+        assert set(step[dtype]) == {"sdpa", "fast", "no_attention"}  # --quick compiles nothing
         assert all(ms > 0 for figures in step[dtype].values() for ms in figures.values())
+        assert step[dtype]["no_attention"]["nomask"] < step[dtype]["sdpa"]["nomask"] * 5  # a floor, not a stall

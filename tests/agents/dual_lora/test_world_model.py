@@ -61,16 +61,18 @@ def test_loss_is_the_mean_over_calls_of_each_reply_token_mean(csr_tokenizer):
         assert scores.num_targets[row] == example.num_targets
 
 
-def test_replay_samples_only_past_steps_and_round_trips():
+def test_replay_samples_only_past_steps_and_round_trips(tmp_path):
     replay = PhoneCallReplay(capacity=3)
     replay.add([PhoneCallExample((1, 2, 3), 2, "a"), PhoneCallExample((4, 5), 1, "b")], step=0)
     replay.add([PhoneCallExample((6, 7, 8, 9), 3, "c"), PhoneCallExample((1, 1), 1, "d")], step=1)
     assert len(replay) == 3  # the oldest is gone
     rng = np.random.default_rng(0)
     assert {e.response_type for e in replay.sample(5, current_step=1, rng=rng)} == {"b"}
-    tensors, state = replay.state()
+    checkpoint = tmp_path / "checkpoint-1"  # a checkpoint of the run folder tmp_path
+    state, run_files = replay.save(tmp_path)  # the calls go to the run folder's segment store
+    assert run_files and all((tmp_path / name).is_file() for name in run_files)
     copy = PhoneCallReplay(1)
-    copy.load_state(tensors, state)
+    copy.load(checkpoint, state, {})
     assert copy.sample(5, 2, np.random.default_rng(0)) == replay.sample(5, 2, np.random.default_rng(0))
 
 
