@@ -136,6 +136,26 @@ def damage_checkpoint(root: Path, name: str, damage: str) -> str:
     raise ValueError(f"unknown damage {damage!r}: use one of {DAMAGES}")
 
 
+def damage_run_file(segment: Path, checkpoint: Path, damage: str) -> str:
+    """Damage a run file (a replay segment) that ``checkpoint`` lists: ``missing`` deletes it, ``corrupt`` flips
+    one bit of its last byte; return the message the ``RunFileError`` must contain."""
+    if damage == "missing":
+        segment.unlink()
+        return f"checkpoint {checkpoint} needs {segment}, which is missing"
+    if damage == "corrupt":
+        data = bytearray(segment.read_bytes())
+        data[-1] ^= 0x01
+        segment.write_bytes(bytes(data))
+        return f"run file {segment} is corrupt"
+    raise ValueError(f"unknown damage {damage!r}: use 'missing' or 'corrupt'")
+
+
+@pytest.fixture
+def damage_segment() -> Callable[[Path, Path, str], str]:
+    """:func:`damage_run_file`."""
+    return damage_run_file
+
+
 @pytest.fixture
 def damage() -> Callable[[Path, str, str], str]:
     """:func:`damage_checkpoint`."""

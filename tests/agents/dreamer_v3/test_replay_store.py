@@ -84,21 +84,14 @@ def test_a_loaded_ring_holds_the_live_steps_it_was_saved_with(cartpole_run, tmp_
         assert torch.equal(fresh.core.replay.read_steps(lo, hi)[name], want), name
 
 
-@pytest.mark.parametrize("damage", ["missing", "flipped_byte"])
-def test_a_missing_or_corrupt_segment_is_refused_with_a_run_file_error(cartpole_run, tmp_path, make_config, damage):
+@pytest.mark.parametrize("damage", ["missing", "corrupt"])
+def test_a_missing_or_corrupt_segment_is_refused_with_a_run_file_error(cartpole_run, tmp_path, make_config, damage, damage_segment):
     """Loading a checkpoint whose segment is gone or damaged raises RunFileError naming it; the newest checkpoint
     that does not need it is the one to resume."""
     run_dir = tmp_path / "run"
     shutil.copytree(cartpole_run.core.run_dir, run_dir)
     segment = next(run_dir.glob(f"{STORE}/segment-60-80-*"))  # only checkpoint-80 needs it
-    if damage == "missing":
-        segment.unlink()
-        message = f"checkpoint {run_dir / 'checkpoint-80'} needs {segment}, which is missing"
-    else:
-        data = bytearray(segment.read_bytes())
-        data[-1] ^= 0x01
-        segment.write_bytes(bytes(data))
-        message = f"run file {segment} is corrupt"
+    message = damage_segment(segment, run_dir / "checkpoint-80", damage)
     engine = CPUEngine(make_config(tmp_path))
     with pytest.raises(RunFileError, match=re.escape(message)) as raised:
         engine.core.resume(run_dir / "checkpoint-80")
