@@ -49,6 +49,7 @@ __all__ = [
     "Microbatch",
     "MinibatchLoss",
     "StepTrainer",
+    "longest_sequence",
     "loss_shares",
     "microbatches",
     "step_on_minibatch",
@@ -227,7 +228,7 @@ def _part_backward(
             terms.auxiliary, terms.auxiliary_metrics = trainer.auxiliary_term(rows, shard)
         return terms.total(scale * policy_share, scale * token_share, scale), terms
 
-    with trainer.forward_memory(len(part.rows) * _longest(batch, part.rows)):
+    with trainer.forward_memory(len(part.rows) * longest_sequence(batch, part.rows)):
         loss, terms = learner.forward(compute)
     loss.backward()
     return loss.item(), terms, token_share
@@ -281,6 +282,6 @@ def _trained_tokens(batch: dict[str, Any], rows: torch.Tensor) -> float:
     return float(batch["action_mask"][rows].sum())
 
 
-def _longest(batch: dict[str, Any], rows: torch.Tensor) -> int:
+def longest_sequence(batch: dict[str, Any], rows: torch.Tensor) -> int:
     """The longest sequence of ``rows`` (the width their forward pass runs at)."""
     return int(batch["attention_mask"][rows].sum(1).max()) if len(rows) else 0

@@ -24,7 +24,7 @@ from worldgym.agents.grpo.config import GRPOConfig
 from worldgym.agents.grpo.echo import EchoTargets, echo_loss
 from worldgym.agents.grpo.learner import SINGLE_PROCESS_LEARNER, Learner
 from worldgym.agents.grpo.rewards import EpisodeRewardFn, episode_rewards
-from worldgym.agents.grpo.step import MinibatchLoss, loss_shares, step_on_minibatch
+from worldgym.agents.grpo.step import MinibatchLoss, longest_sequence, loss_shares, step_on_minibatch
 from worldgym.agents.llm.adapters import (
     activation_checkpointing_paused,
     enable_activation_checkpointing,
@@ -408,7 +408,7 @@ class GRPOTrainer:
     def collect_batch(self) -> tuple[list[Episode], dict[str, float]]:
         """The step's training episodes and rollout metrics: ``prompts_per_step`` groups, filtered by dynamic
         sampling where it is on (not when the auxiliary objective trains alone: then every group informs)."""
-        dynamic_sampling = self.config.dynamic_sampling and self.policy_weight > 0
+        dynamic_sampling = self._samples_dynamically
         if self.parallel is None:
             return self._collect_batch(dynamic_sampling)
         # rank 0 collects (with the whole weights where it generates them); every rank trains on its episodes
@@ -462,8 +462,8 @@ class GRPOTrainer:
         config = self.config
         was_training = self.policy.training
         self.policy.eval()  # no dropout: the old policy's logprobs are its deterministic ones
-        recomputed = torch.zeros_like(batch["old_logprobs"])
-        batch = {**batch, "engine_logprobs": batch["old_logprobs"]}
+        engine_logprobs = batch["old_logprobs"]
+        recomputed = torch.zeros_like(engine_logprobs)
         rows = torch.arange(len(recomputed))
         try:
             for chunk in rows.split(config.microbatch_size or config.minibatch_size):
@@ -475,12 +475,12 @@ class GRPOTrainer:
         finally:
             self.policy.train(was_training)
         trained = batch["action_mask"].bool()
-        gap = (recomputed - batch["old_logprobs"])[trained].abs()
+        gap = (recomputed - engine_logprobs)[trained].abs()
         metrics = {"precision/logprob_gap_mean": gap.mean().item() if gap.numel() else 0.0,
                    "precision/logprob_gap_max": gap.max().item() if gap.numel() else 0.0}
         batch = {**batch, "old_logprobs": recomputed * trained}
         if config.importance_sampling_cap is not None:
-            weights = truncated_importance_weights(recomputed, batch["engine_logprobs"], trained,
+            weights = truncated_importance_weights(recomputed, engine_logprobs, trained,
                                                    config.importance_sampling_cap)
             on_trained = weights[trained]
             batch["importance_weights"] = weights
@@ -490,12 +490,19 @@ class GRPOTrainer:
         return batch, metrics
 
     @property
+    def _samples_dynamically(self) -> bool:
+        """Whether this step's rollouts use dynamic sampling (not when the auxiliary objective trains alone: then
+        every group informs)."""
+        return self.config.dynamic_sampling and self.policy_weight > 0
+
+    @property
     def _first_round_prompts(self) -> int:
         """Tasks in a step's first round: ``first_round_prompts`` under dynamic sampling (when set), else
         ``prompts_per_step``."""
         config = self.config
-        dynamic_sampling = config.dynamic_sampling and self.policy_weight > 0
-        return (config.first_round_prompts or config.prompts_per_step) if dynamic_sampling else config.prompts_per_step
+        if not self._samples_dynamically:
+            return config.prompts_per_step
+        return config.first_round_prompts or config.prompts_per_step
 
     def _submit_round(self, first_group_id: int, prompts: int) -> _Round:
         """Draw ``prompts`` tasks and a sampling seed, and submit their groups to the runtime."""
@@ -646,7 +653,7 @@ class GRPOTrainer:
         """The rows' tensors as :func:`score_tokens` takes them, cut to their longest sequence and on the
         trainer's device."""
         config, device = self.config, self.config.device
-        width = int(batch["attention_mask"][rows].sum(1).max())
+        width = longest_sequence(batch, rows)
         return _ScoreInputs(
             width=width,
             input_ids=batch["input_ids"][rows, :width].to(device),

@@ -116,23 +116,19 @@ def compiled_decode_attention_forward(module: torch.nn.Module, query: torch.Tens
     """:func:`decode_attention_forward` with the decode step computed by the compiled
     :func:`grouped_decode_attention` (the flash kernel where compiling failed, after one warning)."""
     kernel = _compiled_kernel()
-    if kernel is None or not handles_decode(module, query, key, value, attention_mask, dropout, kwargs):
-        return decode_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
-                                        is_causal=is_causal, **kwargs)
-    batch, heads, _, dim = query.shape
-    kv_heads = key.shape[1]
-    folded = query.reshape(batch, kv_heads, heads // kv_heads, dim)
-    scale = scaling if scaling is not None else dim ** -0.5
-    try:
-        output = kernel(folded, key, value, attention_mask, scale)
-    except (RuntimeError, OSError) as error:  # inductor found no working C++ compiler (BackendCompilerFailed)
-        _compiled["kernel"] = None
-        warnings.warn(f"the compiled decode attention could not be built ({type(error).__name__}: "
-                      f"{str(error).splitlines()[0] if str(error) else ''}); decoding with the flash kernel",
-                      RuntimeWarning, stacklevel=2)
-        return decode_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
-                                        is_causal=is_causal, **kwargs)
-    return output.reshape(batch, heads, 1, dim).transpose(1, 2).contiguous(), None
+    if kernel is not None and handles_decode(module, query, key, value, attention_mask, dropout, kwargs):
+        batch, heads, _, dim = query.shape
+        folded = query.reshape(batch, key.shape[1], heads // key.shape[1], dim)
+        try:
+            output = kernel(folded, key, value, attention_mask, scaling if scaling is not None else dim ** -0.5)
+            return output.reshape(batch, heads, 1, dim).transpose(1, 2).contiguous(), None
+        except (RuntimeError, OSError) as error:  # inductor found no working C++ compiler (BackendCompilerFailed)
+            _compiled["kernel"] = None
+            warnings.warn(f"the compiled decode attention could not be built ({type(error).__name__}: "
+                          f"{str(error).splitlines()[0] if str(error) else ''}); decoding with the flash kernel",
+                          RuntimeWarning, stacklevel=2)
+    return decode_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
+                                    is_causal=is_causal, **kwargs)
 
 
 def folds_query_groups(dtype: torch.dtype) -> bool:
