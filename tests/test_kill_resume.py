@@ -214,8 +214,12 @@ def test_llm_killed_at_each_stage_of_a_save_resumes_from_a_loadable_checkpoint(
     assert max(steps) == newest
     loadable = [run_dir / name for name in checkpoint_folders(run_dir) if not name.endswith((".tmp", DELETING))]
     listed = {Path(name).name for path in loadable for name in run_files(path)}  # a ".old" one's too
+    # a checkpoint whose pruning was cut short may list segments no other one needs: its next prune deletes them
+    pruned = {Path(name).name for folder in checkpoint_folders(run_dir) if folder.endswith(DELETING)
+              for name in run_files(run_dir / folder)}
     unlisted = trainer == "dual_lora" and stage in ("files_written", "synced", SEGMENT_WRITTEN)
-    assert len([name for name in segment_files(run_dir) if name not in listed]) == unlisted  # the killed save's
+    orphans = [name for name in segment_files(run_dir) if name not in listed and name not in pruned]
+    assert len(orphans) == unlisted  # the killed save's
     runs.run(trainer, run_dir)
     assert resumed_from(run_dir)[-1] == str(run_dir / f"checkpoint-{newest}")
     assert_same_run(trainer, expected, run_dir)
