@@ -2,7 +2,8 @@
 each episode's KV cache across turns (``reuse_kv_cache``), or (``--compare retire``, KV reuse on) with and
 without dropping rows that stopped from the batch (``retire_stopped_rows``), or (``--compare dtype``, both
 options on) in float32 and then bfloat16 (frozen weights stored in bf16, forwards under autocast, bf16 KV), or
-(``--compare attention``, bf16, both options on) with the flash kernel's and the compiled decode attention.
+(``--compare attention``, bf16, both options on) with the flash kernel and another decode attention
+(``--kernel``: the compiled one or the native C++ one).
 
 For every difficulty, batch size (episodes run together in one ``RolloutCollector.collect`` call) and the
 compared option off / on, the same seeds are played greedily to the end (16 turns at most, the env's own
@@ -25,7 +26,8 @@ CPU seconds and the load average are recorded too (the machine's cores may be sh
 
 Writes ``csr_rollout_speed.json`` (``csr_rollout_speed_<model>.json`` for another model, e.g. ``_smollm2``;
 ``csr_rollout_speed_retire[_<model>].json`` for ``--compare retire``, ``..._dtype...`` for ``--compare dtype``,
-``..._attention...`` for ``--compare attention``;
+``..._attention...`` for ``--compare attention`` with the compiled kernel, ``..._attention_native...`` with
+the native one;
 ``diverging_episodes`` counts the seeds whose token ids differ between the two runs) to ``benchmarks/results/``
 (``--results-dir``).
 
@@ -68,8 +70,8 @@ COMPARED: dict[str, tuple[str, dict[str, bool]]] = {
     "kv_reuse": ("reuse_kv_cache", {"retire_stopped_rows": True}),
     "retire": ("retire_stopped_rows", {"reuse_kv_cache": True}),
     "dtype": ("bfloat16", {"reuse_kv_cache": True, "retire_stopped_rows": True}),  # off: float32
-    # bf16 both times; off: the flash kernel, on: the compiled decode attention
-    "attention": ("compiled_decode_attention", {"reuse_kv_cache": True, "retire_stopped_rows": True}),
+    # bf16 both times; off: the flash kernel, on: the decode attention --kernel names
+    "attention": ("decode_attention", {"reuse_kv_cache": True, "retire_stopped_rows": True}),
 }
 
 
@@ -162,13 +164,14 @@ def same_episodes(a: list[Episode], b: list[Episode]) -> tuple[int, float]:
     return diverging, max(gaps, default=0.0)
 
 
-def engine_settings(compare: str, on: bool, model: PreTrainedModel) -> dict[str, Any]:
+def engine_settings(compare: str, on: bool, model: PreTrainedModel, kernel: str = "compiled") -> dict[str, Any]:
     """The engine options of one run of the comparison; for ``dtype`` the engine's compute dtype, and
-    ``model``'s weights (all frozen here) are cast to it in place (float32 off, bfloat16 on)."""
+    ``model``'s weights (all frozen here) are cast to it in place (float32 off, bfloat16 on); for
+    ``attention`` the decode attention (the flash kernel off, ``kernel`` on)."""
     option, shared = COMPARED[compare]
     if compare == "attention":
         cast_for_training(model.requires_grad_(False), torch.bfloat16)
-        return {**shared, option: on, "dtype": torch.bfloat16}
+        return {**shared, option: kernel if on else "flash", "dtype": torch.bfloat16}
     if compare != "dtype":
         return {**shared, option: on}
     dtype = torch.bfloat16 if on else torch.float32
@@ -185,6 +188,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="the model's CSR warm start (runs/warm_starts, or shipped with the package)")
     parser.add_argument("--compare", choices=list(COMPARED), default="kv_reuse",
                         help="the engine option timed off vs on (retire: with KV reuse on both times)")
+    parser.add_argument("--kernel", choices=["compiled", "native"], default="compiled",
+                        help="with --compare attention: the decode attention timed against the flash kernel")
     parser.add_argument("--episodes", type=int, default=16, help="episodes per configuration")
     parser.add_argument("--difficulties", type=int, nargs="+", default=[1, 3])
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 16])
@@ -237,7 +242,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
             for on in (False, True):
                 engine = HFEngine(model, tokenizer.pad_token_id, [tokenizer.eos_token_id], batch_size=batch,
                                   kv_cache_max_tokens=batch * args.max_episode_tokens,
-                                  **engine_settings(args.compare, on, model))
+                                  **engine_settings(args.compare, on, model, args.kernel))
                 collector = RolloutCollector(engine, tokenizer, make_env_factory(difficulty), max_turns=MAX_TURNS,
                                              max_episode_tokens=args.max_episode_tokens)
                 # warm-up (two tasks: prompts of two lengths, a padded batch, as compiled kernels see them)
@@ -253,7 +258,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
                 if args.compare == "dtype":
                     settings["dtype"] = "bfloat16" if on else "float32"
                 if args.compare == "attention":
-                    settings |= {"dtype": "bfloat16", "attention": "compiled" if on else "flash"}
+                    settings |= {"dtype": "bfloat16", "attention": args.kernel if on else "flash"}
                 results["runs"].append({"difficulty": difficulty, "batch": batch, **settings, **figures,
                                         "same_episodes": identical, "diverging_episodes": diverging,
                                         "max_logprob_gap": logprob_gap})
@@ -266,6 +271,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
                   f"(max logprob gap {logprob_gap:.1e})")
     results["load_average_after"] = os.getloadavg()[0]
     name = ("csr_rollout_speed" + ("" if args.compare == "kv_reuse" else "_" + args.compare)
+            + ("_native" if args.compare == "attention" and args.kernel == "native" else "")
             + ("" if args.model == "tiny" else "_" + args.model.split("-")[0]))
     write_json(results_dir(args) / f"{name}.json", results, indent=2)
     return results

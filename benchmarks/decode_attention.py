@@ -15,12 +15,14 @@ reads its KV from memory as a real decode step does. Variants (``mask``: a left-
 - ``compiled``: :func:`~worldgym.agents.llm.engines.decode_attention.compiled_decode_attention_forward`, the
   float32 reductions of ``grouped_decode_attention`` under ``torch.compile`` (skipped with ``--quick`` or
   ``--no-compile``);
+- ``native``: :func:`~worldgym.agents.llm.engines.decode_attention.native_decode_attention_forward`, the C++
+  kernel (one pass over the keys, one over the values; skipped with ``--no-native`` or where it cannot be built);
 - ``fast``: :func:`~worldgym.agents.llm.engines.decode_attention.decode_attention_forward`;
 - ``read``: summing K and V (as float32 words): the time to read the bytes, a floor for any kernel.
 
 Then a whole decode step of the model (``rows`` rows behind a :class:`GrowingCache` of ``positions`` random
 keys and values per layer) in float32 and bfloat16, with transformers' ``sdpa``, with
-:func:`use_fast_decode_attention` (flash and compiled) and with no attention at all (``no_attention``: zeros,
+:func:`use_fast_decode_attention` (flash, compiled and native) and with no attention at all (``no_attention``: zeros,
 what the rest of the step costs, the floor no attention kernel can go below), with and without padding. Timings are medians of ``--repeats`` rounds that
 alternate the variants, after a warm-up, on one thread (``WORLDGYM_THREADS`` to change).
 
@@ -54,9 +56,11 @@ from worldgym.agents.llm.cache_argument import cache_argument
 from worldgym.agents.llm.engines.decode_attention import (
     compiled_decode_attention_forward,
     decode_attention_forward,
+    native_decode_attention_forward,
     use_fast_decode_attention,
 )
 from worldgym.agents.llm.engines.growing_cache import GrowingLayer, growing_cache
+from worldgym.agents.llm.engines.native_kernel import native_kernel
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a file: find the benchmarks package
 from benchmarks.common import results_dir, results_parser, set_torch_threads, write_json
@@ -117,8 +121,9 @@ def matmul_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
     return torch.matmul(scores.softmax(-1).to(value.dtype), value)
 
 
-def variants(shape: Shape, query: torch.Tensor, mask: torch.Tensor | None,
-             compiled: Callable[..., torch.Tensor] | None) -> dict[str, Callable[[torch.Tensor, torch.Tensor], Any]]:
+def variants(shape: Shape, query: torch.Tensor, mask: torch.Tensor | None, compiled: Callable[..., torch.Tensor] | None,
+             native: Callable[..., torch.Tensor] | None = None
+             ) -> dict[str, Callable[[torch.Tensor, torch.Tensor], Any]]:
     """Each variant as a function of one cache's ``(keys, values)``."""
     module, scale = _Attention(shape.group), shape.head_dim ** -0.5
     folded = query.reshape(shape.rows, shape.kv_heads, shape.group, shape.head_dim)
@@ -137,6 +142,8 @@ def variants(shape: Shape, query: torch.Tensor, mask: torch.Tensor | None,
     }
     if compiled is not None:
         table["compiled"] = lambda k, v: compiled(module, query, k, v, mask, scaling=scale)
+    if native is not None:
+        table["native"] = lambda k, v: native(module, query, k, v, mask, scaling=scale)
     return table
 
 
@@ -161,7 +168,8 @@ def minima(times: dict[str, list[float]]) -> dict[str, float]:
 
 
 def layer_figures(shape: Shape, dtype: torch.dtype, args: argparse.Namespace,
-                  compiled: Callable[..., torch.Tensor] | None) -> dict[str, Any]:
+                  compiled: Callable[..., torch.Tensor] | None,
+                  native: Callable[..., torch.Tensor] | None = None) -> dict[str, Any]:
     """Per-layer milliseconds of every variant, with and without a padding mask, and the largest difference
     of each variant's output from ``hf_sdpa``'s."""
     pool = cache_pool(shape, dtype, args.pool_gb * 1e9, args.room)
@@ -170,7 +178,7 @@ def layer_figures(shape: Shape, dtype: torch.dtype, args: argparse.Namespace,
     row: dict[str, Any] = {"pool_caches": len(pool)}
     with torch.no_grad():
         for masked, mask in (("mask", padding_mask(shape)), ("nomask", None)):
-            table = variants(shape, query, mask, compiled)
+            table = variants(shape, query, mask, compiled, native)
             calls = {name: _cycling(fn, pool) for name, fn in table.items()}
             calls["matmul_contiguous"] = _cycling(table["matmul"], contiguous)
             times = time_rounds(calls, args.repeats)
@@ -238,7 +246,7 @@ def _differences(table: dict[str, Callable[..., Any]], shape: Shape, kv: tuple[t
     """Largest absolute difference of each variant's output (as ``[B, 1, H, D]``) from ``hf_sdpa``'s."""
     reference = table["hf_sdpa"](*kv)[0].float()
     out: dict[str, float] = {}
-    for name in ("sdpa_gqa", "sdpa_folded", "matmul", "fast", "compiled"):
+    for name in ("sdpa_gqa", "sdpa_folded", "matmul", "fast", "compiled", "native"):
         if name in table:
             result = table[name](*kv)
             result = result[0] if isinstance(result, tuple) else result
@@ -314,8 +322,10 @@ def whole_model(args: argparse.Namespace, rows: int, positions: int) -> dict[str
         figures = {"sdpa": model_step_figures(model, rows, positions, args.model_repeats)}
         if use_fast_decode_attention(model):
             figures["fast"] = model_step_figures(model, rows, positions, args.model_repeats)
-        if not args.no_compile and use_fast_decode_attention(model, compiled=True):
+        if not args.no_compile and use_fast_decode_attention(model, kernel="compiled"):
             figures["compiled"] = model_step_figures(model, rows, positions, args.model_repeats)
+        if not args.no_native and native_kernel() is not None and use_fast_decode_attention(model, kernel="native"):
+            figures["native"] = model_step_figures(model, rows, positions, args.model_repeats)
         AttentionInterface.register(NO_ATTENTION, no_attention)
         model.set_attn_implementation(NO_ATTENTION)  # the rest of the step: a floor for any attention kernel
         figures["no_attention"] = model_step_figures(model, rows, positions, args.model_repeats)
@@ -350,6 +360,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--pool-gb", type=float, default=1.2, help="KV bytes cycled through per layer variant")
     parser.add_argument("--room", type=int, default=97, help="the growing cache's spare positions")
     parser.add_argument("--no-compile", action="store_true", help="skip the torch.compile variant")
+    parser.add_argument("--no-native", action="store_true", help="skip the native C++ kernel")
     args = parser.parse_args(argv)
     if args.quick:
         args.model, args.rows, args.positions, args.repeats, args.model_repeats = "tiny", 4, [64], 2, 2
@@ -357,6 +368,7 @@ def main(argv: list[str] | None = None) -> None:
     set_torch_threads(1)
     load_average = os.getloadavg()[0]
     compiled = None if args.no_compile else compiled_decode_attention_forward
+    native = None if args.no_native or native_kernel() is None else native_decode_attention_forward
     layers = []
     for positions in args.positions:
         for dtype_name in args.dtypes:
@@ -364,7 +376,7 @@ def main(argv: list[str] | None = None) -> None:
             row = {"dtype": dtype_name, "rows": args.rows, "positions": positions,
                    "kv_mb": round(2 * args.rows * shape.kv_heads * positions * shape.head_dim
                                   * DTYPES[dtype_name].itemsize / 1e6, 1),
-                   **layer_figures(shape, DTYPES[dtype_name], args, compiled)}
+                   **layer_figures(shape, DTYPES[dtype_name], args, compiled, native)}
             layers.append(row)
             print(f"{dtype_name} {args.rows}x{positions}: mask {row['mask']}\n    nomask {row['nomask']}")
     print_table(layers)

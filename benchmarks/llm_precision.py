@@ -24,7 +24,7 @@ start (cached or shipped, in float32) on the same seeds.
 Both write into ``llm_precision.json`` (``llm_precision_<model>.json`` for a model other than tiny) in
 ``benchmarks/results/`` (``--results-dir``), each under its own key, keeping the other's figures; a DAPO step with
 settings other than the preset's (``--first-round-prompts``, ``--checkpointing-min-tokens``,
-``--compiled-decode-attention``) under ``dapo_step+<setting>=<value>...``.
+``--decode-attention``) under ``dapo_step+<setting>=<value>...``.
 """
 
 from __future__ import annotations
@@ -209,8 +209,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                       help="tasks in dynamic sampling's first round (default: the preset's)")
     step.add_argument("--checkpointing-min-tokens", type=int, default=None,
                       help="recompute activations only in microbatches of at least this many positions")
-    step.add_argument("--compiled-decode-attention", action="store_true",
-                      help="decode with the compiled decode attention (HFEngine's compiled_decode_attention)")
+    step.add_argument("--decode-attention", choices=["compiled", "native"], default=None,
+                      help="decode with this decode attention (HFEngine's decode_attention; default the flash kernel)")
     step.add_argument("--skip-empty-updates", action="store_true",
                       help="as DAPO does: no update when no group's rewards differ (default: time the update anyway)")
     sft = modes.add_parser("sft", parents=[results_parser()], help="the CSR warm start's SFT in bf16")
@@ -265,8 +265,8 @@ def step_overrides(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def engine_overrides(args: argparse.Namespace) -> dict[str, Any]:
-    """The engine options ``--compiled-decode-attention`` sets (none: the preset's)."""
-    return {"compiled_decode_attention": True} if args.compiled_decode_attention else {}
+    """The engine options ``--decode-attention`` sets (none: the preset's)."""
+    return {"decode_attention": args.decode_attention} if args.decode_attention else {}
 
 
 def run_dapo_step(args: argparse.Namespace) -> dict[str, Any]:

@@ -178,19 +178,45 @@ def test_the_compiled_kernel_falls_back_to_the_flash_kernel_with_one_warning(mon
     assert torch.equal(again, expected)  # no second warning: pytest's -W error would fail on one
 
 
-def test_an_engine_with_the_compiled_kernel_generates_what_the_flash_kernel_does(tokenizer) -> None:
+@pytest.mark.parametrize("kernel", ["compiled", "native"])
+def test_an_engine_with_another_kernel_generates_what_the_flash_kernel_does(tokenizer, kernel: str) -> None:
     from worldgym.agents.llm.engines import HFEngine, SamplingParams
 
     prompts = [tokenizer("What is 3 plus 4?")["input_ids"], tokenizer("Add 12 and 9.")["input_ids"]]
     params = SamplingParams(max_new_tokens=10, temperature=0.0, seed=0)
     outputs = {}
-    for compiled in (False, True):
+    names = {"flash": FAST_DECODE_ATTENTION, "compiled": decode_attention.COMPILED_DECODE_ATTENTION,
+             "native": decode_attention.NATIVE_DECODE_ATTENTION}
+    for name in ("flash", kernel):
         model = sharpen(build_tiny_model(tokenizer, seed=0, dtype=torch.bfloat16), 3.0)
         engine = HFEngine(model, tokenizer.pad_token_id, [tokenizer.eos_token_id], dtype=torch.bfloat16,
-                          compiled_decode_attention=compiled)
-        expected_name = decode_attention.COMPILED_DECODE_ATTENTION if compiled else FAST_DECODE_ATTENTION
-        assert model.config._attn_implementation == expected_name
-        outputs[compiled] = [g[0] for g in engine.generate(prompts, params)]
-    for flash, compiled in zip(outputs[False], outputs[True]):
-        assert flash.token_ids[:3] == compiled.token_ids[:3]  # later tokens may part on a bf16 near-tie
-        assert abs(flash.logprobs[0] - compiled.logprobs[0]) < 0.05
+                          decode_attention=name)
+        assert model.config._attn_implementation == names[name]
+        outputs[name] = [g[0] for g in engine.generate(prompts, params)]
+    for flash, other in zip(outputs["flash"], outputs[kernel]):
+        assert flash.token_ids[:3] == other.token_ids[:3]  # later tokens may part on a bf16 near-tie
+        assert abs(flash.logprobs[0] - other.logprobs[0]) < 0.05
+
+
+def test_an_unknown_kernel_is_refused(tokenizer) -> None:
+    from worldgym.agents.llm.engines import HFEngine
+
+    model = build_tiny_model(tokenizer, seed=0, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="decode_attention must be one of .*got 'fast'"):
+        HFEngine(model, tokenizer.pad_token_id, [tokenizer.eos_token_id], decode_attention="fast")
+    with pytest.raises(ValueError, match="kernel must be one of"):
+        use_fast_decode_attention(model, kernel="fast")
+
+
+def test_a_second_engine_on_the_same_model_keeps_its_kernel(tokenizer) -> None:
+    from worldgym.agents.llm.engines import HFEngine
+    from worldgym.agents.llm.engines.decode_attention import decode_kernel_of
+
+    model = build_tiny_model(tokenizer, seed=0, dtype=torch.bfloat16)
+    assert decode_kernel_of(model) is None  # plain sdpa
+    HFEngine(model, tokenizer.pad_token_id, [tokenizer.eos_token_id], dtype=torch.bfloat16,
+             decode_attention="compiled")
+    HFEngine(model, tokenizer.pad_token_id, [tokenizer.eos_token_id], dtype=torch.bfloat16)  # e.g. a reply engine
+    assert decode_kernel_of(model) == "compiled"
+    HFEngine(model, tokenizer.pad_token_id, [tokenizer.eos_token_id], dtype=torch.bfloat16, decode_attention="flash")
+    assert decode_kernel_of(model) == "flash"

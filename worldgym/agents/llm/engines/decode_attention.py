@@ -17,6 +17,9 @@ against ~1 ms to read the bytes once). With ``compiled=True``, :func:`use_fast_d
 step instead as :func:`grouped_decode_attention`, a float32 reduction over the keys and one over the values,
 which ``torch.compile`` fuses into single passes over the cache views in place (no copy, no expanded heads).
 It needs a C++ compiler for inductor: where compiling fails, it warns once and falls back to the flash kernel.
+With ``kernel="native"`` the step runs a C++ kernel of the project's own (:mod:`.native_kernel`): one task per
+row and KV head that scores the group's queries in one pass over the keys (AVX512-BF16 dot products where the
+CPU has them), softmaxes in float32, sums one pass over the values, and skips blocks of positions the mask hides.
 """
 
 from __future__ import annotations
@@ -32,14 +35,20 @@ from transformers import AttentionInterface, PreTrainedModel
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
+from worldgym.agents.llm.engines.native_kernel import native_kernel
 from worldgym.machine import cpu_flags
 
-__all__ = ["COMPILED_DECODE_ATTENTION", "FAST_DECODE_ATTENTION", "compiled_decode_attention_forward",
-           "decode_attention_forward", "folds_query_groups", "grouped_decode_attention", "handles_decode",
-           "use_fast_decode_attention"]
+__all__ = ["COMPILED_DECODE_ATTENTION", "DECODE_ATTENTION_KERNELS", "FAST_DECODE_ATTENTION",
+           "NATIVE_DECODE_ATTENTION", "compiled_decode_attention_forward", "decode_attention_forward",
+           "decode_kernel_of", "folds_query_groups", "grouped_decode_attention", "handles_decode",
+           "native_decode_attention_forward", "use_fast_decode_attention"]
 
 FAST_DECODE_ATTENTION = "worldgym_decode"
 COMPILED_DECODE_ATTENTION = "worldgym_decode_compiled"
+NATIVE_DECODE_ATTENTION = "worldgym_decode_native"
+DECODE_ATTENTION_KERNELS = ("flash", "compiled", "native")
+_NAMES = dict(zip(DECODE_ATTENTION_KERNELS, (FAST_DECODE_ATTENTION, COMPILED_DECODE_ATTENTION,
+                                             NATIVE_DECODE_ATTENTION)))
 _DTYPES = (torch.float32, torch.bfloat16)
 _UNSUPPORTED_KWARGS = ("softcap", "sliding_window", "position_bias", "s_aux", "sinks")
 
@@ -131,6 +140,30 @@ def compiled_decode_attention_forward(module: torch.nn.Module, query: torch.Tens
                                     is_causal=is_causal, **kwargs)
 
 
+def native_decode_attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor,
+                                    value: torch.Tensor, attention_mask: torch.Tensor | None, dropout: float = 0.0,
+                                    scaling: float | None = None, is_causal: bool | None = None,
+                                    **kwargs: Any) -> tuple[torch.Tensor, None]:
+    """:func:`decode_attention_forward` with the decode step computed by the C++ kernel of
+    :mod:`~worldgym.agents.llm.engines.native_kernel` (the flash kernel where it could not be built, after one
+    warning). A boolean mask is passed on as an additive float32 one (0 or -inf per position)."""
+    kernel = native_kernel()
+    if kernel is None or not handles_decode(module, query, key, value, attention_mask, dropout, kwargs):
+        return decode_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
+                                        is_causal=is_causal, **kwargs)
+    batch, heads, _, dim = query.shape
+    if attention_mask is None:
+        additive = query.new_empty(0, dtype=torch.float32)
+    elif attention_mask.dtype == torch.bool:
+        additive = torch.zeros(attention_mask.shape[0], attention_mask.shape[-1]).masked_fill_(
+            ~attention_mask[:, 0, 0], float("-inf"))
+    else:
+        additive = attention_mask[:, 0, 0].float().contiguous()
+    folded = query.reshape(batch, key.shape[1], heads // key.shape[1], dim)
+    output = kernel.decode_attention(folded, key, value, additive, scaling if scaling is not None else dim ** -0.5)
+    return output.reshape(batch, heads, 1, dim).transpose(1, 2).contiguous(), None
+
+
 def folds_query_groups(dtype: torch.dtype) -> bool:
     """Whether a group's one-token queries are folded into the query length (else ``enable_gqa``): in float32
     always, in bfloat16 unless the CPU has AMX (the only CPU kind where ``enable_gqa`` measured faster)."""
@@ -148,22 +181,35 @@ def _plain_causal(model: PreTrainedModel) -> bool:
         return False
     if getattr(config, "use_sliding_window", False) or getattr(config, "attn_logit_softcapping", None):
         return False
-    return config._attn_implementation in ("sdpa", FAST_DECODE_ATTENTION, COMPILED_DECODE_ATTENTION)
+    return config._attn_implementation in ("sdpa", FAST_DECODE_ATTENTION, COMPILED_DECODE_ATTENTION,
+                                          NATIVE_DECODE_ATTENTION)
 
 
-def use_fast_decode_attention(model: PreTrainedModel | PeftModel, compiled: bool = False) -> bool:
-    """Switch ``model`` (plain or PEFT-wrapped) to :func:`decode_attention_forward` (``compiled``:
-    :func:`compiled_decode_attention_forward`); returns whether it did.
+def use_fast_decode_attention(model: PreTrainedModel | PeftModel, kernel: str = "flash") -> bool:
+    """Switch ``model`` (plain or PEFT-wrapped) to a decode attention: ``kernel`` is ``"flash"``
+    (:func:`decode_attention_forward`), ``"compiled"`` (:func:`compiled_decode_attention_forward`) or
+    ``"native"`` (:func:`native_decode_attention_forward`); returns whether it did.
 
     Only a model on ``sdpa`` attention whose layers are all plain causal attention (no sliding windows,
     soft-capping or sub-models) is switched; anything else is left as it is. Outputs equal ``sdpa``'s up to
     the kernel's rounding; prefill and training still run ``sdpa``."""
+    forwards = {"flash": decode_attention_forward, "compiled": compiled_decode_attention_forward,
+                "native": native_decode_attention_forward}
+    if kernel not in forwards:
+        raise ValueError(f"decode attention kernel must be one of {DECODE_ATTENTION_KERNELS}, got {kernel!r}")
     base = model.get_base_model() if isinstance(model, PeftModel) else model
     if not _plain_causal(base):
         return False
-    name, forward = ((COMPILED_DECODE_ATTENTION, compiled_decode_attention_forward) if compiled
-                     else (FAST_DECODE_ATTENTION, decode_attention_forward))
-    AttentionInterface.register(name, forward)
+    name = _NAMES[kernel]
+    AttentionInterface.register(name, forwards[kernel])
     AttentionMaskInterface.register(name, sdpa_mask)
     base.set_attn_implementation(name)
     return base.config._attn_implementation == name
+
+
+def decode_kernel_of(model: PreTrainedModel | PeftModel) -> str | None:
+    """The decode attention kernel ``model`` was switched to (``"flash"``, ``"compiled"``, ``"native"``), or None
+    when it runs another attention function (e.g. plain ``sdpa``)."""
+    base = model.get_base_model() if isinstance(model, PeftModel) else model
+    names = {name: kernel for kernel, name in _NAMES.items()}
+    return names.get(base.config._attn_implementation)

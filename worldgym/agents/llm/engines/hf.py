@@ -22,7 +22,11 @@ from worldgym.agents.llm.cache_argument import cache_argument, returned_cache
 from worldgym.agents.llm.cartridge import Cartridge
 from worldgym.agents.llm.constrained import CopyArgumentsProcessor, CopyConstraint, mask_logits
 from worldgym.agents.llm.engines.base import Generation, SamplingParams
-from worldgym.agents.llm.engines.decode_attention import use_fast_decode_attention
+from worldgym.agents.llm.engines.decode_attention import (
+    DECODE_ATTENTION_KERNELS,
+    decode_kernel_of,
+    use_fast_decode_attention,
+)
 from worldgym.agents.llm.engines.growing_cache import growing_cache
 from worldgym.agents.llm.engines.prefix_cache import PrefixKVCache, batched_cache, row_kv, storable
 from worldgym.agents.llm.engines.retiring_rows import DecodedRows, RetireFinishedRows
@@ -141,9 +145,13 @@ class HFEngine:
         dtype: the compute dtype (bfloat16: forward passes under autocast, so KV caches are bf16 too; logits
             and logprobs stay float32). None: the dtype of the model's frozen weights
             (:func:`worldgym.precision.compute_dtype`), e.g. bf16 for a LoRA model whose base is stored in bf16.
-        compiled_decode_attention: under bf16 on CPU, decode with the compiled decode attention
-            (:mod:`~worldgym.agents.llm.engines.decode_attention`: one float32 pass over the cache instead of the
-            flash kernel's tiles; compiled once per process, the flash kernel where no C++ compiler works).
+        decode_attention: under bf16 on CPU, the kernel of a decode step's attention
+            (:mod:`~worldgym.agents.llm.engines.decode_attention`): ``"flash"`` (PyTorch's flash kernel in the
+            faster grouped-query layout), ``"compiled"`` (a ``torch.compile``d float32 pass over the cache) or
+            ``"native"`` (the project's C++ kernel, built once per machine); the last two fall back to the flash
+            kernel, with one warning, where they cannot be built. None: the kernel ``model`` already decodes
+            with (another engine on the same model chose it), else ``"flash"``. The kernel is the model's
+            setting, so engines sharing a model share it.
 
     Raises:
         CartridgeError: the cartridge was made for another model.
@@ -161,10 +169,12 @@ class HFEngine:
         cartridge: Cartridge | None = None,
         retire_stopped_rows: bool = True,
         dtype: torch.dtype | None = None,
-        compiled_decode_attention: bool = False,
+        decode_attention: str | None = None,
     ):
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        if decode_attention is not None and decode_attention not in DECODE_ATTENTION_KERNELS:
+            raise ValueError(f"decode_attention must be one of {DECODE_ATTENTION_KERNELS}, got {decode_attention!r}")
         if min_shared_prefix < 0:
             raise ValueError(f"min_shared_prefix must be >= 0, got {min_shared_prefix}")
         if not eos_token_ids:
@@ -179,7 +189,7 @@ class HFEngine:
         if self._compute_dtype() == torch.bfloat16 and self.device.type == "cpu":
             # bf16 decode steps with the faster grouped-query layout (decode_attention.py; float32 keeps sdpa,
             # so its engine logprobs stay bit-equal to the learner's)
-            use_fast_decode_attention(model, compiled=compiled_decode_attention)
+            use_fast_decode_attention(model, kernel=decode_attention or decode_kernel_of(model) or "flash")
         self.kv_cache = PrefixKVCache(kv_cache_max_tokens) if reuse_kv_cache else None
         self._kv_weight_versions: tuple[int, ...] = ()
         self.cartridge: Cartridge | None = None

@@ -1,0 +1,279 @@
+// Decode attention on CPU: one query token per row and head, grouped KV heads, a long KV cache.
+//
+// decode_attention(query [B, Hkv, G, D], key/value [B, Hkv, T, D] (any strides but the last), mask [B or 1, T]
+// float32 additive or empty, scaling) -> [B, Hkv, G, D] in the query's dtype.
+//
+// Each (row, KV head) is one task: the group's G queries are scored against every key in one pass over the keys,
+// softmaxed in float32 and summed over the values in one pass over the values, so the cache is read once. Blocks
+// of 16 positions that the mask hides entirely (padding) are skipped in both passes. Built with AVX512-BF16 the
+// bf16 scores use its dot-product instruction (products exact, sums in float32), with AVX512F the float32 ones
+// use fused multiply-adds; elsewhere plain float32 loops that the compiler vectorises as it can.
+// Work per task is fixed and summed in a fixed order, so results do not depend on the number of threads.
+
+#include <torch/extension.h>
+#include <ATen/Parallel.h>
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
+namespace {
+
+constexpr int64_t kBlock = 16;
+
+inline float to_float(const c10::BFloat16 value) { return static_cast<float>(value); }
+inline float to_float(const float value) { return value; }
+
+// Whether mask positions [start, start + count) are all -inf (a hidden block).
+inline bool hidden(const float* mask, int64_t start, int64_t count) {
+  if (mask == nullptr) return false;
+  for (int64_t t = start; t < start + count; ++t) {
+    if (mask[t] != -std::numeric_limits<float>::infinity()) return false;
+  }
+  return true;
+}
+
+#if defined(__AVX512F__)
+// exp of 16 floats: range reduction to 2^n * exp(r), |r| <= ln2/2, and a degree-6 polynomial (rel. error ~2e-7).
+inline __m512 exp16(__m512 x) {
+  const __m512 log2e = _mm512_set1_ps(1.44269504088896341f);
+  x = _mm512_max_ps(x, _mm512_set1_ps(-104.0f));
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, log2e), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps(1.0f / 720);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  return _mm512_scalef_ps(p, n);
+}
+
+// One vector whose lane j is the sum of the 16 lanes of v[j].
+inline __m512 sum_lanes(__m512 v[16]) {
+  static const __m512i lo1 = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23);
+  static const __m512i hi1 = _mm512_setr_epi32(8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
+  static const __m512i lo2 = _mm512_setr_epi32(0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27);
+  static const __m512i hi2 = _mm512_setr_epi32(4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31);
+  static const __m512i lo3 = _mm512_setr_epi32(0, 1, 4, 5, 8, 9, 12, 13, 16, 17, 20, 21, 24, 25, 28, 29);
+  static const __m512i hi3 = _mm512_setr_epi32(2, 3, 6, 7, 10, 11, 14, 15, 18, 19, 22, 23, 26, 27, 30, 31);
+  static const __m512i lo4 = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  static const __m512i hi4 = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+  __m512 w[8], x[4], y[2];
+  for (int i = 0; i < 8; ++i)
+    w[i] = _mm512_add_ps(_mm512_permutex2var_ps(v[2 * i], lo1, v[2 * i + 1]),
+                         _mm512_permutex2var_ps(v[2 * i], hi1, v[2 * i + 1]));
+  for (int i = 0; i < 4; ++i)
+    x[i] = _mm512_add_ps(_mm512_permutex2var_ps(w[2 * i], lo2, w[2 * i + 1]),
+                         _mm512_permutex2var_ps(w[2 * i], hi2, w[2 * i + 1]));
+  for (int i = 0; i < 2; ++i)
+    y[i] = _mm512_add_ps(_mm512_permutex2var_ps(x[2 * i], lo3, x[2 * i + 1]),
+                         _mm512_permutex2var_ps(x[2 * i], hi3, x[2 * i + 1]));
+  return _mm512_add_ps(_mm512_permutex2var_ps(y[0], lo4, y[1]), _mm512_permutex2var_ps(y[0], hi4, y[1]));
+}
+
+// 16 bf16 values widened to float32.
+inline __m512 load_bf16(const c10::BFloat16* p) {
+  const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16));
+}
+inline __m512 load16(const c10::BFloat16* p) { return load_bf16(p); }
+inline __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
+#endif
+
+template <typename scalar_t>
+struct Task {
+  const scalar_t* query;  // [G, D] contiguous
+  const scalar_t* key;    // T rows, key_stride apart
+  const scalar_t* value;  // T rows, value_stride apart
+  const float* mask;      // [T] or nullptr
+  scalar_t* out;          // [G, D] contiguous
+  int64_t groups, dim, length, key_stride, value_stride;
+  float scaling;
+};
+
+// scores[g * T + t] = (q_g . k_t) * scaling + mask[t]; hidden blocks are left at -inf.
+template <typename scalar_t>
+void score_keys(const Task<scalar_t>& task, float* scores) {
+  const int64_t G = task.groups, D = task.dim, T = task.length;
+  std::vector<float> query(G * D);
+  for (int64_t i = 0; i < G * D; ++i) query[i] = to_float(task.query[i]);
+  for (int64_t start = 0; start < T; start += kBlock) {
+    const int64_t count = std::min(kBlock, T - start);
+    if (hidden(task.mask, start, count)) {
+      for (int64_t g = 0; g < G; ++g)
+        for (int64_t t = start; t < start + count; ++t) scores[g * T + t] = -std::numeric_limits<float>::infinity();
+      continue;
+    }
+#if defined(__AVX512BF16__)
+    if constexpr (std::is_same_v<scalar_t, c10::BFloat16>) {
+      if (count == kBlock && D % 32 == 0) {
+        for (int64_t g = 0; g < G; ++g) {
+          const scalar_t* q = task.query + g * D;
+          __m512 dots[kBlock];
+          for (int64_t j = 0; j < kBlock; ++j) {
+            const scalar_t* k = task.key + (start + j) * task.key_stride;
+            __m512 acc = _mm512_setzero_ps();
+            for (int64_t d = 0; d < D; d += 32)
+              acc = _mm512_dpbf16_ps(acc, (__m512bh)_mm512_loadu_si512(k + d), (__m512bh)_mm512_loadu_si512(q + d));
+            dots[j] = acc;
+          }
+          __m512 s = _mm512_mul_ps(sum_lanes(dots), _mm512_set1_ps(task.scaling));
+          if (task.mask != nullptr) s = _mm512_add_ps(s, _mm512_loadu_ps(task.mask + start));
+          _mm512_storeu_ps(scores + g * T + start, s);
+        }
+        continue;
+      }
+    }
+#endif
+#if defined(__AVX512F__)
+    if constexpr (std::is_same_v<scalar_t, float>) {
+      if (count == kBlock && D % 16 == 0) {
+        for (int64_t g = 0; g < G; ++g) {
+          const float* q = task.query + g * D;
+          __m512 dots[kBlock];
+          for (int64_t j = 0; j < kBlock; ++j) {
+            const float* k = task.key + (start + j) * task.key_stride;
+            __m512 acc = _mm512_setzero_ps();
+            for (int64_t d = 0; d < D; d += 16) acc = _mm512_fmadd_ps(_mm512_loadu_ps(k + d), _mm512_loadu_ps(q + d), acc);
+            dots[j] = acc;
+          }
+          __m512 s = _mm512_mul_ps(sum_lanes(dots), _mm512_set1_ps(task.scaling));
+          if (task.mask != nullptr) s = _mm512_add_ps(s, _mm512_loadu_ps(task.mask + start));
+          _mm512_storeu_ps(scores + g * T + start, s);
+        }
+        continue;
+      }
+    }
+#endif
+    for (int64_t t = start; t < start + count; ++t) {
+      const scalar_t* k = task.key + t * task.key_stride;
+      const float bias = task.mask != nullptr ? task.mask[t] : 0.0f;
+      for (int64_t g = 0; g < G; ++g) {
+        const float* q = query.data() + g * D;
+        float dot = 0.0f;
+        for (int64_t d = 0; d < D; ++d) dot += q[d] * to_float(k[d]);
+        scores[g * T + t] = dot * task.scaling + bias;
+      }
+    }
+  }
+}
+
+// scores -> probabilities in place (per query), returning nothing; fully hidden rows give NaN as softmax does.
+inline void softmax_rows(float* scores, int64_t groups, int64_t length) {
+  for (int64_t g = 0; g < groups; ++g) {
+    float* row = scores + g * length;
+    float peak = -std::numeric_limits<float>::infinity();
+    for (int64_t t = 0; t < length; ++t) peak = std::max(peak, row[t]);
+    float total = 0.0f;
+    int64_t t = 0;
+#if defined(__AVX512F__)
+    const __m512 shift = _mm512_set1_ps(peak);
+    __m512 sums = _mm512_setzero_ps();
+    for (; t + 16 <= length; t += 16) {
+      const __m512 e = exp16(_mm512_sub_ps(_mm512_loadu_ps(row + t), shift));
+      _mm512_storeu_ps(row + t, e);
+      sums = _mm512_add_ps(sums, e);
+    }
+    total = _mm512_reduce_add_ps(sums);
+#endif
+    for (; t < length; ++t) {
+      row[t] = std::exp(row[t] - peak);
+      total += row[t];
+    }
+    const float inverse = 1.0f / total;
+    for (t = 0; t < length; ++t) row[t] *= inverse;
+  }
+}
+
+// out[g] = sum_t probs[g * T + t] * v_t, skipping hidden blocks.
+template <typename scalar_t>
+void sum_values(const Task<scalar_t>& task, const float* probs) {
+  const int64_t G = task.groups, D = task.dim, T = task.length;
+  std::vector<float> out(G * D, 0.0f);
+  for (int64_t start = 0; start < T; start += kBlock) {
+    const int64_t count = std::min(kBlock, T - start);
+    if (hidden(task.mask, start, count)) continue;
+    for (int64_t t = start; t < start + count; ++t) {
+      const scalar_t* v = task.value + t * task.value_stride;
+      int64_t d = 0;
+#if defined(__AVX512F__)
+      for (; d + 16 <= D; d += 16) {
+        const __m512 row = load16(v + d);
+        for (int64_t g = 0; g < G; ++g) {
+          float* o = out.data() + g * D + d;
+          _mm512_storeu_ps(o, _mm512_fmadd_ps(_mm512_set1_ps(probs[g * T + t]), row, _mm512_loadu_ps(o)));
+        }
+      }
+#endif
+      for (; d < D; ++d) {
+        const float x = to_float(v[d]);
+        for (int64_t g = 0; g < G; ++g) out[g * D + d] += probs[g * T + t] * x;
+      }
+    }
+  }
+  for (int64_t i = 0; i < G * D; ++i) task.out[i] = static_cast<scalar_t>(out[i]);
+}
+
+template <typename scalar_t>
+void run(const torch::Tensor& query, const torch::Tensor& key, const torch::Tensor& value, const torch::Tensor& mask,
+         double scaling, torch::Tensor& out) {
+  const int64_t B = query.size(0), H = query.size(1), G = query.size(2), D = query.size(3), T = key.size(2);
+  const bool masked = mask.numel() > 0;
+  const int64_t mask_row_stride = masked && mask.size(0) > 1 ? mask.stride(0) : 0;
+  const scalar_t* q = query.data_ptr<scalar_t>();
+  const scalar_t* k = key.data_ptr<scalar_t>();
+  const scalar_t* v = value.data_ptr<scalar_t>();
+  const float* m = masked ? mask.data_ptr<float>() : nullptr;
+  scalar_t* o = out.data_ptr<scalar_t>();
+  at::parallel_for(0, B * H, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> scores(G * T);
+    for (int64_t index = begin; index < end; ++index) {
+      const int64_t b = index / H, h = index % H;
+      const Task<scalar_t> task{q + (b * H + h) * G * D,
+                                k + b * key.stride(0) + h * key.stride(1),
+                                v + b * value.stride(0) + h * value.stride(1),
+                                m != nullptr ? m + b * mask_row_stride : nullptr,
+                                o + (b * H + h) * G * D,
+                                G, D, T, key.stride(2), value.stride(2), static_cast<float>(scaling)};
+      score_keys(task, scores.data());
+      softmax_rows(scores.data(), G, T);
+      sum_values(task, scores.data());
+    }
+  });
+}
+
+}  // namespace
+
+torch::Tensor decode_attention(torch::Tensor query, torch::Tensor key, torch::Tensor value, torch::Tensor mask,
+                               double scaling) {
+  TORCH_CHECK(query.dim() == 4 && key.dim() == 4 && value.dim() == 4, "query, key and value must be 4-d");
+  TORCH_CHECK(key.sizes() == value.sizes(), "key and value must have the same shape");
+  TORCH_CHECK(query.size(0) == key.size(0) && query.size(1) == key.size(1) && query.size(3) == key.size(3),
+              "query [B, Hkv, G, D] does not match key [B, Hkv, T, D]");
+  TORCH_CHECK(key.stride(3) == 1 && value.stride(3) == 1, "key and value need contiguous head dimensions");
+  TORCH_CHECK(query.scalar_type() == key.scalar_type() && key.scalar_type() == value.scalar_type(),
+              "query, key and value must share a dtype");
+  TORCH_CHECK(mask.numel() == 0 || (mask.dim() == 2 && mask.scalar_type() == at::kFloat && mask.stride(1) == 1 &&
+                                    mask.size(1) == key.size(2) && (mask.size(0) == 1 || mask.size(0) == key.size(0))),
+              "mask must be float32 [B or 1, T] with contiguous positions, or empty");
+  query = query.contiguous();
+  auto out = torch::empty_like(query);
+  if (query.scalar_type() == at::kBFloat16) {
+    run<c10::BFloat16>(query, key, value, mask, scaling, out);
+  } else {
+    TORCH_CHECK(query.scalar_type() == at::kFloat, "decode_attention handles bfloat16 and float32");
+    run<float>(query, key, value, mask, scaling, out);
+  }
+  return out;
+}
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("decode_attention", &decode_attention, "one-token grouped-query attention over a KV cache (CPU)");
+}

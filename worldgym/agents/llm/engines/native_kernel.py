@@ -1,0 +1,57 @@
+"""Builds and loads the C++ decode-attention kernel (``decode_attention_kernel.cpp``) for this CPU.
+
+The kernel is compiled once per machine with PyTorch's extension builder (a C++ compiler and ``ninja``), with
+the vector instructions the CPU has (AVX512-BF16, AVX512F or none), and kept in PyTorch's extension cache
+(``TORCH_EXTENSIONS_DIR``, by default ``~/.cache/torch_extensions``): later processes load it in well under a
+second. Where it cannot be built, :func:`native_kernel` warns once and returns None, and callers keep the flash
+kernel.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import warnings
+from pathlib import Path
+from types import ModuleType
+
+from worldgym.machine import cpu_flags
+
+__all__ = ["native_kernel", "vector_flags"]
+
+SOURCE = Path(__file__).with_name("decode_attention_kernel.cpp")
+_AVX512 = ["-mavx512f", "-mavx512bw", "-mavx512vl", "-mfma"]
+_built: dict[str, ModuleType | None] = {}
+
+
+def vector_flags(flags: frozenset[str]) -> tuple[str, list[str]]:
+    """A name for the CPU's vector level and the compiler flags that target it, from its feature ``flags``."""
+    if {"avx512f", "avx512bw", "avx512vl", "avx512_bf16"} <= flags:
+        return "avx512bf16", [*_AVX512, "-mavx512bf16"]
+    if {"avx512f", "avx512bw", "avx512vl"} <= flags:
+        return "avx512", _AVX512
+    if {"avx2", "fma"} <= flags:
+        return "avx2", ["-mavx2", "-mfma"]
+    return "generic", []
+
+
+def native_kernel() -> ModuleType | None:
+    """The compiled kernel module (its ``decode_attention`` function), built on first use; None, after one
+    ``RuntimeWarning`` naming the cause, where building or loading failed (no compiler, no ninja)."""
+    if "kernel" not in _built:
+        _built["kernel"] = _build()
+    return _built["kernel"]
+
+
+def _build() -> ModuleType | None:
+    level, flags = vector_flags(cpu_flags())
+    digest = hashlib.sha256(SOURCE.read_bytes()).hexdigest()[:12]
+    try:
+        from torch.utils.cpp_extension import load
+
+        return load(name=f"worldgym_decode_attention_{level}_{digest}", sources=[str(SOURCE)],
+                    extra_cflags=["-O3", "-std=c++17", *flags], verbose=False)
+    except (RuntimeError, OSError, ImportError) as error:  # no ninja, no compiler, a failed build
+        first_line = str(error).splitlines()[0] if str(error) else ""
+        warnings.warn(f"the native decode attention could not be built ({type(error).__name__}: {first_line}); "
+                      "decoding with the flash kernel", RuntimeWarning, stacklevel=3)
+        return None
