@@ -3,7 +3,8 @@ each episode's KV cache across turns (``reuse_kv_cache``), or (``--compare retir
 without dropping rows that stopped from the batch (``retire_stopped_rows``), or (``--compare dtype``, both
 options on) in float32 and then bfloat16 (frozen weights stored in bf16, forwards under autocast, bf16 KV), or
 (``--compare attention``, bf16, both options on) with the flash kernel and another decode attention
-(``--kernel``: the compiled one or the native C++ one).
+(``--kernel``: the compiled one or the native C++ one), or (``--compare merge``, bf16, the native decode attention)
+with and without the LoRA layers merged for generation (``merge_lora``).
 
 For every difficulty, batch size (episodes run together in one ``RolloutCollector.collect`` call) and the
 compared option off / on, the same seeds are played greedily to the end (16 turns at most, the env's own
@@ -72,7 +73,10 @@ COMPARED: dict[str, tuple[str, dict[str, bool]]] = {
     "dtype": ("bfloat16", {"reuse_kv_cache": True, "retire_stopped_rows": True}),  # off: float32
     # bf16 both times; off: the flash kernel, on: the decode attention --kernel names
     "attention": ("decode_attention", {"reuse_kv_cache": True, "retire_stopped_rows": True}),
+    # bf16 both times, with the native decode attention
+    "merge": ("merge_lora", {"reuse_kv_cache": True, "retire_stopped_rows": True, "decode_attention": "native"}),
 }
+BF16_COMPARISONS = ("attention", "merge")
 
 
 @dataclass
@@ -169,9 +173,10 @@ def engine_settings(compare: str, on: bool, model: PreTrainedModel, kernel: str 
     ``model``'s weights (all frozen here) are cast to it in place (float32 off, bfloat16 on); for
     ``attention`` the decode attention (the flash kernel off, ``kernel`` on)."""
     option, shared = COMPARED[compare]
-    if compare == "attention":
+    if compare in BF16_COMPARISONS:
         cast_for_training(model.requires_grad_(False), torch.bfloat16)
-        return {**shared, option: kernel if on else "flash", "dtype": torch.bfloat16}
+        setting = (kernel if on else "flash") if compare == "attention" else on
+        return {**shared, option: setting, "dtype": torch.bfloat16}
     if compare != "dtype":
         return {**shared, option: on}
     dtype = torch.bfloat16 if on else torch.float32
@@ -259,6 +264,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
                     settings["dtype"] = "bfloat16" if on else "float32"
                 if args.compare == "attention":
                     settings |= {"dtype": "bfloat16", "attention": args.kernel if on else "flash"}
+                if args.compare == "merge":
+                    settings |= {"dtype": "bfloat16", "attention": "native", "merge_lora": on}
                 results["runs"].append({"difficulty": difficulty, "batch": batch, **settings, **figures,
                                         "same_episodes": identical, "diverging_episodes": diverging,
                                         "max_logprob_gap": logprob_gap})

@@ -94,3 +94,38 @@ def test_an_export_needs_the_runs_policy_base(tmp_path, model, tokenizer):
     (run_dir / POLICY_BASE / "base.json").unlink()
     with pytest.raises(ExportError, match=re.escape(f"{run_dir} holds no policy_base/base.json")):
         export_run(run_dir, checkpoint, tmp_path / "export")
+
+
+def test_trained_token_rows_go_into_the_exported_base_and_the_adapter_holds_lora_only(tmp_path, tokenizer):
+    from safetensors.torch import load_file
+
+    from worldgym.agents.llm.adapters import seeded_lora
+    from worldgym.agents.llm.export import export_policy
+    from worldgym.agents.llm.models import build_tiny_model
+
+    added = [len(tokenizer) - 2, len(tokenizer) - 1]  # stand-ins for the added tool and world-model tokens
+    policy = seeded_lora(build_tiny_model(tokenizer, seed=0), 0, rank=2, alpha=4, target_modules=["q_proj", "v_proj"],
+                         init_lora_weights=False, trainable_token_indices={"embed_tokens": added})
+    with torch.no_grad():  # trained rows: unlike the base's
+        for name, parameter in policy.named_parameters():
+            if "trainable_tokens_delta" in name:
+                parameter.add_(torch.randn(parameter.shape, generator=torch.Generator().manual_seed(3)))
+    policy.eval()
+    ids = torch.tensor([[1, 5, added[0], 9, added[1], 4]])
+    with torch.no_grad():
+        expected = policy(ids).logits
+    trainable_before = {name: p.requires_grad for name, p in policy.named_parameters()}
+
+    out = export_policy(policy, tokenizer, tmp_path / "export")
+    weights = load_file(out / "adapter_model.safetensors")
+    assert weights and not any("trainable_tokens" in key for key in weights)  # what vLLM refuses
+    assert not json.loads((out / "adapter_config.json").read_text()).get("trainable_token_indices")
+    base = AutoModelForCausalLM.from_pretrained(out / "base_model")
+    reloaded = PeftModel.from_pretrained(base, out).eval()
+    with torch.no_grad():
+        assert torch.equal(reloaded(ids).logits, expected)
+    assert {name: p.requires_grad for name, p in policy.named_parameters()} == trainable_before
+    with torch.no_grad():  # the policy itself is unchanged by the export (its rows were put back)
+        assert torch.equal(policy(ids).logits, expected)
+        with policy.disable_adapter():
+            assert not torch.equal(policy(ids).logits, expected)

@@ -17,6 +17,7 @@ tied embeddings. :func:`merged_trainable_tokens` writes those rows in once for a
 
 from __future__ import annotations
 
+import copy
 import shutil
 import warnings
 from collections.abc import Callable, Iterator, Sequence
@@ -191,9 +192,11 @@ def merged_trainable_tokens(model: torch.nn.Module) -> Iterator[int]:
                 layer.unmerge()
 
 
-def save_adapter_flat(model: PeftModel, name: str, path: str | Path) -> Path:
+def save_adapter_flat(model: PeftModel, name: str, path: str | Path, token_rows: bool = True) -> Path:
     """Save adapter ``name`` alone as a flat folder (``adapter_config.json`` and ``adapter_model.safetensors``
     at its root), which ``PeftModel.from_pretrained(base, path)`` and vLLM's ``LoRARequest`` read.
+    ``token_rows=False`` leaves out its trainable token rows (and ``trainable_token_indices``): vLLM refuses an
+    adapter that holds them, so a base with those rows written in goes beside it instead.
 
     ``PeftModel.save_pretrained`` puts every adapter not named ``"default"`` in a subfolder of its own, where
     vLLM finds nothing.
@@ -205,7 +208,13 @@ def save_adapter_flat(model: PeftModel, name: str, path: str | Path) -> Path:
         shutil.rmtree(path)
     path.mkdir(parents=True)
     weights = get_peft_model_state_dict(model, adapter_name=name)
+    if not token_rows:
+        weights = {key: value for key, value in weights.items() if "trainable_tokens_" not in key}
     save_file({k: v.detach().contiguous().cpu() for k, v in weights.items()}, str(path / ADAPTER_WEIGHTS),
               metadata={"format": "pt"})
-    model.peft_config[name].save_pretrained(str(path))  # writes adapter_config.json
+    config = model.peft_config[name]
+    if not token_rows and getattr(config, "trainable_token_indices", None):
+        config = copy.copy(config)
+        config.trainable_token_indices = None
+    config.save_pretrained(str(path))  # writes adapter_config.json
     return path

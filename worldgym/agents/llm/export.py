@@ -9,7 +9,10 @@ then rebuilds the policy from ``policy_base/`` and a checkpoint's weights and wr
 
 * LoRA with one policy adapter: ``adapter_config.json`` + ``adapter_model.safetensors`` at the folder's root
   (what ``PeftModel.from_pretrained(base, DIR)`` and vLLM's ``LoRARequest`` / ``--lora-modules`` read), the
-  tokenizer, and the base model in ``DIR/base_model`` (``adapter_config.json`` points at it);
+  tokenizer, and the base model in ``DIR/base_model`` (``adapter_config.json`` points at it). Trained rows of
+  added tokens (LoRA's ``trainable_token_indices``) are written into that base model's embedding (and tied LM
+  head), not into the adapter: vLLM refuses an adapter that holds such rows, and the base with the rows plus the
+  LoRA-only adapter compute exactly what the policy computes;
 * full fine-tuning (the tiny from-scratch model), or several adapters summed into the policy: one full
   transformers model folder (``AutoModelForCausalLM.from_pretrained(DIR)``) with the tokenizer.
 """
@@ -19,6 +22,7 @@ from __future__ import annotations
 import json
 import shutil
 import warnings
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +30,12 @@ import torch
 from peft import LoraConfig, PeftModel, get_peft_model
 from transformers import AutoModelForCausalLM, PreTrainedModel, PreTrainedTokenizerBase
 
-from worldgym.agents.llm.adapters import active_adapters, save_adapter_flat
+from worldgym.agents.llm.adapters import (
+    active_adapters,
+    merged_trainable_tokens,
+    save_adapter_flat,
+    using_adapters,
+)
 from worldgym.agents.llm.models import load_tokenizer
 from worldgym.checkpointing import atomic_directory, load_checkpoint
 from worldgym.errors import ExportError
@@ -69,7 +78,7 @@ def save_policy_base(run_dir: str | Path, policy: PreTrainedModel, tokenizer: Pr
 
 
 def export_policy(policy: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, out_dir: str | Path,
-                  policy_adapters: tuple[str, ...] | None = None, base: PreTrainedModel | None = None) -> Path:
+                  policy_adapters: tuple[str, ...] | None = None) -> Path:
     """Write ``policy`` to ``out_dir`` (replaced if it exists) in the layout the module docstring describes.
 
     Args:
@@ -78,7 +87,6 @@ def export_policy(policy: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, o
         tokenizer: its tokenizer.
         out_dir: the export folder.
         policy_adapters: the adapters the policy's forward sums.
-        base: the frozen base model saved beside a one-adapter export (default: ``policy``'s own base).
     """
     out = Path(out_dir)
     if out.exists():
@@ -86,8 +94,8 @@ def export_policy(policy: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, o
     if isinstance(policy, PeftModel):
         names = tuple(policy_adapters or active_adapters(policy))
         if len(names) == 1:
-            save_adapter_flat(policy, names[0], out)
-            (base if base is not None else _unwrapped_base(policy)).save_pretrained(out / BASE_MODEL_DIR)
+            save_adapter_flat(policy, names[0], out, token_rows=False)
+            _base_with_token_rows(policy, names).save_pretrained(out / BASE_MODEL_DIR)
             _point_adapter_at_base(out)
             tokenizer.save_pretrained(out)
             return out
@@ -120,8 +128,7 @@ def export_run(run_dir: str | Path, checkpoint: Path, out_dir: str | Path) -> Pa
     policy = _rebuilt_policy(base_dir, info)
     _load_weights(policy, weights, checkpoint)
     names = tuple(info.get("policy_adapters", ()))
-    base = AutoModelForCausalLM.from_pretrained(base_dir / BASE_MODEL_DIR) if info["finetune"] == "lora" else None
-    out = export_policy(policy, load_tokenizer(base_dir), out_dir, names or None, base=base)
+    out = export_policy(policy, load_tokenizer(base_dir), out_dir, names or None)
     layout = "peft_adapter" if info["finetune"] == "lora" and len(names) == 1 else "transformers_model"
     provenance = {"run": str(Path(run_dir).resolve()), "checkpoint": checkpoint.name, "step": state.get("step"),
                   "layout": layout, "policy_adapters": list(names)}
@@ -155,15 +162,29 @@ def _load_weights(policy: PreTrainedModel, weights: dict[str, torch.Tensor], che
             own[name].copy_(tensor)
 
 
+def _base_with_token_rows(policy: PeftModel, names: tuple[str, ...]) -> PreTrainedModel:
+    """:func:`_unwrapped_base` with the trainable token rows of adapters ``names`` written in (the policy's
+    active adapters and trainable flags are as they were afterwards: PEFT's ``set_adapter`` freezes others)."""
+    trainable = {name: parameter.requires_grad for name, parameter in policy.named_parameters()}
+    switch = nullcontext() if tuple(active_adapters(policy)) == names else using_adapters(policy, names)
+    try:
+        with switch, merged_trainable_tokens(policy):  # the rows in place, put back on leaving
+            return _unwrapped_base(policy)
+    finally:
+        for name, parameter in policy.named_parameters():
+            parameter.requires_grad_(trainable[name])
+
+
 def _unwrapped_base(policy: PeftModel) -> PreTrainedModel:
-    """A copy of the model under ``policy``'s LoRA layers, without them (``policy`` is left as it is)."""
+    """A copy of the model under ``policy``'s LoRA layers and trainable-token wrappers, without them (``policy``
+    is left as it is; token rows merged into its base weights are copied as they are)."""
     base = policy.get_base_model()
     clean = AutoModelForCausalLM.from_config(base.config, dtype=next(base.parameters()).dtype)
     state = {}
     for name, tensor in base.state_dict().items():
         if "lora_" in name or "trainable_tokens_" in name:
             continue
-        state[name.replace(".base_layer.", ".")] = tensor
+        state[name.replace(".token_adapter.base_layer.", ".").replace(".base_layer.", ".")] = tensor
     clean.load_state_dict(state, strict=False)
     missing = [n for n, _ in clean.named_parameters() if n not in state and not _tied(clean, n)]
     if missing:

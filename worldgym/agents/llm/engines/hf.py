@@ -11,7 +11,9 @@ With a :class:`~worldgym.agents.llm.cartridge.Cartridge`, every layout starts be
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from peft import PeftModel
@@ -28,6 +30,7 @@ from worldgym.agents.llm.engines.decode_attention import (
     use_fast_decode_attention,
 )
 from worldgym.agents.llm.engines.growing_cache import growing_cache
+from worldgym.agents.llm.engines.merged_lora import MergedLoRA
 from worldgym.agents.llm.engines.prefix_cache import PrefixKVCache, batched_cache, row_kv, storable
 from worldgym.agents.llm.engines.retiring_rows import DecodedRows, RetireFinishedRows
 from worldgym.precision import compute_dtype, model_autocast
@@ -152,6 +155,10 @@ class HFEngine:
             kernel, with one warning, where they cannot be built. None: the kernel ``model`` already decodes
             with (another engine on the same model chose it), else ``"flash"``. The kernel is the model's
             setting, so engines sharing a model share it.
+        merge_lora: under bf16, generate with each LoRA layer's adapters merged into a copy of its base weight
+            (:mod:`~worldgym.agents.llm.engines.merged_lora`: one matmul per layer instead of three, computed
+            again only after the weights change; costs a second copy of the adapted layers' weights). Its
+            rounding differs from PEFT's, as bf16 engines' does anyway (the learner scores episodes again).
 
     Raises:
         CartridgeError: the cartridge was made for another model.
@@ -170,6 +177,7 @@ class HFEngine:
         retire_stopped_rows: bool = True,
         dtype: torch.dtype | None = None,
         decode_attention: str | None = None,
+        merge_lora: bool = False,
     ):
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
@@ -190,6 +198,7 @@ class HFEngine:
             # bf16 decode steps with the faster grouped-query layout (decode_attention.py; float32 keeps sdpa,
             # so its engine logprobs stay bit-equal to the learner's)
             use_fast_decode_attention(model, kernel=decode_attention or decode_kernel_of(model) or "flash")
+        self.merged_lora = MergedLoRA(model, torch.bfloat16) if merge_lora else None
         self.kv_cache = PrefixKVCache(kv_cache_max_tokens) if reuse_kv_cache else None
         self._kv_weight_versions: tuple[int, ...] = ()
         self.cartridge: Cartridge | None = None
@@ -247,6 +256,7 @@ class HFEngine:
         try:
             with (
                 merged_trainable_tokens(self.model),
+                self._merged_lora(),
                 torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []),
                 model_autocast(self.model, self.device, self._compute_dtype()),
             ):
@@ -265,6 +275,13 @@ class HFEngine:
             for key in consumed:
                 self.kv_cache.discard(key)
         return results
+
+    def _merged_lora(self) -> AbstractContextManager[Any]:
+        """The LoRA layers merged for a block of generation where ``merge_lora`` asks and the engine computes in
+        bf16 (else nothing changes)."""
+        if self.merged_lora is None or self._compute_dtype() != torch.bfloat16:
+            return nullcontext()
+        return self.merged_lora.applied()
 
     def _drop_stale_kv_cache(self) -> None:
         """Clear the KV cache if a parameter changed in place since the last call (autograd's version counters
