@@ -79,8 +79,9 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
             # dtype; llm_precision.py), float32 where bf16 would be emulated (tens of times slower)
             "dtype": "auto",
         },
-        # bf16 decode steps with the project's C++ decode attention (2.4x faster decode steps than the flash
-        # kernel on an AVX512-BF16 CPU: benchmarks/decode_attention.py); float32 decoding keeps sdpa
-        "engine": {**_ENGINE, "batch_size": 32, "decode_attention": "native"},
+        # under bf16: decode steps with the project's C++ decode attention (decode steps 2.4x faster than with
+        # the flash kernel on an AVX512-BF16 CPU: benchmarks/decode_attention.py), and the LoRA layers merged
+        # for generation (csr_rollout_speed.py --compare merge); float32 rollouts keep sdpa and PEFT's layers
+        "engine": {**_ENGINE, "batch_size": 32, "decode_attention": "native", "merge_lora": True},
     },
 }
