@@ -24,7 +24,8 @@ start (cached or shipped, in float32) on the same seeds.
 Both write into ``llm_precision.json`` (``llm_precision_<model>.json`` for a model other than tiny) in
 ``benchmarks/results/`` (``--results-dir``), each under its own key, keeping the other's figures; a DAPO step with
 settings other than the preset's (``--first-round-prompts``, ``--checkpointing-min-tokens``,
-``--decode-attention``) under ``dapo_step+<setting>=<value>...``.
+``--decode-attention``, ``--merge-lora``) under ``dapo_step+<setting>=<value>...``; each records the engine's decoding
+options (``engine``).
 """
 
 from __future__ import annotations
@@ -209,8 +210,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                       help="tasks in dynamic sampling's first round (default: the preset's)")
     step.add_argument("--checkpointing-min-tokens", type=int, default=None,
                       help="recompute activations only in microbatches of at least this many positions")
-    step.add_argument("--decode-attention", choices=["compiled", "native"], default=None,
-                      help="decode with this decode attention (HFEngine's decode_attention; default the flash kernel)")
+    step.add_argument("--decode-attention", choices=["flash", "compiled", "native"], default=None,
+                      help="decode with this decode attention (HFEngine's decode_attention; default the preset's)")
+    step.add_argument("--merge-lora", choices=["on", "off"], default=None,
+                      help="generate with the LoRA layers merged or not (HFEngine's merge_lora; default the preset's)")
     step.add_argument("--skip-empty-updates", action="store_true",
                       help="as DAPO does: no update when no group's rewards differ (default: time the update anyway)")
     sft = modes.add_parser("sft", parents=[results_parser()], help="the CSR warm start's SFT in bf16")
@@ -265,8 +268,9 @@ def step_overrides(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def engine_overrides(args: argparse.Namespace) -> dict[str, Any]:
-    """The engine options ``--decode-attention`` sets (none: the preset's)."""
-    return {"decode_attention": args.decode_attention} if args.decode_attention else {}
+    """The engine options ``--decode-attention`` and ``--merge-lora`` set (none: the preset's)."""
+    options: dict[str, Any] = {"decode_attention": args.decode_attention} if args.decode_attention else {}
+    return options | ({"merge_lora": args.merge_lora == "on"} if args.merge_lora else {})
 
 
 def run_dapo_step(args: argparse.Namespace) -> dict[str, Any]:
@@ -278,7 +282,18 @@ def run_dapo_step(args: argparse.Namespace) -> dict[str, Any]:
     update = "skipped when no group's rewards differ" if args.skip_empty_updates else "always run (entropy 1e-6)"
     return {"what": f"one DAPO step of the {args.model} CSR preset (shipped warm start), d{args.difficulty}, "
                     f"{args.prompts} prompts x {args.group_size}, temperature 0.5, update {update}",
-            "settings": {**step_overrides(args), **engine_overrides(args)}, "quick": args.quick, "threads": args.threads, "load_average": os.getloadavg()[0], "figures": figures}
+            "settings": {**step_overrides(args), **engine_overrides(args)}, "engine": engine_options(args),
+            "quick": args.quick, "threads": args.threads, "load_average": os.getloadavg()[0], "figures": figures}
+
+
+def engine_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The rollout engine's decoding options in this run: the preset's, with the flags' changes."""
+    from worldgym.agents.grpo.presets import grpo_presets
+
+    preset = grpo_presets("CSRPhone-v1")[args.model].engine_options
+    options = {"decode_attention": "flash", "merge_lora": False} | {
+        name: value for name, value in preset.items() if name in ("decode_attention", "merge_lora")}
+    return options | engine_overrides(args)
 
 
 def run_learner(args: argparse.Namespace) -> dict[str, Any]:
