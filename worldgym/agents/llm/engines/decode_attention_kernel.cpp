@@ -15,6 +15,7 @@
 
 #include <cmath>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #if defined(__AVX512F__)
@@ -78,6 +79,32 @@ inline __m512 sum_lanes(__m512 v[16]) {
   return _mm512_add_ps(_mm512_permutex2var_ps(y[0], lo4, y[1]), _mm512_permutex2var_ps(y[0], hi4, y[1]));
 }
 
+// Whether a dtype's scores have a vector path (float32 with AVX512F, bf16 with AVX512-BF16), and how many values
+// of a head one step of partial_dot takes.
+template <typename scalar_t>
+constexpr bool kVectorDot = std::is_same_v<scalar_t, float>
+#if defined(__AVX512BF16__)
+                            || std::is_same_v<scalar_t, c10::BFloat16>
+#endif
+    ;
+template <typename scalar_t>
+constexpr int64_t kDotWidth = std::is_same_v<scalar_t, float> ? 16 : 32;
+
+// 16 partial sums whose total is q . k over D values.
+inline __m512 partial_dot(const float* q, const float* k, int64_t D) {
+  __m512 acc = _mm512_setzero_ps();
+  for (int64_t d = 0; d < D; d += 16) acc = _mm512_fmadd_ps(_mm512_loadu_ps(k + d), _mm512_loadu_ps(q + d), acc);
+  return acc;
+}
+#if defined(__AVX512BF16__)
+inline __m512 partial_dot(const c10::BFloat16* q, const c10::BFloat16* k, int64_t D) {
+  __m512 acc = _mm512_setzero_ps();
+  for (int64_t d = 0; d < D; d += 32)
+    acc = _mm512_dpbf16_ps(acc, (__m512bh)_mm512_loadu_si512(k + d), (__m512bh)_mm512_loadu_si512(q + d));
+  return acc;
+}
+#endif
+
 // 16 bf16 values widened to float32.
 inline __m512 load_bf16(const c10::BFloat16* p) {
   const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
@@ -111,39 +138,13 @@ void score_keys(const Task<scalar_t>& task, float* scores) {
         for (int64_t t = start; t < start + count; ++t) scores[g * T + t] = -std::numeric_limits<float>::infinity();
       continue;
     }
-#if defined(__AVX512BF16__)
-    if constexpr (std::is_same_v<scalar_t, c10::BFloat16>) {
-      if (count == kBlock && D % 32 == 0) {
-        for (int64_t g = 0; g < G; ++g) {
-          const scalar_t* q = task.query + g * D;
-          __m512 dots[kBlock];
-          for (int64_t j = 0; j < kBlock; ++j) {
-            const scalar_t* k = task.key + (start + j) * task.key_stride;
-            __m512 acc = _mm512_setzero_ps();
-            for (int64_t d = 0; d < D; d += 32)
-              acc = _mm512_dpbf16_ps(acc, (__m512bh)_mm512_loadu_si512(k + d), (__m512bh)_mm512_loadu_si512(q + d));
-            dots[j] = acc;
-          }
-          __m512 s = _mm512_mul_ps(sum_lanes(dots), _mm512_set1_ps(task.scaling));
-          if (task.mask != nullptr) s = _mm512_add_ps(s, _mm512_loadu_ps(task.mask + start));
-          _mm512_storeu_ps(scores + g * T + start, s);
-        }
-        continue;
-      }
-    }
-#endif
 #if defined(__AVX512F__)
-    if constexpr (std::is_same_v<scalar_t, float>) {
-      if (count == kBlock && D % 16 == 0) {
+    if constexpr (kVectorDot<scalar_t>) {
+      if (count == kBlock && D % kDotWidth<scalar_t> == 0) {
         for (int64_t g = 0; g < G; ++g) {
-          const float* q = task.query + g * D;
           __m512 dots[kBlock];
-          for (int64_t j = 0; j < kBlock; ++j) {
-            const float* k = task.key + (start + j) * task.key_stride;
-            __m512 acc = _mm512_setzero_ps();
-            for (int64_t d = 0; d < D; d += 16) acc = _mm512_fmadd_ps(_mm512_loadu_ps(k + d), _mm512_loadu_ps(q + d), acc);
-            dots[j] = acc;
-          }
+          for (int64_t j = 0; j < kBlock; ++j)
+            dots[j] = partial_dot(task.query + g * D, task.key + (start + j) * task.key_stride, D);
           __m512 s = _mm512_mul_ps(sum_lanes(dots), _mm512_set1_ps(task.scaling));
           if (task.mask != nullptr) s = _mm512_add_ps(s, _mm512_loadu_ps(task.mask + start));
           _mm512_storeu_ps(scores + g * T + start, s);
