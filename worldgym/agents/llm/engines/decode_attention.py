@@ -47,8 +47,6 @@ FAST_DECODE_ATTENTION = "worldgym_decode"
 COMPILED_DECODE_ATTENTION = "worldgym_decode_compiled"
 NATIVE_DECODE_ATTENTION = "worldgym_decode_native"
 DECODE_ATTENTION_KERNELS = ("flash", "compiled", "native")
-_NAMES = dict(zip(DECODE_ATTENTION_KERNELS, (FAST_DECODE_ATTENTION, COMPILED_DECODE_ATTENTION,
-                                             NATIVE_DECODE_ATTENTION)))
 _DTYPES = (torch.float32, torch.bfloat16)
 _UNSUPPORTED_KWARGS = ("softcap", "sliding_window", "position_bias", "s_aux", "sinks")
 
@@ -181,8 +179,15 @@ def _plain_causal(model: PreTrainedModel) -> bool:
         return False
     if getattr(config, "use_sliding_window", False) or getattr(config, "attn_logit_softcapping", None):
         return False
-    return config._attn_implementation in ("sdpa", FAST_DECODE_ATTENTION, COMPILED_DECODE_ATTENTION,
-                                          NATIVE_DECODE_ATTENTION)
+    return config._attn_implementation in ("sdpa", *(name for name, _ in _KERNELS.values()))
+
+
+# each kernel's name in transformers' AttentionInterface and its attention function
+_KERNELS: dict[str, tuple[str, Callable[..., tuple[torch.Tensor, None]]]] = {
+    "flash": (FAST_DECODE_ATTENTION, decode_attention_forward),
+    "compiled": (COMPILED_DECODE_ATTENTION, compiled_decode_attention_forward),
+    "native": (NATIVE_DECODE_ATTENTION, native_decode_attention_forward),
+}
 
 
 def use_fast_decode_attention(model: PreTrainedModel | PeftModel, kernel: str = "flash") -> bool:
@@ -193,15 +198,13 @@ def use_fast_decode_attention(model: PreTrainedModel | PeftModel, kernel: str = 
     Only a model on ``sdpa`` attention whose layers are all plain causal attention (no sliding windows,
     soft-capping or sub-models) is switched; anything else is left as it is. Outputs equal ``sdpa``'s up to
     the kernel's rounding; prefill and training still run ``sdpa``."""
-    forwards = {"flash": decode_attention_forward, "compiled": compiled_decode_attention_forward,
-                "native": native_decode_attention_forward}
-    if kernel not in forwards:
+    if kernel not in _KERNELS:
         raise ValueError(f"decode attention kernel must be one of {DECODE_ATTENTION_KERNELS}, got {kernel!r}")
     base = model.get_base_model() if isinstance(model, PeftModel) else model
     if not _plain_causal(base):
         return False
-    name = _NAMES[kernel]
-    AttentionInterface.register(name, forwards[kernel])
+    name, forward = _KERNELS[kernel]
+    AttentionInterface.register(name, forward)
     AttentionMaskInterface.register(name, sdpa_mask)
     base.set_attn_implementation(name)
     return base.config._attn_implementation == name
@@ -211,5 +214,4 @@ def decode_kernel_of(model: PreTrainedModel | PeftModel) -> str | None:
     """The decode attention kernel ``model`` was switched to (``"flash"``, ``"compiled"``, ``"native"``), or None
     when it runs another attention function (e.g. plain ``sdpa``)."""
     base = model.get_base_model() if isinstance(model, PeftModel) else model
-    names = {name: kernel for kernel, name in _NAMES.items()}
-    return names.get(base.config._attn_implementation)
+    return next((kernel for kernel, (name, _) in _KERNELS.items() if name == base.config._attn_implementation), None)
