@@ -92,7 +92,7 @@ def test_a_failed_build_warns_once_and_decodes_with_the_flash_kernel(monkeypatch
     monkeypatch.setattr(native_kernel, "_built", {})
     monkeypatch.setattr("torch.utils.cpp_extension.load", failing_load)
     query, key, value, mask = _inputs(torch.bfloat16, 64, 40, "bool")
-    with pytest.warns(RuntimeWarning, match="could not be built .*Ninja is required.*\\); decoding with the flash"):
+    with pytest.warns(RuntimeWarning, match="could not be built .*Ninja is required.*\\); computing it with PyTorch.s flash"):
         out, _ = native_decode_attention_forward(_module(), query, key, value, mask, scaling=0.25)
     expected, _ = decode_attention_forward(_module(), query, key, value, mask, scaling=0.25)
     assert torch.equal(out, expected)

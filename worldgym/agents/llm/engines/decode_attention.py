@@ -19,7 +19,10 @@ which ``torch.compile`` fuses into single passes over the cache views in place (
 It needs a C++ compiler for inductor: where compiling fails, it warns once and falls back to the flash kernel.
 With ``kernel="native"`` the step runs a C++ kernel of the project's own (:mod:`.native_kernel`): one task per
 row and KV head that scores the group's queries in one pass over the keys (AVX512-BF16 dot products where the
-CPU has them), softmaxes in float32, sums one pass over the values, and skips blocks of positions the mask hides.
+CPU has them), softmaxes in float32, sums one pass over the values, and skips blocks of positions the mask hides;
+and on a CPU with AVX512-BF16 and no AMX, the model's bf16 calls with many query tokens (prefill, and the
+learner's passes over the same model, backward included) run the native flash attention
+(:mod:`.flash_attention`) instead of ``sdpa``.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from transformers import AttentionInterface, PreTrainedModel
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
+from worldgym.agents.llm.engines.flash_attention import flash_attention_forward, handles_many_tokens
 from worldgym.agents.llm.engines.native_kernel import native_kernel
 from worldgym.machine import cpu_flags
 
@@ -144,7 +148,11 @@ def native_decode_attention_forward(module: torch.nn.Module, query: torch.Tensor
                                     **kwargs: Any) -> tuple[torch.Tensor, None]:
     """:func:`decode_attention_forward` with the decode step computed by the C++ kernel of
     :mod:`~worldgym.agents.llm.engines.native_kernel` (the flash kernel where it could not be built, after one
-    warning). A boolean mask is passed on as an additive float32 one (0 or -inf per position)."""
+    warning). A boolean mask is passed on as an additive float32 one (0 or -inf per position). Calls with many
+    query tokens (prefill, training) run the native flash attention where it is the faster kernel
+    (:mod:`~worldgym.agents.llm.engines.flash_attention`), else ``sdpa``."""
+    if handles_many_tokens(module, query, key, value, attention_mask, dropout, kwargs):
+        return flash_attention_forward(module, query, key, value, attention_mask, scaling=scaling, is_causal=is_causal)
     kernel = native_kernel()
     if kernel is None or not handles_decode(module, query, key, value, attention_mask, dropout, kwargs):
         return decode_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
@@ -197,7 +205,8 @@ def use_fast_decode_attention(model: PreTrainedModel | PeftModel, kernel: str = 
 
     Only a model on ``sdpa`` attention whose layers are all plain causal attention (no sliding windows,
     soft-capping or sub-models) is switched; anything else is left as it is. Outputs equal ``sdpa``'s up to
-    the kernel's rounding; prefill and training still run ``sdpa``."""
+    the kernel's rounding; prefill and training still run ``sdpa``, except under ``"native"`` on a CPU where the
+    native flash attention is the faster kernel (:func:`native_decode_attention_forward`)."""
     if kernel not in _KERNELS:
         raise ValueError(f"decode attention kernel must be one of {DECODE_ATTENTION_KERNELS}, got {kernel!r}")
     base = model.get_base_model() if isinstance(model, PeftModel) else model

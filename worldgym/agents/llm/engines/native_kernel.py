@@ -1,10 +1,11 @@
-"""Builds and loads the C++ decode-attention kernel (``decode_attention_kernel.cpp``) for this CPU.
+"""Builds and loads the project's C++ attention kernels for this CPU: ``decode_attention_kernel.cpp`` (one query
+token behind a KV cache) and ``flash_attention_kernel.cpp`` (many query tokens, forward and backward).
 
-The kernel is compiled once per machine with PyTorch's extension builder (a C++ compiler and ``ninja``), with
+Each kernel is compiled once per machine with PyTorch's extension builder (a C++ compiler and ``ninja``), with
 the vector instructions the CPU has (AVX512-BF16, AVX512F or none), and kept in PyTorch's extension cache
 (``TORCH_EXTENSIONS_DIR``, by default ``~/.cache/torch_extensions``): later processes load it in well under a
-second. Where it cannot be built, :func:`native_kernel` warns once and returns None, and callers keep the flash
-kernel.
+second. Where one cannot be built, :func:`native_kernel` warns once and returns None, and callers keep PyTorch's
+flash kernel.
 """
 
 from __future__ import annotations
@@ -16,9 +17,9 @@ from types import ModuleType
 
 from worldgym.machine import cpu_flags
 
-__all__ = ["native_kernel", "vector_flags"]
+__all__ = ["KERNELS", "native_kernel", "vector_flags"]
 
-SOURCE = Path(__file__).with_name("decode_attention_kernel.cpp")
+KERNELS = ("decode_attention", "flash_attention")  # each built from <name>_kernel.cpp beside this file
 _AVX512 = ["-mavx512f", "-mavx512bw", "-mavx512vl", "-mfma"]
 _built: dict[str, ModuleType | None] = {}
 
@@ -34,24 +35,27 @@ def vector_flags(flags: frozenset[str]) -> tuple[str, list[str]]:
     return "generic", []
 
 
-def native_kernel() -> ModuleType | None:
-    """The compiled kernel module (its ``decode_attention`` function), built on first use; None, after one
+def native_kernel(name: str = "decode_attention") -> ModuleType | None:
+    """The compiled kernel module ``name`` (one of :data:`KERNELS`), built on first use; None, after one
     ``RuntimeWarning`` naming the cause, where building or loading failed (no compiler, no ninja)."""
-    if "kernel" not in _built:
-        _built["kernel"] = _build()
-    return _built["kernel"]
+    if name not in KERNELS:
+        raise ValueError(f"native kernel must be one of {KERNELS}, got {name!r}")
+    if name not in _built:
+        _built[name] = _build(name)
+    return _built[name]
 
 
-def _build() -> ModuleType | None:
+def _build(name: str) -> ModuleType | None:
+    source = Path(__file__).with_name(f"{name}_kernel.cpp")
     level, flags = vector_flags(cpu_flags())
-    digest = hashlib.sha256(SOURCE.read_bytes()).hexdigest()[:12]
+    digest = hashlib.sha256(source.read_bytes()).hexdigest()[:12]
     try:
         from torch.utils.cpp_extension import load
 
-        return load(name=f"worldgym_decode_attention_{level}_{digest}", sources=[str(SOURCE)],
+        return load(name=f"worldgym_{name}_{level}_{digest}", sources=[str(source)],
                     extra_cflags=["-O3", "-std=c++17", *flags], verbose=False)
     except (RuntimeError, OSError, ImportError) as error:  # no ninja, no compiler, a failed build
         first_line = str(error).splitlines()[0] if str(error) else ""
-        warnings.warn(f"the native decode attention could not be built ({type(error).__name__}: {first_line}); "
-                      "decoding with the flash kernel", RuntimeWarning, stacklevel=3)
+        warnings.warn(f"the native {name.replace('_', ' ')} could not be built ({type(error).__name__}: "
+                      f"{first_line}); computing it with PyTorch's flash kernel", RuntimeWarning, stacklevel=3)
         return None
