@@ -48,6 +48,7 @@ import torch.nn.functional as F
 from transformers import PreTrainedModel
 
 from worldgym.agents.llm.adapters import seeded_lora
+from worldgym.agents.llm.engines.decode_attention import DECODE_ATTENTION_KERNELS
 from worldgym.agents.llm.scoring import score_tokens
 from worldgym.machine import machine_info, machine_kind
 from worldgym.precision import autocast, cast_for_training, cpu_supports_bf16
@@ -210,7 +211,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                       help="tasks in dynamic sampling's first round (default: the preset's)")
     step.add_argument("--checkpointing-min-tokens", type=int, default=None,
                       help="recompute activations only in microbatches of at least this many positions")
-    step.add_argument("--decode-attention", choices=["flash", "compiled", "native"], default=None,
+    step.add_argument("--decode-attention", choices=list(DECODE_ATTENTION_KERNELS), default=None,
                       help="decode with this decode attention (HFEngine's decode_attention; default the preset's)")
     step.add_argument("--merge-lora", choices=["on", "off"], default=None,
                       help="generate with the LoRA layers merged or not (HFEngine's merge_lora; default the preset's)")

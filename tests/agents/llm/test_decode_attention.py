@@ -178,7 +178,7 @@ def test_the_compiled_kernel_falls_back_to_the_flash_kernel_with_one_warning(mon
     assert torch.equal(again, expected)  # no second warning: pytest's -W error would fail on one
 
 
-@pytest.mark.parametrize("kernel", ["compiled", "native"])
+@pytest.mark.parametrize("kernel", ["compiled", "native", "native-decode"])
 def test_an_engine_with_another_kernel_generates_what_the_flash_kernel_does(tokenizer, kernel: str) -> None:
     from worldgym.agents.llm.engines import HFEngine, SamplingParams
 
@@ -186,7 +186,7 @@ def test_an_engine_with_another_kernel_generates_what_the_flash_kernel_does(toke
     params = SamplingParams(max_new_tokens=10, temperature=0.0, seed=0)
     outputs = {}
     names = {"flash": FAST_DECODE_ATTENTION, "compiled": decode_attention.COMPILED_DECODE_ATTENTION,
-             "native": decode_attention.NATIVE_DECODE_ATTENTION}
+             "native": decode_attention.NATIVE_ATTENTION, "native-decode": decode_attention.NATIVE_DECODE_ATTENTION}
     for name in ("flash", kernel):
         model = sharpen(build_tiny_model(tokenizer, seed=0, dtype=torch.bfloat16), 3.0)
         engine = HFEngine(model, tokenizer.pad_token_id, [tokenizer.eos_token_id], dtype=torch.bfloat16,

@@ -9,7 +9,7 @@ import torch
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
 from worldgym.agents.llm.engines import flash_attention as flash
-from worldgym.agents.llm.engines.decode_attention import native_decode_attention_forward
+from worldgym.agents.llm.engines.decode_attention import native_attention_forward
 from worldgym.agents.llm.engines.flash_attention import flash_attention, handles_many_tokens
 from worldgym.agents.llm.engines.native_kernel import native_kernel
 
@@ -152,11 +152,11 @@ def test_many_token_bf16_calls_run_the_kernel_only_where_it_is_the_faster_one(mo
     mask = _padded_prefill_mask(2, 70, 230)
     _cpu_with(monkeypatch, amx=False)
     assert handles_many_tokens(_module(3), query, key, value, mask, 0.0, {})
-    out, _ = native_decode_attention_forward(_module(3), query, key, value, mask, scaling=64 ** -0.5)
+    out, _ = native_attention_forward(_module(3), query, key, value, mask, scaling=64 ** -0.5)
     assert torch.equal(out, flash_attention(query, key, value, mask))
     _cpu_with(monkeypatch, amx=True)  # PyTorch's kernel uses AMX there: sdpa, unchanged
     assert not handles_many_tokens(_module(3), query, key, value, mask, 0.0, {})
-    out, _ = native_decode_attention_forward(_module(3), query, key, value, mask, scaling=64 ** -0.5)
+    out, _ = native_attention_forward(_module(3), query, key, value, mask, scaling=64 ** -0.5)
     expected, _ = sdpa_attention_forward(_module(3), query, key, value, mask, scaling=64 ** -0.5)
     assert torch.equal(out, expected)
 

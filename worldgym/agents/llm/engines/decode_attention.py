@@ -42,15 +42,16 @@ from worldgym.agents.llm.engines.flash_attention import flash_attention_forward,
 from worldgym.agents.llm.engines.native_kernel import native_kernel
 from worldgym.machine import cpu_flags
 
-__all__ = ["COMPILED_DECODE_ATTENTION", "DECODE_ATTENTION_KERNELS", "FAST_DECODE_ATTENTION",
+__all__ = ["COMPILED_DECODE_ATTENTION", "DECODE_ATTENTION_KERNELS", "FAST_DECODE_ATTENTION", "NATIVE_ATTENTION",
            "NATIVE_DECODE_ATTENTION", "compiled_decode_attention_forward", "decode_attention_forward",
            "decode_kernel_of", "folds_query_groups", "grouped_decode_attention", "handles_decode",
-           "native_decode_attention_forward", "use_fast_decode_attention"]
+           "native_attention_forward", "native_decode_attention_forward", "use_fast_decode_attention"]
 
 FAST_DECODE_ATTENTION = "worldgym_decode"
 COMPILED_DECODE_ATTENTION = "worldgym_decode_compiled"
 NATIVE_DECODE_ATTENTION = "worldgym_decode_native"
-DECODE_ATTENTION_KERNELS = ("flash", "compiled", "native")
+NATIVE_ATTENTION = "worldgym_native"
+DECODE_ATTENTION_KERNELS = ("flash", "compiled", "native", "native-decode")
 _DTYPES = (torch.float32, torch.bfloat16)
 _UNSUPPORTED_KWARGS = ("softcap", "sliding_window", "position_bias", "s_aux", "sinks")
 
@@ -148,11 +149,7 @@ def native_decode_attention_forward(module: torch.nn.Module, query: torch.Tensor
                                     **kwargs: Any) -> tuple[torch.Tensor, None]:
     """:func:`decode_attention_forward` with the decode step computed by the C++ kernel of
     :mod:`~worldgym.agents.llm.engines.native_kernel` (the flash kernel where it could not be built, after one
-    warning). A boolean mask is passed on as an additive float32 one (0 or -inf per position). Calls with many
-    query tokens (prefill, training) run the native flash attention where it is the faster kernel
-    (:mod:`~worldgym.agents.llm.engines.flash_attention`), else ``sdpa``."""
-    if handles_many_tokens(module, query, key, value, attention_mask, dropout, kwargs):
-        return flash_attention_forward(module, query, key, value, attention_mask, scaling=scaling, is_causal=is_causal)
+    warning). A boolean mask is passed on as an additive float32 one (0 or -inf per position)."""
     kernel = native_kernel()
     if kernel is None or not handles_decode(module, query, key, value, attention_mask, dropout, kwargs):
         return decode_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
@@ -168,6 +165,18 @@ def native_decode_attention_forward(module: torch.nn.Module, query: torch.Tensor
     folded = query.reshape(batch, key.shape[1], heads // key.shape[1], dim)
     output = kernel.decode_attention(folded, key, value, additive, scaling if scaling is not None else dim ** -0.5)
     return output.reshape(batch, heads, 1, dim).transpose(1, 2).contiguous(), None
+
+
+def native_attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                             attention_mask: torch.Tensor | None, dropout: float = 0.0, scaling: float | None = None,
+                             is_causal: bool | None = None, **kwargs: Any) -> tuple[torch.Tensor, None]:
+    """:func:`native_decode_attention_forward`, and calls with many query tokens (prefill, training) computed by
+    the native flash attention where it is the faster kernel
+    (:mod:`~worldgym.agents.llm.engines.flash_attention`; elsewhere ``sdpa``)."""
+    if handles_many_tokens(module, query, key, value, attention_mask, dropout, kwargs):
+        return flash_attention_forward(module, query, key, value, attention_mask, scaling=scaling, is_causal=is_causal)
+    return native_decode_attention_forward(module, query, key, value, attention_mask, dropout=dropout,
+                                           scaling=scaling, is_causal=is_causal, **kwargs)
 
 
 def folds_query_groups(dtype: torch.dtype) -> bool:
@@ -194,19 +203,22 @@ def _plain_causal(model: PreTrainedModel) -> bool:
 _KERNELS: dict[str, tuple[str, Callable[..., tuple[torch.Tensor, None]]]] = {
     "flash": (FAST_DECODE_ATTENTION, decode_attention_forward),
     "compiled": (COMPILED_DECODE_ATTENTION, compiled_decode_attention_forward),
-    "native": (NATIVE_DECODE_ATTENTION, native_decode_attention_forward),
+    "native": (NATIVE_ATTENTION, native_attention_forward),
+    "native-decode": (NATIVE_DECODE_ATTENTION, native_decode_attention_forward),
 }
 
 
 def use_fast_decode_attention(model: PreTrainedModel | PeftModel, kernel: str = "flash") -> bool:
     """Switch ``model`` (plain or PEFT-wrapped) to a decode attention: ``kernel`` is ``"flash"``
-    (:func:`decode_attention_forward`), ``"compiled"`` (:func:`compiled_decode_attention_forward`) or
-    ``"native"`` (:func:`native_decode_attention_forward`); returns whether it did.
+    (:func:`decode_attention_forward`), ``"compiled"`` (:func:`compiled_decode_attention_forward`),
+    ``"native"`` (:func:`native_attention_forward`: the native decode kernel, and the native flash attention for
+    many-token calls where it is the faster kernel) or ``"native-decode"`` (:func:`native_decode_attention_forward`:
+    the native decode kernel only); returns whether it did.
 
     Only a model on ``sdpa`` attention whose layers are all plain causal attention (no sliding windows,
     soft-capping or sub-models) is switched; anything else is left as it is. Outputs equal ``sdpa``'s up to
     the kernel's rounding; prefill and training still run ``sdpa``, except under ``"native"`` on a CPU where the
-    native flash attention is the faster kernel (:func:`native_decode_attention_forward`)."""
+    native flash attention is the faster kernel (:func:`native_attention_forward`)."""
     if kernel not in _KERNELS:
         raise ValueError(f"decode attention kernel must be one of {DECODE_ATTENTION_KERNELS}, got {kernel!r}")
     base = model.get_base_model() if isinstance(model, PeftModel) else model
@@ -220,7 +232,7 @@ def use_fast_decode_attention(model: PreTrainedModel | PeftModel, kernel: str = 
 
 
 def decode_kernel_of(model: PreTrainedModel | PeftModel) -> str | None:
-    """The decode attention kernel ``model`` was switched to (``"flash"``, ``"compiled"``, ``"native"``), or None
+    """The decode attention kernel ``model`` was switched to (one of :data:`DECODE_ATTENTION_KERNELS`), or None
     when it runs another attention function (e.g. plain ``sdpa``)."""
     base = model.get_base_model() if isinstance(model, PeftModel) else model
     return next((kernel for kernel, (name, _) in _KERNELS.items() if name == base.config._attn_implementation), None)

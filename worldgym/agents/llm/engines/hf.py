@@ -152,8 +152,9 @@ class HFEngine:
             (:mod:`~worldgym.agents.llm.engines.decode_attention`): ``"flash"`` (PyTorch's flash kernel in the
             faster grouped-query layout), ``"compiled"`` (a ``torch.compile``d float32 pass over the cache) or
             ``"native"`` (the project's C++ kernel, built once per machine; on a CPU with AVX512-BF16 and no
-            AMX the model's many-token passes, prefill and training, also run its native flash attention); the
-            last two fall back to the flash kernel, with one warning, where they cannot be built. None: the kernel ``model`` already decodes
+            AMX the model's many-token passes, prefill and training, also run its native flash attention) or
+            ``"native-decode"`` (its decode kernel only); the native and compiled kernels fall back to the flash
+            kernel, with one warning, where they cannot be built. None: the kernel ``model`` already decodes
             with (another engine on the same model chose it), else ``"flash"``. The kernel is the model's
             setting, so engines sharing a model share it.
         merge_lora: under bf16, generate with each LoRA layer's adapters merged into a copy of its base weight
