@@ -4,7 +4,9 @@ without dropping rows that stopped from the batch (``retire_stopped_rows``), or 
 options on) in float32 and then bfloat16 (frozen weights stored in bf16, forwards under autocast, bf16 KV), or
 (``--compare attention``, bf16, both options on) with the flash kernel and another decode attention
 (``--kernel``: the compiled one or the native C++ one), or (``--compare merge``, bf16, the native decode attention)
-with and without the LoRA layers merged for generation (``merge_lora``).
+with and without the LoRA layers merged for generation (``merge_lora``), or (``--compare prefill``, bf16, the
+native decode attention, LoRA layers merged) with each turn's prefill attention computed by ``sdpa``
+(``decode_attention="native-decode"``) and by the native flash attention (``"native"``).
 
 For every difficulty, batch size (episodes run together in one ``RolloutCollector.collect`` call) and the
 compared option off / on, the same seeds are played greedily to the end (16 turns at most, the env's own
@@ -28,7 +30,7 @@ CPU seconds and the load average are recorded too (the machine's cores may be sh
 Writes ``csr_rollout_speed.json`` (``csr_rollout_speed_<model>.json`` for another model, e.g. ``_smollm2``;
 ``csr_rollout_speed_retire[_<model>].json`` for ``--compare retire``, ``..._dtype...`` for ``--compare dtype``,
 ``..._attention...`` for ``--compare attention`` with the compiled kernel, ``..._attention_native...`` with
-the native one;
+the native one, ``..._merge...`` and ``..._prefill...`` for those comparisons;
 ``diverging_episodes`` counts the seeds whose token ids differ between the two runs) to ``benchmarks/results/``
 (``--results-dir``).
 
@@ -75,8 +77,11 @@ COMPARED: dict[str, tuple[str, dict[str, bool]]] = {
     "attention": ("decode_attention", {"reuse_kv_cache": True, "retire_stopped_rows": True}),
     # bf16 both times, with the native decode attention
     "merge": ("merge_lora", {"reuse_kv_cache": True, "retire_stopped_rows": True, "decode_attention": "native"}),
+    # bf16 both times, LoRA merged, the native decode kernel; off: prefill with sdpa ("native-decode"), on: with the
+    # native flash attention ("native")
+    "prefill": ("decode_attention", {"reuse_kv_cache": True, "retire_stopped_rows": True, "merge_lora": True}),
 }
-BF16_COMPARISONS = ("attention", "merge")
+BF16_COMPARISONS = ("attention", "merge", "prefill")
 
 
 @dataclass
@@ -175,7 +180,7 @@ def engine_settings(compare: str, on: bool, model: PreTrainedModel, kernel: str 
     option, shared = COMPARED[compare]
     if compare in BF16_COMPARISONS:
         cast_for_training(model.requires_grad_(False), torch.bfloat16)
-        setting = (kernel if on else "flash") if compare == "attention" else on
+        setting = {"attention": kernel if on else "flash", "prefill": "native" if on else "native-decode"}.get(compare, on)
         return {**shared, option: setting, "dtype": torch.bfloat16}
     if compare != "dtype":
         return {**shared, option: on}
@@ -266,6 +271,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
                     settings |= {"dtype": "bfloat16", "attention": args.kernel if on else "flash"}
                 if args.compare == "merge":
                     settings |= {"dtype": "bfloat16", "attention": "native", "merge_lora": on}
+                if args.compare == "prefill":
+                    settings |= {"dtype": "bfloat16", "attention": "native" if on else "native-decode",
+                                 "merge_lora": True}
                 results["runs"].append({"difficulty": difficulty, "batch": batch, **settings, **figures,
                                         "same_episodes": identical, "diverging_episodes": diverging,
                                         "max_logprob_gap": logprob_gap})
