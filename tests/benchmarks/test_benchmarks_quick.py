@@ -150,6 +150,15 @@ def test_csr_rollout_speed_compares_retiring_rows(tmp_path: Path) -> None:
     assert on["positions_per_episode"] <= off["positions_per_episode"]
 
 
+def test_csr_rollout_speed_compares_prefill_attention(tmp_path: Path) -> None:
+    run("csr_rollout_speed.py", "--warm-start", "--compare", "prefill", results=tmp_path)
+    data = load(tmp_path / "csr_rollout_speed_prefill.json")
+    assert data["compare"] == "prefill"
+    assert [(run["attention"], run["merge_lora"], run["dtype"]) for run in data["runs"]] == [
+        ("native-decode", True, "bfloat16"), ("native", True, "bfloat16")]
+    assert all(run["episodes"] == 2 and run["episodes_per_s"] > 0 for run in data["runs"])
+
+
 def test_kv_cache_growth(tmp_path: Path) -> None:
     run("kv_cache_growth.py", results=tmp_path)
     data = load(tmp_path / "kv_cache_growth.json")
