@@ -124,11 +124,33 @@ void pack_rows(const bf16* src, int64_t rows, int64_t stride, int64_t D, int64_t
     for (int64_t d = 0; d < D; ++d) dst[(n / 2) * D * 2 + d * 2 + n % 2] = src[n * stride + d];
 }
 
-// dst[c, r] = src[r, c] for an R x C block (dst's row stride ld >= R; its extra columns are zero).
+// dst [C x ld] = src^T for an R x C block src (columns of dst from R to ld are zero).
 void transpose(const bf16* src, int64_t R, int64_t C, bf16* dst, int64_t ld) {
   std::fill(dst, dst + C * ld, bf16(0.0f));
   for (int64_t r = 0; r < R; ++r)
     for (int64_t c = 0; c < C; ++c) dst[c * ld + r] = src[r * C + c];
+}
+
+// Rows 2i and 2i + 1 of src [rows x C] (rows even) interleaved into row pair i of dst: the packed right operand
+// of a product whose sum runs over src's rows (dst[(r / 2) * C * 2 + c * 2 + r % 2] = src[r, c]).
+void pack_row_pairs(const bf16* src, int64_t rows, int64_t C, bf16* dst) {
+  for (int64_t r = 0; r < rows; r += 2) {
+    const bf16* a = src + r * C;
+    const bf16* b = a + C;
+    bf16* out = dst + r * C;
+    int64_t c = 0;
+#if defined(__AVX512F__)
+    for (; c + 16 <= C; c += 16) {
+      const __m512i low = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + c)));
+      const __m512i high = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + c)));
+      _mm512_storeu_si512(out + 2 * c, _mm512_or_si512(low, _mm512_slli_epi32(high, 16)));
+    }
+#endif
+    for (; c < C; ++c) {
+      out[2 * c] = a[c];
+      out[2 * c + 1] = b[c];
+    }
+  }
 }
 
 #if defined(__AVX512F__)
@@ -324,11 +346,13 @@ void backward_head(const Shape& s, const torch::Tensor& grad_out, const torch::T
   pack_transposed(k, s.S, key.stride(2), D, keys_t.data(), P);
   pack_transposed(v, s.S, value.stride(2), D, values_t.data(), P);
   pack_rows(k, s.S, key.stride(2), D, P, keys.data());
-  std::vector<float> grad_k(P * D, 0.0f), grad_v(P * D, 0.0f);
+  // dK and dV are summed transposed ([D x P]): as dK^T = Q^T dS and dV^T = dO^T P their right operands are the
+  // block's dS and P in row pairs, packed without a transpose per block
+  std::vector<float> grad_k_t(D * P, 0.0f), grad_v_t(D * P, 0.0f);
   const int64_t rows_max = round_up(s.G * kQueryBlock, 2);
-  std::vector<bf16> queries(rows_max * D), queries_packed(rows_max * D), grads(rows_max * D), grads_packed(rows_max * D);
-  std::vector<bf16> probs(rows_max * kKeyBlock), probs_t(kKeyBlock * rows_max), dscores(rows_max * kKeyBlock),
-      dscores_t(kKeyBlock * rows_max);
+  std::vector<bf16> queries(rows_max * D), queries_t(D * rows_max), grads(rows_max * D), grads_t(D * rows_max);
+  std::vector<bf16> probs(rows_max * kKeyBlock), probs_pairs(rows_max * kKeyBlock), dscores(rows_max * kKeyBlock),
+      dscores_pairs(rows_max * kKeyBlock);
   std::vector<float> scores(rows_max * kKeyBlock), dprobs(rows_max * kKeyBlock), delta(rows_max), row_lse(rows_max),
       grad_q(rows_max * D);
   const bf16* o_base = out.data_ptr<bf16>();
@@ -336,13 +360,15 @@ void backward_head(const Shape& s, const torch::Tensor& grad_out, const torch::T
     const int64_t count = std::min(kQueryBlock, s.T - t0), R = s.G * count, padded = round_up(R, 2);
     std::fill(queries.begin(), queries.end(), bf16(0.0f));
     std::fill(grads.begin(), grads.end(), bf16(0.0f));
+    std::fill(probs.begin(), probs.end(), bf16(0.0f));  // an odd R leaves a zero row to pair with
+    std::fill(dscores.begin(), dscores.end(), bf16(0.0f));
     gather_queries(s, query.data_ptr<bf16>() + b * query.stride(0), query.stride(1), query.stride(2), h, t0, count,
                    queries.data());
     // grad_out and out are [B, T, H, D]: head stride (the 3rd dim), position stride (the 2nd)
     gather_queries(s, grad_out.data_ptr<bf16>() + b * grad_out.stride(0), grad_out.stride(2), grad_out.stride(1), h,
                    t0, count, grads.data());
-    pack_rows(queries.data(), R, D, D, padded, queries_packed.data());
-    pack_rows(grads.data(), R, D, D, padded, grads_packed.data());
+    transpose(queries.data(), padded, D, queries_t.data(), padded);
+    transpose(grads.data(), padded, D, grads_t.data(), padded);
     for (int64_t r = 0; r < R; ++r) {
       const int64_t head = h * s.G + r / count, t = t0 + r % count;
       const bf16* o = o_base + ((b * s.T + t) * s.H + head) * D;
@@ -370,11 +396,12 @@ void backward_head(const Shape& s, const torch::Tensor& grad_out, const torch::T
         for (int64_t j = 0; j < kKeyBlock; ++j) ds[j] = row[j] * (ds[j] - delta[r]);
         to_bf16(ds, s.scaling, kKeyBlock, dscores.data() + r * kKeyBlock);
       }
-      transpose(probs.data(), R, kKeyBlock, probs_t.data(), padded);
-      transpose(dscores.data(), R, kKeyBlock, dscores_t.data(), padded);
-      gemm(kKeyBlock, D, padded, probs_t.data(), padded, grads_packed.data(), D, grad_v.data() + start * D, D, true);
-      gemm(kKeyBlock, D, padded, dscores_t.data(), padded, queries_packed.data(), D, grad_k.data() + start * D, D,
+      pack_row_pairs(probs.data(), padded, kKeyBlock, probs_pairs.data());
+      pack_row_pairs(dscores.data(), padded, kKeyBlock, dscores_pairs.data());
+      gemm(D, kKeyBlock, padded, grads_t.data(), padded, probs_pairs.data(), kKeyBlock, grad_v_t.data() + start, P,
            true);
+      gemm(D, kKeyBlock, padded, queries_t.data(), padded, dscores_pairs.data(), kKeyBlock, grad_k_t.data() + start,
+           P, true);
       gemm(R, D, kKeyBlock, dscores.data(), kKeyBlock, keys.data() + (start / 2) * D * 2, D, grad_q.data(), D, true);
     }
     for (int64_t r = 0; r < R; ++r) {
@@ -385,9 +412,11 @@ void backward_head(const Shape& s, const torch::Tensor& grad_out, const torch::T
   }
   bf16* dk = grad_key + (b * s.Hkv + h) * s.S * D;
   bf16* dv = grad_value + (b * s.Hkv + h) * s.S * D;
-  for (int64_t i = 0; i < s.S * D; ++i) {
-    dk[i] = bf16(grad_k[i]);
-    dv[i] = bf16(grad_v[i]);
+  for (int64_t n = 0; n < s.S; ++n) {
+    for (int64_t d = 0; d < D; ++d) {
+      dk[n * D + d] = bf16(grad_k_t[d * P + n]);
+      dv[n * D + d] = bf16(grad_v_t[d * P + n]);
+    }
   }
 }
 
