@@ -10,8 +10,8 @@ With a :class:`~worldgym.agents.llm.cartridge.Cartridge`, every layout starts be
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from contextlib import AbstractContextManager, nullcontext
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,7 +35,7 @@ from worldgym.agents.llm.engines.prefix_cache import PrefixKVCache, batched_cach
 from worldgym.agents.llm.engines.retiring_rows import DecodedRows, RetireFinishedRows
 from worldgym.precision import compute_dtype, model_autocast
 
-__all__ = ["HFEngine", "PrefixGroups", "group_shared_prefixes"]
+__all__ = ["HFEngine", "PrefixGroups", "contiguous_head_input", "group_shared_prefixes"]
 
 _Hit = tuple[tuple[int, ...], torch.Tensor] | None  # a stored opening of a prompt and its KV
 
@@ -259,6 +259,7 @@ class HFEngine:
             with (
                 merged_trainable_tokens(self.model),
                 self._merged_lora(),
+                contiguous_head_input(self._base_model()),
                 torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []),
                 model_autocast(self.model, self.device, self._compute_dtype()),
             ):
@@ -515,6 +516,26 @@ class HFEngine:
                 break
         return Generation(tokens[:end], logprobs[:end], reason,
                           allowed_token_ids=None if allowed is None else allowed[:end])
+
+
+@contextmanager
+def contiguous_head_input(model: PreTrainedModel) -> Iterator[None]:
+    """Within the block, ``model``'s output projection (the LM head) gets a contiguous input.
+
+    ``generate`` computes the logits of a prefill's last position only, a strided ``hidden[:, -1:, :]`` view;
+    ``F.linear`` then takes ``matmul``'s batched path, which copies the head's weight once per row: for a
+    49k-token vocabulary and 16 rows about 1.7 s a call on one core, against 5 ms for a contiguous copy of the
+    input (SmolLM2's head in bf16), paid at every turn's prefill."""
+    head = model.get_output_embeddings()
+    if head is None:
+        yield
+        return
+    handle = head.register_forward_pre_hook(
+        lambda module, args: (args[0].contiguous(), *args[1:]) if args and not args[0].is_contiguous() else None)
+    try:
+        yield
+    finally:
+        handle.remove()
 
 
 def _sampled_logprobs(
