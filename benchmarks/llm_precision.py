@@ -257,8 +257,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
 
 def settings_suffix(args: argparse.Namespace) -> str:
     """``+name=value`` for each setting a DAPO-step run changed from the preset (its key in the results file:
-    ``dapo_step`` for the preset's own settings)."""
-    return "".join(f"+{name}={value}" for name, value in {**step_overrides(args), **engine_overrides(args)}.items())
+    ``dapo_step`` for the preset's own settings on every core), ``+threads=N`` last where it ran on fewer threads
+    than the machine has cores."""
+    changed = {**step_overrides(args), **engine_overrides(args)}
+    if args.threads != os.cpu_count():
+        changed["threads"] = args.threads
+    return "".join(f"+{name}={value}" for name, value in changed.items())
 
 
 def step_overrides(args: argparse.Namespace) -> dict[str, Any]:
