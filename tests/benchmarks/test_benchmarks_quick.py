@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from benchmarks.common import absolute_paths
+from worldgym.agents.llm.engines.native_kernel import native_kernel
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -157,6 +158,19 @@ def test_csr_rollout_speed_compares_prefill_attention(tmp_path: Path) -> None:
     assert [(run["attention"], run["merge_lora"], run["dtype"]) for run in data["runs"]] == [
         ("native-decode", True, "bfloat16"), ("native", True, "bfloat16")]
     assert all(run["episodes"] == 2 and run["episodes_per_s"] > 0 for run in data["runs"])
+
+
+@pytest.mark.skipif(native_kernel("flash_attention") is None, reason="the native flash attention cannot be built here")
+def test_flash_attention(tmp_path: Path) -> None:
+    run("flash_attention.py", results=tmp_path)
+    data = load(tmp_path / "flash_attention.json")
+    assert data["quick"] is True and data["threads"] == 1 and set(data["training"]) == {"96"}
+    for kernel in ("sdpa", "native"):
+        layer = data["training"]["96"][kernel]
+        assert layer["forward_ms"] > 0 and layer["backward_ms"] > 0 and data["prefill"][kernel] > 0
+        learner = data["learner"][kernel]
+        assert learner["seconds"] > 0 and 0 <= learner["gradient_error"] < 0.1  # bf16 against float32
+    assert abs(data["learner"]["sdpa"]["loss"] - data["learner"]["native"]["loss"]) < 0.05
 
 
 def test_kv_cache_growth(tmp_path: Path) -> None:

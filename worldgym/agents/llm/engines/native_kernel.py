@@ -48,7 +48,8 @@ def native_kernel(name: str = "decode_attention") -> ModuleType | None:
 def _build(name: str) -> ModuleType | None:
     source = Path(__file__).with_name(f"{name}_kernel.cpp")
     level, flags = vector_flags(cpu_flags())
-    digest = hashlib.sha256(source.read_bytes()).hexdigest()[:12]
+    headers = sorted(source.parent.glob("*.h"))  # shared by the kernels: a change to one builds them again
+    digest = hashlib.sha256(b"".join(path.read_bytes() for path in [source, *headers])).hexdigest()[:12]
     try:
         from torch.utils.cpp_extension import load
 
