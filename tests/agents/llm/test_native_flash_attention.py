@@ -48,11 +48,11 @@ def _reference(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask
     return (probs @ value).transpose(1, 2)
 
 
-def _padded_prefill_mask(batch: int, queries: int, keys: int) -> torch.Tensor:
-    """A prefill mask behind a cache, as the engine's layouts make it: causal, row 0 left-padded by 40 key
+def _padded_prefill_mask(batch: int, queries: int, keys: int, padding: int = 40) -> torch.Tensor:
+    """A prefill mask behind a cache, as the engine's layouts make it: causal, row 0 left-padded by ``padding`` key
     positions (its first 3 queries are padding and see nothing), row 1 with a hole of 20 cached positions."""
     mask = torch.ones(queries, keys, dtype=torch.bool).tril(keys - queries).expand(batch, 1, queries, keys).clone()
-    mask[0, :, :, :40] = False
+    mask[0, :, :, :padding] = False
     mask[0, :, :3] = False
     mask[1, :, :, 50:70] = False
     return mask
@@ -61,6 +61,7 @@ def _padded_prefill_mask(batch: int, queries: int, keys: int) -> torch.Tensor:
 CASES = {  # batch, heads, kv heads, queries, keys, head dim, mask, causal
     "causal training pass": (2, 6, 2, 150, 150, 64, None, True),
     "masked prefill behind a cache": (2, 9, 3, 70, 230, 64, "prefill", False),
+    "whole blocks of padding": (2, 9, 3, 70, 600, 64, "long padding", False),
     "one mask for all rows, wide heads": (3, 4, 4, 40, 140, 128, "shared", False),
     "narrow heads": (1, 2, 1, 130, 130, 32, None, True),
 }
@@ -74,6 +75,8 @@ def test_values_and_gradients_equal_float32_attention(case: str) -> None:
     mask = None
     if kind == "prefill":
         mask = _padded_prefill_mask(batch, queries, keys)
+    elif kind == "long padding":  # row 0's first 300 keys: two whole key blocks no query of row 0 sees
+        mask = _padded_prefill_mask(batch, queries, keys, padding=300)
     elif kind == "shared":
         mask = torch.rand(1, 1, queries, keys, generator=torch.Generator().manual_seed(1)) > 0.3
     out = flash_attention(query, key, value, mask, causal=causal)

@@ -10,10 +10,10 @@
 //
 // A flash-attention scheme: each task takes one KV head and a block of queries of every head of its group, scores
 // them against blocks of keys, keeps a running softmax in float32 and sums the values, so no [T, S] matrix is
-// ever stored; blocks the causal mask hides entirely are skipped. The products are small matrix products whose
-// operands are bf16 and whose sums are float32: with AVX512-BF16 they use its dot-product instruction on tiles of
-// 8 rows x 32 columns (the right operand packed in pairs of rows, as the instruction reads it); elsewhere plain
-// loops. Each task sums in a fixed order, so results do not depend on the number of threads.
+// ever stored; blocks the causal rule or the mask hide entirely (padding) are skipped. The products are small
+// matrix products whose operands are bf16 and whose sums are float32: with AVX512-BF16 they use its dot-product
+// instruction on tiles of 8 rows x 32 columns (the right operand packed in pairs of rows, as the instruction reads
+// it); elsewhere plain loops. Each task sums in a fixed order, so results do not depend on the number of threads.
 
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
@@ -241,7 +241,17 @@ inline bool hide_keys(const Shape& s, int64_t b, int64_t t, int64_t start, float
   if (s.mask == nullptr) return visible > 0;
   const bool* row = s.mask + b * s.mask_batch_stride + t * s.mask_query_stride + start;
   bool any = false;
-  for (int64_t j = 0; j < visible; ++j) {
+  int64_t j = 0;
+#if defined(__AVX512BW__) && defined(__AVX512VL__)
+  const __m512 minus_inf = _mm512_set1_ps(kNegInf);
+  for (; j + 16 <= visible; j += 16) {
+    const __m128i flags = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + j));
+    const __mmask16 seen = _mm_test_epi8_mask(flags, flags);
+    any = any || seen != 0;
+    _mm512_mask_storeu_ps(scores + j, static_cast<__mmask16>(~seen), minus_inf);
+  }
+#endif
+  for (; j < visible; ++j) {
     if (row[j]) {
       any = true;
     } else {
@@ -249,6 +259,18 @@ inline bool hide_keys(const Shape& s, int64_t b, int64_t t, int64_t start, float
     }
   }
   return any;
+}
+
+// Whether the mask hides keys [start, start + kKeyBlock) from every query of [t0, t0 + count) (without a mask:
+// never), so that a block of padding costs no products.
+inline bool block_hidden(const Shape& s, int64_t b, int64_t t0, int64_t count, int64_t start) {
+  if (s.mask == nullptr) return false;
+  const int64_t width = std::min(kKeyBlock, s.S - start);
+  for (int64_t t = t0; t < t0 + count; ++t) {
+    const bool* row = s.mask + b * s.mask_batch_stride + t * s.mask_query_stride + start;
+    if (std::memchr(row, 1, width) != nullptr) return false;
+  }
+  return true;
 }
 
 // The last key position any query of [first, first + count) may see under the causal rule (S - 1 without it).
@@ -289,6 +311,7 @@ void forward_task(const Shape& s, const PackedHead& packed, const torch::Tensor&
                  queries.data());
   const int64_t end = last_key(s, t0, count);
   for (int64_t start = 0; start <= end; start += kKeyBlock) {
+    if (block_hidden(s, b, t0, count, start)) continue;
     gemm(R, kKeyBlock, D, queries.data(), D, packed.keys_t.data() + start * 2, s.padded_keys, scores.data(),
          kKeyBlock, false);
     for (int64_t r = 0; r < R; ++r) {
@@ -364,6 +387,7 @@ void backward_head(const Shape& s, const torch::Tensor& grad_out, const torch::T
     std::fill(grad_q.begin(), grad_q.end(), 0.0f);
     const int64_t end = last_key(s, t0, count);
     for (int64_t start = 0; start <= end; start += kKeyBlock) {
+      if (block_hidden(s, b, t0, count, start)) continue;
       gemm(R, kKeyBlock, D, queries.data(), D, keys_t.data() + start * 2, P, scores.data(), kKeyBlock, false);
       gemm(R, kKeyBlock, D, grads.data(), D, values_t.data() + start * 2, P, dprobs.data(), kKeyBlock, false);
       for (int64_t r = 0; r < R; ++r) {

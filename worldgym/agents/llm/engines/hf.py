@@ -523,9 +523,8 @@ def contiguous_head_input(model: PreTrainedModel) -> Iterator[None]:
     """Within the block, ``model``'s output projection (the LM head) gets a contiguous input.
 
     ``generate`` computes the logits of a prefill's last position only, a strided ``hidden[:, -1:, :]`` view;
-    ``F.linear`` then takes ``matmul``'s batched path, which copies the head's weight once per row: for a
-    49k-token vocabulary and 16 rows about 1.7 s a call on one core, against 5 ms for a contiguous copy of the
-    input (SmolLM2's head in bf16), paid at every turn's prefill."""
+    with a frozen head weight ``F.linear`` then takes ``matmul``'s batched path, which copies the weight once per
+    row (16 copies of SmolLM2's 57 MB bf16 head at a 16-row prefill), at every turn's prefill."""
     head = model.get_output_embeddings()
     if head is None:
         yield
