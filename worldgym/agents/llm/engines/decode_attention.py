@@ -38,7 +38,11 @@ from transformers import AttentionInterface, PreTrainedModel
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
-from worldgym.agents.llm.engines.flash_attention import flash_attention_forward, handles_many_tokens
+from worldgym.agents.llm.engines.flash_attention import (
+    asks_for_extras,
+    flash_attention_forward,
+    handles_many_tokens,
+)
 from worldgym.agents.llm.engines.native_kernel import native_kernel
 from worldgym.machine import cpu_flags
 
@@ -53,7 +57,6 @@ NATIVE_DECODE_ATTENTION = "worldgym_decode_native"
 NATIVE_ATTENTION = "worldgym_native"
 DECODE_ATTENTION_KERNELS = ("flash", "compiled", "native", "native-decode")
 _DTYPES = (torch.float32, torch.bfloat16)
-_UNSUPPORTED_KWARGS = ("softcap", "sliding_window", "position_bias", "s_aux", "sinks")
 
 
 def handles_decode(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
@@ -66,7 +69,7 @@ def handles_decode(module: torch.nn.Module, query: torch.Tensor, key: torch.Tens
         return False
     if torch.is_grad_enabled() and any(t.requires_grad for t in (query, key, value)):
         return False
-    if any(kwargs.get(name) is not None for name in _UNSUPPORTED_KWARGS) or kwargs.get("output_attentions"):
+    if asks_for_extras(kwargs):
         return False
     if key.shape[-1] != value.shape[-1] or query.shape[1] % key.shape[1]:
         return False

@@ -6,9 +6,9 @@ allow: a SmolLM2 layer's forward and backward at 3,072 tokens took as long as th
 (``benchmarks/flash_attention.py``). :func:`flash_attention` computes the same attention with
 ``flash_attention_kernel.cpp`` (built once per machine by :mod:`.native_kernel`): blocks of queries against
 blocks of keys, bf16 products summed in float32, a running float32 softmax, no ``[T, S]`` matrix stored, and
-blocks the causal mask hides skipped; its backward recomputes the scores block by block from the saved
-log-sum-exp. Where PyTorch's kernel is the faster one (a CPU with AMX, whose bf16 products it uses) or the
-dtype is not bf16, callers keep ``sdpa`` (:func:`handles_many_tokens`).
+blocks the causal rule or the padding hides skipped; its backward recomputes the scores block by block from
+the saved log-sum-exp. Where PyTorch's kernel is the faster one (a CPU with AMX, whose bf16 products it uses)
+or the dtype is not bf16, callers keep ``sdpa`` (:func:`handles_many_tokens`).
 """
 
 from __future__ import annotations
@@ -17,12 +17,19 @@ from typing import Any
 
 import torch
 
-from worldgym.agents.llm.engines.native_kernel import native_kernel
+from worldgym.agents.llm.engines.native_kernel import native_kernel, vector_flags
 from worldgym.machine import cpu_flags
 
-__all__ = ["flash_attention", "flash_attention_forward", "handles_many_tokens", "native_flash_attention_is_faster"]
+__all__ = ["asks_for_extras", "flash_attention", "flash_attention_forward", "handles_many_tokens",
+           "native_flash_attention_is_faster"]
 
-_UNSUPPORTED_KWARGS = ("softcap", "sliding_window", "position_bias", "s_aux", "sinks")
+_EXTRAS = ("softcap", "sliding_window", "position_bias", "s_aux", "sinks")
+
+
+def asks_for_extras(kwargs: dict[str, Any]) -> bool:
+    """Whether an attention call's keyword arguments ask for more than plain attention (soft-capping, a sliding
+    window, a position bias, attention sinks, returned weights), which the native kernels do not compute."""
+    return any(kwargs.get(name) is not None for name in _EXTRAS) or bool(kwargs.get("output_attentions"))
 
 
 class _FlashAttention(torch.autograd.Function):
@@ -75,7 +82,7 @@ def native_flash_attention_is_faster() -> bool:
     """Whether this CPU runs bf16 attention faster with the native kernel than with PyTorch's: it has AVX512-BF16
     dot products and no AMX (which PyTorch's kernel uses where present)."""
     flags = cpu_flags()
-    return {"avx512f", "avx512bw", "avx512vl", "avx512_bf16"} <= flags and "amx_bf16" not in flags
+    return vector_flags(flags)[0] == "avx512bf16" and "amx_bf16" not in flags
 
 
 def handles_many_tokens(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
@@ -88,7 +95,7 @@ def handles_many_tokens(module: torch.nn.Module, query: torch.Tensor, key: torch
         return False
     if not query.dtype == key.dtype == value.dtype == torch.bfloat16:
         return False
-    if any(kwargs.get(name) is not None for name in _UNSUPPORTED_KWARGS) or kwargs.get("output_attentions"):
+    if asks_for_extras(kwargs):
         return False
     heads, kv_heads, dim = query.shape[1], key.shape[1], query.shape[-1]
     if heads % kv_heads or dim % 32 or key.shape[-1] != dim or value.shape != key.shape:
