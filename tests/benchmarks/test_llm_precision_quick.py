@@ -36,3 +36,15 @@ def test_rollout_speed_compares_the_two_precisions(tmp_path: Path) -> None:
     runs = json.loads((tmp_path / "csr_rollout_speed_dtype.json").read_text())["runs"]
     assert [run["dtype"] for run in runs] == ["float32", "bfloat16"]
     assert all(0 <= run["diverging_episodes"] <= run["episodes"] for run in runs)
+
+
+def test_a_dapo_step_key_names_the_changed_settings_and_fewer_threads_than_cores() -> None:
+    from benchmarks.llm_precision import parse_args, settings_suffix
+
+    cores = os.cpu_count()
+    preset = parse_args(["dapo-step", "--threads", str(cores)])
+    assert settings_suffix(preset) == ""
+    changed = parse_args(["dapo-step", "--threads", str(cores + 1), "--checkpointing-min-tokens", "4096",
+                          "--decode-attention", "native-decode"])
+    assert settings_suffix(changed) == (f"+checkpointing_min_tokens=4096+decode_attention=native-decode"
+                                        f"+threads={cores + 1}")
