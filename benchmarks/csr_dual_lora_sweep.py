@@ -28,6 +28,7 @@ import argparse
 import contextlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -107,11 +108,22 @@ def run_command(args: argparse.Namespace, mode: str, seed: int) -> list[str]:
     return stage_command(args, "run", "--mode", mode, "--seed", str(seed), *final_test)
 
 
+def pair_commands(args: argparse.Namespace, mode: str, seed: int, restart: bool) -> list[list[str]]:
+    """The processes of one (mode, seed) run: its ``run`` (``--restart`` where its part is stale), and with
+    ``--evaluate-aside`` an ``evaluate-aside`` worker beside it."""
+    run = run_command(args, mode, seed) + (["--restart"] if restart else [])
+    if not args.evaluate_aside:
+        return [run]
+    worker = [word if word != "run" else "evaluate-aside" for word in run_command(args, mode, seed)]
+    return [run + ["--evaluate-aside"], worker]
+
+
 @dataclass(frozen=True)
 class PairStatus:
     """Where one (mode, seed) run stands on this machine."""
 
     part: Path
+    run_dir: Path  # its run folder (checkpoints, logs)
     done: bool  # its part is finished
     stale: bool  # its part was made with other settings: the run restarts and replaces it
     note: str  # what a run of it would do, in words
@@ -124,15 +136,15 @@ def pair_status(args: argparse.Namespace, mode: str, seed: int) -> PairStatus:
     part_path = bench.parts_dir(run_args) / f"{name}.json"
     run_dir = bench.runs_dir(run_args) / "csr_dual_lora" / name
     if not part_path.is_file():
-        return PairStatus(part_path, False, False, "to run (no part)")
+        return PairStatus(part_path, run_dir, False, False, "to run (no part)")
     stale = bench.stale_part(part_path, bench.run_config(run_args, mode, run_dir))
     if stale:
-        return PairStatus(part_path, False, True, f"to restart (its part has other settings: {stale})")
+        return PairStatus(part_path, run_dir, False, True, f"to restart (its part has other settings: {stale})")
     if bench.is_finished(json.loads(part_path.read_text()), tuple(args.final_test)):
-        return PairStatus(part_path, True, False, "done")
+        return PairStatus(part_path, run_dir, True, False, "done")
     checkpoint = latest_checkpoint(run_dir)
     note = f"to resume from {checkpoint.name}" if checkpoint else "to restart (unfinished, no checkpoint here)"
-    return PairStatus(part_path, False, False, note)
+    return PairStatus(part_path, run_dir, False, False, note)
 
 
 def archive(args: argparse.Namespace, logs: Path) -> None:
@@ -155,7 +167,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--sweep", help=f"a named sweep's fixed settings: {', '.join(SWEEPS)}")
     parser.add_argument("--missing", action="store_true", help="run only the pairs with no finished part")
     parser.add_argument("--dry-run", action="store_true", help="say which pairs are done and which would run")
-    parser.add_argument("--jobs", type=int, help="runs at a time (default: 2 on CPU, 4 on a GPU)")
+    parser.add_argument("--jobs", type=int, help="runs at a time (default: 2 on CPU, 4 on a GPU; with "
+                                                   "--evaluate-aside 1 on CPU, 2 on a GPU)")
+    parser.add_argument("--evaluate-aside", action="store_true",
+                        help="each run as two processes: its trainer, and a worker that validates and tests its "
+                             "checkpoints as they appear (a run's wall time about its training's alone)")
     parser.add_argument("--model", choices=["tiny", "smollm2-135m"])
     parser.add_argument("--modes", nargs="+")
     parser.add_argument("--seeds", type=int, nargs="+")
@@ -203,9 +219,16 @@ def apply_sweep(args: argparse.Namespace) -> None:
     if unknown:
         raise ValueError(f"unknown mode(s) {', '.join(unknown)}: choose from {', '.join(bench.MODES)}")
     on_gpu = args.device.startswith("cuda")
-    args.jobs = args.jobs or (MAX_GPU_JOBS if on_gpu else 2)
-    if args.jobs < 1 or (on_gpu and args.jobs > MAX_GPU_JOBS):
-        raise ValueError(f"--jobs {args.jobs}: give 1 or more (at most {MAX_GPU_JOBS} processes share one GPU)")
+    per_run = processes_per_run(args)
+    args.jobs = args.jobs or ((MAX_GPU_JOBS if on_gpu else 2) // per_run)
+    if args.jobs < 1 or (on_gpu and args.jobs * per_run > MAX_GPU_JOBS):
+        raise ValueError(f"--jobs {args.jobs}: give 1 or more (at most {MAX_GPU_JOBS} processes share one GPU, "
+                         f"{per_run} per run)")
+
+
+def processes_per_run(args: argparse.Namespace) -> int:
+    """A run's processes: its trainer, and its evaluation worker with ``--evaluate-aside``."""
+    return 2 if args.evaluate_aside else 1
 
 
 def _fill_from(args: argparse.Namespace, sweep: Sweep) -> None:
@@ -245,7 +268,11 @@ def main(argv: list[str] | None = None) -> None:
     logs.mkdir(parents=True, exist_ok=True)
     prepare(args, logs)
     print(f"warm start and step-0 validation ready after {time.monotonic() - start:.0f}s", flush=True)
-    commands = {pair: run_command(args, *pair) + (["--restart"] if status[pair].stale else []) for pair in todo}
+    if args.evaluate_aside:  # a stale run's folder goes before its worker could read an old checkpoint in it
+        for pair in todo:
+            if status[pair].stale:
+                shutil.rmtree(status[pair].run_dir, ignore_errors=True)
+    commands = {pair: pair_commands(args, *pair, restart=status[pair].stale) for pair in todo}
     codes = run_pool(args, commands, start, logs)
     for (mode, seed), code in codes.items():
         finished = pair_status(args, mode, seed)
@@ -265,12 +292,14 @@ def prepare(args: argparse.Namespace, logs: Path) -> None:
         subprocess.run(stage_command(args, "step0"), check=True, stdout=log, stderr=subprocess.STDOUT)
 
 
-def run_pool(args: argparse.Namespace, commands: dict[tuple[str, int], list[str]], start: float,
+def run_pool(args: argparse.Namespace, commands: dict[tuple[str, int], list[list[str]]], start: float,
              logs: Path) -> dict[tuple[str, int], int | None]:
-    """Run ``commands``, ``args.jobs`` at a time, archiving as they go; at the deadline stop those running and
-    start no more. Returns each started run's exit code (None: stopped at the deadline)."""
+    """Run each pair's processes (``commands``), ``args.jobs`` pairs at a time, archiving as they go; at the
+    deadline stop those running and start no more. A pair whose trainer (its first process) fails has its other
+    processes stopped. Returns each started pair's exit code: its first failing process's, else 0 (None:
+    stopped at the deadline)."""
     queue, running, codes, stopped = list(commands), {}, {}, set()
-    threads = max(1, (os.cpu_count() or 1) // args.jobs)
+    threads = max(1, (os.cpu_count() or 1) // (args.jobs * processes_per_run(args)))
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "WORLDGYM_THREADS": str(threads)}
     last = time.monotonic()
     with contextlib.ExitStack() as files:
@@ -278,19 +307,26 @@ def run_pool(args: argparse.Namespace, commands: dict[tuple[str, int], list[str]
             past_deadline = args.deadline_s is not None and time.monotonic() - start >= args.deadline_s
             while queue and len(running) < args.jobs and not past_deadline:
                 mode, seed = pair = queue.pop(0)
-                log = files.enter_context(open(logs / f"{mode}-s{seed}.log", "a"))
-                running[pair] = subprocess.Popen(commands[pair], env=env, stdout=log, stderr=subprocess.STDOUT)
+                running[pair] = []
+                for index, command in enumerate(commands[pair]):
+                    name = f"{mode}-s{seed}" + ("-aside" if index else "")
+                    log = files.enter_context(open(logs / f"{name}.log", "a"))
+                    running[pair].append(subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT))
                 print(f"{mode} seed {seed}: started", flush=True)
             if past_deadline:
                 queue.clear()
-                for pair, job in running.items():
-                    job.terminate()
+                for pair, jobs in running.items():
+                    for job in jobs:
+                        job.terminate()
                     stopped.add(pair)
             time.sleep(0.5)
-            for pair, job in list(running.items()):
-                if job.poll() is not None:
-                    code = running.pop(pair).returncode
-                    codes[pair] = None if pair in stopped else code
+            for pair, jobs in list(running.items()):
+                if jobs[0].poll() not in (None, 0):  # the trainer failed: its worker would wait in vain
+                    for job in jobs[1:]:
+                        job.terminate()
+                if all(job.poll() is not None for job in jobs):
+                    failed = [job.returncode for job in running.pop(pair) if job.returncode != 0]
+                    codes[pair] = None if pair in stopped else (failed[0] if failed else 0)
             if time.monotonic() - last >= args.archive_every:
                 archive(args, logs)
                 last = time.monotonic()

@@ -45,6 +45,8 @@ then ``report --quick`` check the pipeline in about a minute; the figures mean n
 from __future__ import annotations
 
 import argparse
+import contextlib
+import dataclasses
 import json
 import os
 import shutil
@@ -63,6 +65,8 @@ from worldgym.agents.dual_lora.presets import dual_lora_config, engine, warm_sta
 from worldgym.agents.grpo.trainer import EPISODE_SUCCESS_KEY
 from worldgym.agents.llm.evaluation import VALIDATION_SEEDS_START
 from worldgym.agents.llm.warm_start import WarmStart
+from worldgym.checkpointing import latest_checkpoint, step_checkpoint
+from worldgym.jsonl import read_jsonl
 from worldgym.machine import machine_label
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a file: find the benchmarks package
@@ -86,6 +90,7 @@ from benchmarks.csr_warm_starts import (
     warm_start_flags,
     warm_start_suffix,
 )
+from benchmarks.evaluation_jobs import Job, JobFolder, work
 
 MODES: dict[str, dict[str, Any]] = {
     "dapo": {"transfer": "separate", "wm_coef": 0.0},
@@ -188,8 +193,12 @@ def run_setting(config: dict[str, Any]) -> dict[str, Any]:
 
 
 def is_finished(part: dict[str, Any], difficulties: tuple[int, ...] = ()) -> bool:
-    """Whether a part's run reached its last step and has its final test evaluations at ``difficulties``."""
+    """Whether a part's run reached its last step, validated every ``eval_every`` steps up to it, and has its
+    final test evaluations at ``difficulties``."""
     done = part.get("steps_done", part["steps"]) >= part["steps"]
+    every = part.get("config", {}).get("eval_every") or 0
+    validated = {step for step, _ in part.get("curve", [])}
+    done = done and (not every or all(step in validated for step in range(every, part["steps"] + 1, every)))
     return done and all(str(d) in part.get("final_test_by_difficulty", {}) for d in difficulties)
 
 
@@ -214,24 +223,33 @@ def run(args: argparse.Namespace) -> None:
                          "pass --restart to replace it with this run")
     if args.restart:
         shutil.rmtree(out, ignore_errors=True)  # its checkpoints belong to the replaced run
+    training = contextlib.ExitStack()  # validating aside: the training lock, held until the last step is trained
+    if args.evaluate_aside:
+        training.enter_context(JobFolder(out / "evaluations").claimed(TRAINING_LOCK, wait=True))
+        if latest_checkpoint(out) is None:
+            step0(args)  # a trainer that validates aside never validates step 0 itself
     ws = warm_start(args, args.model)
-    trainer = DualLoRATrainer(config, model=ws.model, tokenizer=ws.tokenizer,
+    # validating aside, the trainer itself never validates: its config says so, the part's keeps eval_every
+    training_config = dataclasses.replace(config, eval_every=0) if args.evaluate_aside else config
+    trainer = DualLoRATrainer(training_config, model=ws.model, tokenizer=ws.tokenizer,
                               make_engine=lambda policy: engine(args.model, policy, ws.tokenizer))
     resumed = trainer.resume_latest()
     step0_from = _start(args, trainer) if resumed is None else None
     if resumed is not None:
         print(f"resumed from {resumed} at step {trainer.step}")
-    command = (f"python benchmarks/csr_dual_lora_vs_dapo.py run --model {args.model} --mode {args.mode} "
-               f"--seed {args.seed} --difficulty {args.difficulty} --steps {args.steps} --max-turns "
-               f"{args.max_turns} --eval-every {args.eval_every} --episodes {args.episodes} "
-               f"--iwm-steps {args.iwm_steps}" + (f" --device {args.device}" if args.device != "cpu" else "")
-               + batch_command(args) + warm_start_command(args)
-               + (" --final-test " + " ".join(map(str, args.final_test)) if args.final_test else "")
-               + (" --quick" if args.quick else ""))
+    command = _run_command_line(args)
     step0_from = step0_from or _logged_step0_source(part_path)
+    if args.evaluate_aside:
+        with training:
+            write_aside_part(args, config, command, step0_from)
+            trainer.train()
+        trainer.close()
+        del trainer, ws  # their model: the evaluator loads its own
+        evaluate_aside(args, config, command, wait=False)  # then help the workers
+        return
 
     def write_part() -> None:  # after every validation: a stopped run keeps its curve so far
-        part = _part(args, trainer, config, out, command) | {"step0_from": step0_from}
+        part = _part(args, trainer.history, trainer.step, config, out, command) | {"step0_from": step0_from}
         write_json(part_path, part | _final_tests_kept(part_path, part))
         print("validation success by step:", part["curve"])
 
@@ -239,16 +257,27 @@ def run(args: argparse.Namespace) -> None:
     _final_tests(args, trainer, part_path)
 
 
-def _part(args: argparse.Namespace, trainer: DualLoRATrainer, config: DualLoRAConfig, out: Path,
-          command: str) -> dict[str, Any]:
-    """A run's part file as its history stands (curves, tasks, step times, the last validation's figures)."""
-    history = trainer.history
+def _run_command_line(args: argparse.Namespace) -> str:
+    """The ``run`` command line of ``args``'s run, as its part file records it."""
+    return (f"python benchmarks/csr_dual_lora_vs_dapo.py run --model {args.model} --mode {args.mode} "
+            f"--seed {args.seed} --difficulty {args.difficulty} --steps {args.steps} --max-turns "
+            f"{args.max_turns} --eval-every {args.eval_every} --episodes {args.episodes} "
+            f"--iwm-steps {args.iwm_steps}" + (f" --device {args.device}" if args.device != "cpu" else "")
+            + batch_command(args) + warm_start_command(args)
+            + (" --final-test " + " ".join(map(str, args.final_test)) if args.final_test else "")
+            + (" --evaluate-aside" if args.evaluate_aside else "") + (" --quick" if args.quick else ""))
+
+
+def _part(args: argparse.Namespace, history: list[dict[str, Any]], steps_done: int, config: DualLoRAConfig,
+          out: Path, command: str) -> dict[str, Any]:
+    """A run's part file as its ``history`` (the rows of its metrics log, validations in them) stands after
+    ``steps_done`` steps: curves, tasks, step times, the last validation's figures."""
     evals = [m for m in history if "eval/success_rate" in m]
     steps = [m for m in history if "rollout/reward_mean" in m]
     return {
         "model": args.model, "mode": args.mode, "difficulty": args.difficulty, "seed": args.seed,
         "warm_start_suffix": warm_start_suffix(args),
-        "steps": args.steps, "steps_done": trainer.step, "max_turns": args.max_turns,
+        "steps": args.steps, "steps_done": steps_done, "max_turns": args.max_turns,
         "eval_episodes": args.episodes, "config": config.to_dict() | {"output_dir": portable(out)},
         "curve": [[m["step"], m["eval/success_rate"]] for m in evals],
         # each validation episode's success (seed order): the report's bootstrap over seeds and episodes
@@ -307,6 +336,119 @@ def _final_tests(args: argparse.Namespace, trainer: DualLoRATrainer, path: Path)
     write_json(path, part)
 
 
+# ---------------------------------------------------------------- evaluation beside training
+TRAINING_LOCK = "training"  # held by a run's trainer while it trains (evaluation_jobs.JobFolder.claimed)
+PART_LOCK = "part"  # held while a process rewrites the part file
+TRAINER_START_S = 120.0  # a worker waits this long for the trainer to take its lock before it counts it gone
+
+
+def evaluation_jobs(args: argparse.Namespace) -> dict[Job, int | None]:
+    """A run's evaluations beside training, in the order workers take them: the validation of every
+    ``--eval-every``-th step (value None), then each ``--final-test`` difficulty at the last step (the value)."""
+    every = args.eval_every
+    validations = {Job(f"validation-step-{step}", step): None for step in range(every, args.steps + 1, every)
+                   } if every else {}
+    return validations | {Job(f"test-d{d}", args.steps): d for d in args.final_test or ()}
+
+
+class CheckpointEvaluator:
+    """Evaluates a run's step checkpoints, each job's result what the trainer's own validation or final test
+    would give: a trainer of its own (built at the first job) loads the job's checkpoint, in a scratch output
+    folder (loading a checkpoint trims its trainer's metrics log)."""
+
+    def __init__(self, args: argparse.Namespace, config: DualLoRAConfig, out: Path):
+        self.args, self.out, self.jobs = args, out, evaluation_jobs(args)
+        self.scratch = out / "evaluations" / f"scratch-{os.getpid()}"
+        self.config = dataclasses.replace(config, output_dir=str(self.scratch))
+        self.trainer: DualLoRATrainer | None = None
+        self.step: int | None = None
+
+    def __call__(self, job: Job) -> dict[str, Any]:
+        if self.trainer is None:
+            self.trainer = _fresh_trainer(self.args, self.config)
+        if self.step != job.step:
+            self.trainer.load(step_checkpoint(self.out, job.step))
+            self.step = job.step
+        start = time.perf_counter()
+        difficulty = self.jobs[job]
+        if difficulty is not None:
+            successes = _successes_at(self.trainer, difficulty, self.args.episodes, "test")
+            print(f"final test d{difficulty}: {np.mean(successes):.3f}", flush=True)
+            return {"successes": successes}
+        metrics = self.trainer.evaluate()  # the row GRPOTrainer's own validation logs
+        print(f"validation at step {job.step}: {metrics['eval/success_rate']:.3f}", flush=True)
+        return {**metrics, EPISODE_SUCCESS_KEY: list(self.trainer.last_episode_success),
+                "time/validation_s": time.perf_counter() - start}
+
+    def close(self) -> None:
+        if self.trainer is not None:
+            self.trainer.close()
+        shutil.rmtree(self.scratch, ignore_errors=True)
+
+
+def evaluate_aside(args: argparse.Namespace, config: DualLoRAConfig, command: str, wait: bool) -> int:
+    """Take a run's evaluation jobs whose checkpoint exists (``wait``: also wait for the others while the
+    trainer runs); rewrite the part after each. Returns the jobs this process did."""
+    out = Path(config.output_dir)
+    folder = JobFolder(out / "evaluations")
+    jobs = evaluation_jobs(args)
+    evaluator = CheckpointEvaluator(args, config, out)
+    start = time.monotonic()
+    try:
+        count = work(folder, list(jobs), ready=lambda job: step_checkpoint(out, job.step).is_dir(),
+                     run_job=evaluator, after=lambda: write_aside_part(args, config, command),
+                     done=lambda job: job.step in _validated_steps(out), poll_s=10.0 if wait else None,
+                     keep_waiting=lambda: (folder.is_held(TRAINING_LOCK)
+                                           or time.monotonic() - start < TRAINER_START_S))
+    finally:
+        evaluator.close()
+    write_aside_part(args, config, command)
+    return count
+
+
+def _validated_steps(out: Path) -> set[int]:
+    """The steps a run validated itself (before it went on validating aside)."""
+    return {row["step"] for row in read_jsonl(out / "metrics.jsonl") if "eval/success_rate" in row}
+
+
+def write_aside_part(args: argparse.Namespace, config: DualLoRAConfig, command: str,
+                     step0_from: str | None = None) -> None:
+    """The part file of a run that validates aside: its metrics log's rows, each evaluation job's result merged
+    into the row of its step, the final tests (``finished`` once all are in). ``step0_from``: None keeps the
+    part's record of where its step-0 validation came from."""
+    out = Path(config.output_dir)
+    folder = JobFolder(out / "evaluations")
+    part_path = parts_dir(args) / f"{run_name(args)}.json"
+    with folder.claimed(PART_LOCK, wait=True):
+        history = read_jsonl(out / "metrics.jsonl")
+        rows = {row["step"]: row for row in history}
+        jobs = evaluation_jobs(args)
+        for job, difficulty in jobs.items():
+            result = folder.result(job)
+            if difficulty is None and result is not None and job.step in rows:
+                rows[job.step].update(result)
+        if not any("eval/success_rate" in row for row in history):
+            return  # no step-0 validation logged yet
+        steps_done = max((row["step"] for row in history if "rollout/reward_mean" in row), default=0)
+        step0_from = step0_from or _logged_step0_source(part_path)
+        part = _part(args, history, steps_done, config, out, command) | {"step0_from": step0_from}
+        tests = {str(difficulty): result["successes"] for job, difficulty in jobs.items()
+                 if difficulty is not None and (result := folder.result(job)) is not None}
+        if tests:
+            part["final_test_episode_success"] = tests
+            part["final_test_by_difficulty"] = {d: float(np.mean(successes)) for d, successes in tests.items()}
+        part["finished"] = is_finished(part, tuple(args.final_test or ()))
+        write_json(part_path, part)
+
+
+def evaluate_aside_stage(args: argparse.Namespace) -> None:
+    """The ``evaluate-aside`` stage: a worker beside ``run --evaluate-aside`` of the same flags."""
+    args.evaluate_aside = True
+    config = run_config(args, args.mode, runs_dir(args) / "csr_dual_lora" / run_name(args))
+    done = evaluate_aside(args, config, _run_command_line(args), wait=True)
+    print(f"{done} evaluation(s) done beside the trainer")
+
+
 # ---------------------------------------------------------------- the shared step-0 validation
 def step0_path(args: argparse.Namespace) -> Path:
     """The step-0 validation every run of a setting shares: one file per model, difficulty and warm start."""
@@ -334,7 +476,7 @@ def _start(args: argparse.Namespace, trainer: DualLoRATrainer) -> str | None:
     """Log the shared step-0 validation as this fresh run's first row when the file holds one of the run's
     setting (the file's path), else leave the trainer to compute its own (None)."""
     path = step0_path(args)
-    if not trainer.config.eval_every or not path.is_file():
+    if not args.eval_every or not path.is_file():
         return None
     shared = json.loads(path.read_text())
     if shared["setting"] != validation_setting(args, trainer.config):
@@ -706,9 +848,9 @@ def _apply_quick(args: argparse.Namespace) -> None:
     """``--quick`` step counts and episode numbers (batch sizes: :data:`QUICK_CONFIG`)."""
     if not args.quick:
         return
-    if args.stage in ("run", "warm-start", "step0", "step-time"):
+    if args.stage in ("run", "evaluate-aside", "warm-start", "step0", "step-time"):
         args.steps, args.max_turns = 2, 4
-    if args.stage in ("run", "warm-start", "step0"):
+    if args.stage in ("run", "evaluate-aside", "warm-start", "step0"):
         args.eval_every, args.episodes, args.iwm_steps = 2, 4, 1
     if args.stage == "final-eval":
         args.episodes = 4
@@ -721,6 +863,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     common = [results_parser()]
     chosen = warm_start_flags()  # which warm start the runs start from
     for stage, description in (("run", "train one mode from the warm start (resumable)"),
+                               ("evaluate-aside", ("evaluate the checkpoints of `run --evaluate-aside` of the same "
+                                                  "flags as they appear, beside its trainer")),
                                ("warm-start", "only train (or load) the warm start a run with these flags uses"),
                                ("step0", "the step-0 validation every run of these flags shares (computed once)")):
         one = sub.add_parser(stage, help=description, parents=[*common, chosen])
@@ -736,10 +880,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         one.add_argument("--iwm-steps", type=int, default=4, help="world-model-only steps of the iwm mode")
         one.add_argument("--device", default="cpu", help="where the run (and a warm start it trains) computes")
         add_batch_flags(one)
-        if stage == "run":
+        if stage in ("run", "evaluate-aside"):
             one.add_argument("--final-test", type=int, nargs="+", choices=DIFFICULTIES, metavar="D",
                              help="after the last step, evaluate the last weights on test-split companies at "
                                   "these difficulties (--episodes each); the part is finished once they are in")
+        if stage == "run":
+            one.add_argument("--evaluate-aside", action="store_true",
+                             help="validate and test aside: train without validating (a checkpoint every step), "
+                                  "leaving the evaluations to `evaluate-aside` workers, then help them")
             one.add_argument("--restart", action="store_true",
                              help="start afresh: drop the run folder's checkpoints and replace a part made with "
                                   "other settings")
@@ -777,7 +925,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     set_torch_threads(1)
-    stages = {"run": run, "warm-start": lambda args: warm_start(args, args.model), "step0": step0,
+    stages = {"run": run, "evaluate-aside": evaluate_aside_stage, "warm-start": lambda args: warm_start(args, args.model), "step0": step0,
               "step-time": step_time,
               "demo-time": demo_time, "final-eval": final_eval, "report": report}
     stages[args.stage](args)

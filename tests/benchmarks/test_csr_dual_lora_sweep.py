@@ -70,6 +70,14 @@ def test_sweep_runs_only_missing_pairs_and_resumes_an_interrupted_one(tmp_path: 
     assert "dapo seed 1: exit 0, done: commit tiny-dapo-d1-s1.json" in second
 
 
+def test_sweep_runs_each_run_beside_an_evaluation_worker(tmp_path: Path) -> None:
+    out = sweep(tmp_path, *QUICK_SWEEP[:8], *QUICK_SWEEP[9:], "--evaluate-aside")  # seed 0 alone
+    assert "1 to run, 1 at a time" in out and "dapo seed 0: exit 0, done: commit tiny-dapo-d1-s0.json" in out
+    part = load(tmp_path / "csr_dual_lora" / "tiny-dapo-d1-s0.json")
+    assert part["finished"] and [step for step, _ in part["curve"]] == [0, 2] and part["step0_from"] == "tiny-d1.json"
+    assert "evaluation(s) done beside the trainer" in (tmp_path / "sweep_logs" / "dapo-s0-aside.log").read_text()
+
+
 def test_step0_validation_is_computed_once_and_equals_a_runs_own(tmp_path: Path) -> None:
     out = run_stages("csr_dual_lora_vs_dapo.py", ("run", "--mode", "dapo"), ("run", "--mode", "echo"), ("step0",),
                      ("step0",), ("run", "--mode", "dapo", "--seed", "1"), ("run", "--mode", "echo", "--seed", "1"),
@@ -89,6 +97,45 @@ def test_step0_validation_is_computed_once_and_equals_a_runs_own(tmp_path: Path)
         assert load(tmp_path / "csr_dual_lora" / f"tiny-{mode}-d1-s1.json")["step0_from"] == "tiny-d1.json"
         assert load(tmp_path / "csr_dual_lora" / f"tiny-{mode}-d1-s0.json")["step0_from"] is None
     assert out.count("step-0 validation from tiny-d1.json") == 2
+
+
+COMPARED_KEYS = ("curve", "episode_success_curve", "wm_accuracy_curve", "invalid_call_rate_curve", "tasks_by_step",
+                 "final_eval", "final_test_by_difficulty", "final_test_episode_success", "finished")
+
+
+def test_validating_aside_gives_the_inline_runs_part(tmp_path: Path) -> None:
+    """A trainer that leaves its validations and final tests to jobs on its checkpoints writes the part of a run
+    that validates as it trains; a worker that takes the jobs later gives them again."""
+    flags = ("--mode", "separate", "--final-test", "1")
+    run_stages("csr_dual_lora_vs_dapo.py", ("run", *flags), results=tmp_path / "inline")
+    aside = tmp_path / "aside"
+    run_stages("csr_dual_lora_vs_dapo.py", ("run", *flags, "--evaluate-aside"), results=aside)
+    inline_part = load(tmp_path / "inline" / "csr_dual_lora" / "tiny-separate-d1-s0.json")
+    part_path = aside / "csr_dual_lora" / "tiny-separate-d1-s0.json"
+    aside_part = load(part_path)
+    assert inline_part["finished"] and [step for step, _ in inline_part["curve"]] == [0, 2]
+    for key in COMPARED_KEYS:
+        assert aside_part[key] == inline_part[key], key
+    assert aside_part["command"].endswith("--evaluate-aside --quick")
+
+    jobs = aside / "runs" / "csr_dual_lora" / "tiny-separate-d1-s0" / "evaluations"
+    for job in ("validation-step-2", "test-d1"):  # as if a deadline had stopped the run before these jobs
+        (jobs / f"{job}.json").unlink()
+    out = run_stages("csr_dual_lora_vs_dapo.py", ("evaluate-aside", *flags), results=aside)
+    assert "2 evaluation(s) done beside the trainer" in out
+    again = load(part_path)
+    for key in COMPARED_KEYS:
+        assert again[key] == inline_part[key], key
+    assert not list(jobs.glob("scratch-*"))  # the worker's trainer folder is gone
+
+
+def test_a_part_without_its_last_validation_is_not_finished() -> None:
+    part = {"steps": 4, "steps_done": 4, "config": {"eval_every": 2}, "curve": [[0, 0.1], [2, 0.2]],
+            "final_test_by_difficulty": {"1": 0.5}}
+    assert not is_finished(part, (1,))
+    part["curve"].append([4, 0.3])
+    assert is_finished(part, (1,)) and not is_finished(part, (1, 2))
+    assert is_finished({"steps": 3, "steps_done": 3, "config": {"eval_every": 0}, "curve": [[0, 0.1]]})
 
 
 def test_a_run_refuses_a_part_made_with_other_settings(tmp_path: Path) -> None:
@@ -111,6 +158,9 @@ def test_sweep_presets_fix_their_settings() -> None:
     assert {"dapo", "echo", "separate-own-clip", "shared-capped-0.1"} < set(preset.modes)
     assert any("imagined" in mode for mode in preset.modes) and len(preset.seeds) >= 3 and preset.steps >= 8
     assert parse_args(["--sweep", "smollm2-d3", "--device", "cuda"]).jobs == 4
+    # validating aside, a run is two processes: one run at a time on two cores, two on a GPU
+    assert parse_args(["--sweep", "smollm2-d3", "--evaluate-aside"]).jobs == 1
+    assert parse_args(["--sweep", "smollm2-d3", "--evaluate-aside", "--device", "cuda"]).jobs == 2
 
 
 @pytest.mark.parametrize(("argv", "message"), [
@@ -120,6 +170,7 @@ def test_sweep_presets_fix_their_settings() -> None:
     (["--sweep", "smollm2-d3", "--modes", "dapo", "separate"], "--modes separate: not in the smollm2-d3 sweep"),
     (["--modes", "dapo", "dapo-x"], "unknown mode(s) dapo-x: choose from dapo, "),
     (["--sweep", "tiny-d1", "--device", "cuda", "--jobs", "5"], "at most 4 processes share one GPU"),
+    (["--sweep", "tiny-d1", "--device", "cuda", "--jobs", "3", "--evaluate-aside"], "2 per run"),
     (["--difficulty", "2"], "name the modes to run (--modes) or a sweep (--sweep)"),
 ])
 def test_sweep_rejects_bad_input(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
