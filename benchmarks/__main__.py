@@ -124,6 +124,7 @@ SUITE: tuple[Benchmark, ...] = (
               (("learner",), ("dapo-step",), ("sft",))),
     Benchmark("decode_attention.py", (("--model", "smollm2-135m"),), ((),)),
     Benchmark("flash_attention.py", (("--model", "smollm2-135m"),), ((),)),
+    Benchmark("lora_dropout.py", (("--model", "smollm2-135m"),), ((),)),
     Benchmark("precision_agents.py", ((),), ((),)),
     Benchmark("kv_cache_growth.py", (_recorded("kv_cache_growth.json"),), ((),)),
     Benchmark("cpu_allocator_memory.py", (_recorded("cpu_allocator_memory.json"),), ((),)),

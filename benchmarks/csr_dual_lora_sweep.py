@@ -65,6 +65,7 @@ class Sweep:
     prompts_per_step: int | None = None
     group_size: int | None = None
     final_test: tuple[int, ...] = DIFFICULTIES
+    lora_dropout: float | None = None  # None: DualLoRAConfig's
 
 
 SWEEPS: dict[str, Sweep] = {
@@ -72,12 +73,14 @@ SWEEPS: dict[str, Sweep] = {
     # greedy validation started at 0.31 at d3 on 16 episodes and at 0.19 on the sweep's 64 (the committed step-0
     # validation): room to rise. The threshold, 0.40, is csr_dual_lora_vs_dapo.THRESHOLDS["smollm2-135m"], fixed
     # before the first run. Batches of 2 tasks x
-    # 8 samples at temperature 0.5 and 12 turns, as SmolLM2's first d3 runs; 8 steps validated every 2.
+    # 8 samples at temperature 0.5 and 12 turns, as SmolLM2's first d3 runs; 8 steps validated every 2. No LoRA
+    # dropout: the old logprobs are the policy's without it, so with it the PPO ratio moves before any update, and
+    # it costs the learner time (benchmarks/lora_dropout.py).
     "smollm2-d3": Sweep(
         model="smollm2-135m", difficulty=3, mistake_rate=0.2, continue_on=(3,),
         modes=("dapo", "echo", "separate-own-clip", "shared-capped-0.1", "separate-own-clip-imagined50"),
         seeds=(0, 1, 2), steps=8, eval_every=2, episodes=64, max_turns=12, temperature=0.5,
-        prompts_per_step=2, group_size=8),
+        prompts_per_step=2, group_size=8, lora_dropout=0.0),
     # the same modes on the tiny model at d1 with the benchmark's own defaults (threshold 0.30)
     "tiny-d1": Sweep(
         model="tiny", difficulty=1,
@@ -96,7 +99,7 @@ def stage_command(args: argparse.Namespace, stage: str, *flags: str) -> list[str
                str(args.difficulty), "--steps", str(args.steps), "--max-turns", str(args.max_turns), "--eval-every",
                str(args.eval_every), "--episodes", str(args.episodes), "--device", args.device,
                "--results-dir", str(results_dir(args))]
-    for flag in ("temperature", "prompts_per_step", "group_size"):
+    for flag in ("temperature", "prompts_per_step", "group_size", "lora_dropout"):
         if getattr(args, flag) is not None:
             command += [f"--{flag.replace('_', '-')}", f"{getattr(args, flag):g}"]
     return command + warm_start_command(args).split() + (["--quick"] if args.quick else [])
@@ -186,6 +189,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--temperature", type=float, help="rollout sampling temperature (default: the preset's)")
     parser.add_argument("--prompts-per-step", type=int, help="tasks per step (default: the preset's)")
     parser.add_argument("--group-size", type=int, help="samples per task (default: the preset's)")
+    parser.add_argument("--lora-dropout", type=float, help="dropout on the adapters' inputs (default: the config's)")
     parser.add_argument("--deadline-s", type=float, help="stop the runs this long after the start (default: none)")
     parser.add_argument("--archive", type=Path, help="a .tar.gz of the part files and logs, kept up to date")
     parser.add_argument("--archive-every", type=float, default=30.0)

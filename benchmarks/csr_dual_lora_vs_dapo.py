@@ -136,7 +136,7 @@ THRESHOLDS: dict[str, float] = {"tiny": 0.30, "smollm2-135m": 0.40}
 
 # the config fields that make two runs of one name the same run (a part made with other values is stale)
 SETTING_FIELDS = ("num_steps", "eval_every", "eval_episodes", "max_turns", "temperature", "prompts_per_step",
-                  "group_size", "iwm_steps")
+                  "group_size", "iwm_steps", "lora_dropout")
 
 
 # --quick: batch and episode sizes on top of the preset (the step counts are set in _apply_quick)
@@ -184,6 +184,7 @@ def run_config(args: argparse.Namespace, mode: str, output_dir: Path) -> DualLoR
         args.model, args.difficulty, **MODES[mode], num_steps=args.steps, max_turns=args.max_turns,
         eval_every=args.eval_every, eval_episodes=args.episodes, checkpoint_every=1, seed=args.seed,
         iwm_steps=args.iwm_steps, output_dir=str(output_dir), device=args.device,
+        **({"lora_dropout": args.lora_dropout} if args.lora_dropout is not None else {}),
         **batch_settings(args) | (QUICK_CONFIG if args.quick else {}))
 
 
@@ -263,6 +264,7 @@ def _run_command_line(args: argparse.Namespace) -> str:
             f"--seed {args.seed} --difficulty {args.difficulty} --steps {args.steps} --max-turns "
             f"{args.max_turns} --eval-every {args.eval_every} --episodes {args.episodes} "
             f"--iwm-steps {args.iwm_steps}" + (f" --device {args.device}" if args.device != "cpu" else "")
+            + (f" --lora-dropout {args.lora_dropout:g}" if args.lora_dropout is not None else "")
             + batch_command(args) + warm_start_command(args)
             + (" --final-test " + " ".join(map(str, args.final_test)) if args.final_test else "")
             + (" --evaluate-aside" if args.evaluate_aside else "") + (" --quick" if args.quick else ""))
@@ -878,6 +880,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         one.add_argument("--eval-every", type=int, default=4)
         one.add_argument("--episodes", type=int, default=64, help="validation episodes per evaluation")
         one.add_argument("--iwm-steps", type=int, default=4, help="world-model-only steps of the iwm mode")
+        one.add_argument("--lora-dropout", type=float,
+                         help="dropout on both adapters' inputs while training (default: DualLoRAConfig's)")
         one.add_argument("--device", default="cpu", help="where the run (and a warm start it trains) computes")
         add_batch_flags(one)
         if stage in ("run", "evaluate-aside"):

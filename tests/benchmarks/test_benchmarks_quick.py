@@ -160,6 +160,15 @@ def test_csr_rollout_speed_compares_prefill_attention(tmp_path: Path) -> None:
     assert all(run["episodes"] == 2 and run["episodes_per_s"] > 0 for run in data["runs"])
 
 
+def test_lora_dropout(tmp_path: Path) -> None:
+    run("lora_dropout.py", results=tmp_path)
+    data = load(tmp_path / "lora_dropout.json")
+    on, off = data["dropout"], data["no_dropout"]
+    assert data["quick"] is True and (on["p"], off["p"]) == (0.05, 0.0)
+    assert on["seconds"] > 0 and off["seconds"] > 0 and data["speedup"] == pytest.approx(on["seconds"] / off["seconds"])
+    assert on["log_ratio_std"] > 0 and off["log_ratio_std"] == off["outside_clip"] == 0  # no dropout: ratio 1
+
+
 @pytest.mark.skipif(native_kernel("flash_attention") is None, reason="the native flash attention cannot be built here")
 def test_flash_attention(tmp_path: Path) -> None:
     run("flash_attention.py", results=tmp_path)

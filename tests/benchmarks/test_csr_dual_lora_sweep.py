@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from benchmarks.csr_dual_lora_sweep import SWEEPS, parse_args
+from benchmarks.csr_dual_lora_sweep import SWEEPS, parse_args, run_command
 from benchmarks.csr_dual_lora_vs_dapo import (
     bootstrap_interval,
     final_success_interval,
@@ -154,6 +154,8 @@ def test_sweep_presets_fix_their_settings() -> None:
     preset = SWEEPS["smollm2-d3"]
     assert (args.model, args.difficulty, args.steps, args.episodes, args.eval_every) == ("smollm2-135m", 3, 8, 64, 2)
     assert (args.mistake_rate, args.continue_on, args.final_test) == (0.2, (3,), (1, 2, 3, 4, 5))
+    command = run_command(args, "dapo", 1)
+    assert args.lora_dropout == 0.0 and command[command.index("--lora-dropout") + 1] == "0"
     assert args.modes == preset.modes and args.seeds == [1] and args.jobs == 2
     assert {"dapo", "echo", "separate-own-clip", "shared-capped-0.1"} < set(preset.modes)
     assert any("imagined" in mode for mode in preset.modes) and len(preset.seeds) >= 3 and preset.steps >= 8
