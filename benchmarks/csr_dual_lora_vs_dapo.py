@@ -758,6 +758,7 @@ def report(args: argparse.Namespace) -> None:
     for setting in sorted({_setting(p) for p in parts}):
         model, difficulty, temperature, warm_start_name = setting
         chosen = [p for p in parts if _setting(p) == setting]
+        _check_one_setting(chosen)
         dapo_seconds = [s for p in chosen if p["mode"] == "dapo" for s in p["step_seconds"]]
         # step times compare only within one machine: say which machines the parts were made on
         machines = sorted({machine_label(p.get("machine")) for p in chosen})
@@ -814,6 +815,17 @@ def report(args: argparse.Namespace) -> None:
             print(f"{key} {mode:9s} success {row['start_success']} -> {row['final_success']}{shown} | tasks to "
                   f"{thresholds[key.split('-d')[0]]}: {row['tasks_to_threshold']} | WM acc {row['final_wm_token_accuracy']} | "
                   f"step time x{row['step_time_vs_dapo']}")
+
+
+def _check_one_setting(parts: list[dict[str, Any]]) -> None:
+    """Refuse to compare parts of one model, difficulty and warm start that ran with other settings (steps,
+    validation, batch, dropout: :data:`SETTING_FIELDS`): replace the odd ones with runs of the common setting."""
+    settings = {json.dumps(run_setting(p["config"]), sort_keys=True) for p in parts}
+    if len(settings) > 1:
+        by_setting = {s: [f"{p['mode']} seed {p['seed']}" for p in parts
+                          if json.dumps(run_setting(p["config"]), sort_keys=True) == s] for s in settings}
+        raise SystemExit("these parts compare runs made with other settings: "
+                         + "; ".join(f"{', '.join(names)}: {s}" for s, names in sorted(by_setting.items())))
 
 
 def _plot(summary: dict[str, Any], path: Path) -> None:

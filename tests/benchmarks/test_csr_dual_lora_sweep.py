@@ -15,6 +15,7 @@ import pytest
 
 from benchmarks.csr_dual_lora_sweep import SWEEPS, parse_args, run_command
 from benchmarks.csr_dual_lora_vs_dapo import (
+    _check_one_setting,
     bootstrap_interval,
     final_success_interval,
     is_finished,
@@ -136,6 +137,15 @@ def test_a_part_without_its_last_validation_is_not_finished() -> None:
     part["curve"].append([4, 0.3])
     assert is_finished(part, (1,)) and not is_finished(part, (1, 2))
     assert is_finished({"steps": 3, "steps_done": 3, "config": {"eval_every": 0}, "curve": [[0, 0.1]]})
+
+
+def test_the_report_refuses_to_compare_runs_of_other_settings() -> None:
+    def part(mode: str, dropout: float) -> dict[str, Any]:
+        return {"mode": mode, "seed": 0, "config": {"num_steps": 8, "eval_every": 2, "lora_dropout": dropout}}
+
+    _check_one_setting([part("dapo", 0.0), part("echo", 0.0)])
+    with pytest.raises(SystemExit, match=r"dapo seed 0: .*\"lora_dropout\": 0.0.*echo seed 0: .*0.05"):
+        _check_one_setting([part("dapo", 0.0), part("echo", 0.05)])
 
 
 def test_a_run_refuses_a_part_made_with_other_settings(tmp_path: Path) -> None:
