@@ -196,6 +196,13 @@ def test_cpu_allocator_memory(tmp_path: Path) -> None:
     data = load(tmp_path / "cpu_allocator_memory.json")
     assert data["model"] == "tiny" and data["quick"] is True and data["same_loss"] is True
     assert [row["mode"] for rows in data["runs"].values() for row in rows] == ["default", "mapped"]
+    run("cpu_allocator_memory.py", "--workload", "learner", results=tmp_path)
+    learner = load(tmp_path / "cpu_allocator_memory_learner.json")
+    assert learner["lengths"] == [64, 96] and learner["same_loss"] is True and "--workload learner" in learner["command"]
+    assert list(learner["runs"]) == ["default", "mapped", "released"]
+    assert all(len(row["resident_gb_after_each"]) == 2 for rows in learner["runs"].values() for row in rows)
+    assert learner["seconds_mapped_to_released"] == pytest.approx(learner["median"]["mapped"]["seconds"]
+                                                                  / learner["median"]["released"]["seconds"])
 
 
 def test_ray_scaleout(tmp_path: Path) -> None:

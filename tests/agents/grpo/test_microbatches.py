@@ -107,3 +107,16 @@ def tiny_model_for_pause(tokenizer):
 def test_checkpointing_min_tokens_must_not_be_negative():
     with pytest.raises(ValueError, match="checkpointing_min_tokens=-1 is invalid"):
         GRPOConfig(checkpointing_min_tokens=-1)
+
+
+def test_releasing_the_heap_after_each_microbatch_keeps_the_update(tmp_path, parity_reward, monkeypatch):
+    from worldgym.agents.llm import allocator
+
+    plain, plain_weights = _step(tmp_path, parity_reward, "plain", microbatch_size=2)
+    calls = []
+    monkeypatch.setattr(allocator, "release_free_heap", lambda: calls.append(1) or True)
+    released, weights = _step(tmp_path, parity_reward, "released", microbatch_size=2, cpu_release_heap=True)
+    assert len(calls) == 1 + 3  # after the rollouts, then after each of the 3 microbatches' backward
+    assert released["loss/total"] == plain["loss/total"]
+    for name, tensor in plain_weights.items():
+        torch.testing.assert_close(weights[name], tensor, rtol=0, atol=0)

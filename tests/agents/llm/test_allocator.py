@@ -8,14 +8,18 @@ import sys
 
 import pytest
 
-from worldgym.agents.llm.allocator import map_large_allocations, map_large_allocations_on_cpu
+from worldgym.agents.llm.allocator import (
+    map_large_allocations,
+    map_large_allocations_on_cpu,
+    release_free_heap_on_cpu,
+)
 
 glibc = pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc's mallopt")
 
 # 100 live 2 MB tensors, then all freed but the last: how many MB the process still holds of them
 _HELD_AFTER_FREE = """
 import sys, torch
-from worldgym.agents.llm.allocator import map_large_allocations
+from worldgym.agents.llm.allocator import map_large_allocations, release_free_heap
 if sys.argv[1] == "mapped":
     assert map_large_allocations()
 def rss_mb():
@@ -25,6 +29,8 @@ del big
 before = rss_mb()
 tensors = [torch.ones(1 << 19) for _ in range(100)]   # 2 MB each, touched
 del tensors[:-1]
+if sys.argv[1] == "released":
+    assert release_free_heap()
 print(rss_mb() - before)
 """
 
@@ -38,6 +44,13 @@ def _held_mb(mode: str) -> float:
 def test_freed_large_tensors_leave_the_process_once_mapped():
     assert _held_mb("default") > 150  # glibc's heap keeps the 99 freed blocks below the live one
     assert _held_mb("mapped") < 20
+
+
+@glibc
+def test_releasing_the_free_heap_gives_back_blocks_below_a_live_one():
+    assert _held_mb("released") < 20  # the heap's free pages go back, though the blocks stay heap blocks
+    assert release_free_heap_on_cpu("cuda", True) is False and release_free_heap_on_cpu("cpu", False) is False
+    assert release_free_heap_on_cpu("cpu", True) is True
 
 
 @glibc

@@ -36,6 +36,10 @@ class GRPOConfig:
             ``DEFAULT_MMAP_THRESHOLD``): freed activations then leave the process instead of piling up in
             malloc's heap, at the cost of fresh pages for every large tensor (``cpu_allocator_memory.py``: a
             SmolLM2 backward held ~9x less memory, and took longer). None (default) leaves malloc as it is.
+        cpu_release_heap: on the CPU, after every microbatch's backward and every rollout batch, give the free
+            pages of malloc's heap back to the system (:func:`worldgym.agents.llm.allocator.release_free_heap`):
+            freed activations leave the process while large tensors are still served from the heap, without
+            the fresh pages ``cpu_mmap_threshold`` costs.
         dtype: numeric precision, "float32", "bfloat16" or "auto" (bf16 on a CPU with AMX-BF16/AVX512-BF16 or a
             CUDA device with bf16, else float32; :mod:`worldgym.precision`). Under bf16 the frozen base weights are
             stored in bf16, trainable tensors and optimizer state stay float32, forward passes (rollouts and
@@ -158,6 +162,7 @@ class GRPOConfig:
     lora_target_modules: tuple[str, ...] = DEFAULT_LORA_TARGETS
     device: str = "cpu"
     cpu_mmap_threshold: int | None = None
+    cpu_release_heap: bool = False
     dtype: Precision = "float32"
     recompute_old_logprobs: bool | None = None
     importance_sampling_cap: float | None = 2.0

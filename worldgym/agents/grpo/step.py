@@ -41,6 +41,7 @@ from worldgym.agents.grpo.auxiliary import (
 from worldgym.agents.grpo.config import GRPOConfig
 from worldgym.agents.grpo.echo import ECHO_SUMS, echo_means
 from worldgym.agents.grpo.learner import Learner
+from worldgym.agents.llm.allocator import release_free_heap_on_cpu
 from worldgym.agents.llm.losses import PolicyLossOutput
 from worldgym.errors import WorldgymError
 
@@ -231,6 +232,7 @@ def _part_backward(
     with trainer.forward_memory(len(part.rows) * longest_sequence(batch, part.rows)):
         loss, terms = learner.forward(compute)
     loss.backward()
+    release_free_heap_on_cpu(trainer.config.device, trainer.config.cpu_release_heap)  # the pass's freed activations
     return loss.item(), terms, token_share
 
 

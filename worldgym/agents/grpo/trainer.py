@@ -30,7 +30,7 @@ from worldgym.agents.llm.adapters import (
     enable_activation_checkpointing,
     seeded_lora,
 )
-from worldgym.agents.llm.allocator import map_large_allocations_on_cpu
+from worldgym.agents.llm.allocator import map_large_allocations_on_cpu, release_free_heap_on_cpu
 from worldgym.agents.llm.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from worldgym.agents.llm.engines import GenerationEngine, HFEngine, SamplingParams
 from worldgym.agents.llm.envs import make_text_env
@@ -320,6 +320,7 @@ class GRPOTrainer:
         rollout workers generate while the learner trains."""
         start = time.perf_counter()
         episodes, rollout_metrics = self.collect_batch()
+        release_free_heap_on_cpu(self.config.device, self.config.cpu_release_heap)  # the rollouts' KV caches
         self._episodes["train"] = episodes
         rollout_end = time.perf_counter()
         rollout_time = rollout_end - start
@@ -727,6 +728,7 @@ class GRPOTrainer:
         tools mark copied arguments and the policy wrote some). Each episode's success is kept in
         ``last_episode_success``."""
         episodes = self.validation_episodes(env, num_episodes)
+        release_free_heap_on_cpu(self.config.device, self.config.cpu_release_heap)
         self.last_episode_success = [float(episode.success) for episode in episodes]
         self._episodes["validation"] = episodes
         return self.evaluation_metrics(episodes)

@@ -5,7 +5,9 @@ own, given back to the system when freed. After each such free it raises the thr
 to 32 MB), so a backward pass over a few-thousand-token sequence, which allocates and frees many 1-30 MB
 tensors, soon takes them all from the heap, where freed blocks between live ones stay in the process: a SmolLM2
 dual-LoRA run on CPU was OOM-killed at 17 GB in its update. A fixed threshold maps every large block and turns
-the raising off (``benchmarks/cpu_allocator_memory.py`` measures both).
+the raising off, at the price of fresh, zeroed pages for every large tensor; releasing the heap's free pages
+between passes (``malloc_trim``) keeps the heap's speed and gives the freed memory back
+(``benchmarks/cpu_allocator_memory.py`` measures them).
 """
 
 from __future__ import annotations
@@ -13,10 +15,33 @@ from __future__ import annotations
 import ctypes
 import sys
 
-__all__ = ["DEFAULT_MMAP_THRESHOLD", "map_large_allocations", "map_large_allocations_on_cpu"]
+__all__ = ["DEFAULT_MMAP_THRESHOLD", "map_large_allocations", "map_large_allocations_on_cpu", "release_free_heap",
+           "release_free_heap_on_cpu"]
 
 DEFAULT_MMAP_THRESHOLD = 1 << 20  # bytes
 _M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter number (malloc.h)
+
+
+def _glibc() -> ctypes.CDLL | None:
+    """glibc, where this process runs on it (None elsewhere: not Linux, or another C library such as musl)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:
+        return None
+    return libc if hasattr(libc, "mallopt") and hasattr(libc, "malloc_trim") else None
+
+
+def release_free_heap() -> bool:
+    """Give the free pages of malloc's heap back to the system (``malloc_trim(0)``): the memory of freed
+    tensors leaves the process, while malloc keeps serving large tensors from its heap (no fresh, zeroed pages
+    for each, as :func:`map_large_allocations` costs). Returns False where glibc is not there."""
+    libc = _glibc()
+    if libc is None:
+        return False
+    libc.malloc_trim(0)
+    return True
 
 
 def map_large_allocations(threshold: int = DEFAULT_MMAP_THRESHOLD) -> bool:
@@ -26,19 +51,17 @@ def map_large_allocations(threshold: int = DEFAULT_MMAP_THRESHOLD) -> bool:
     Linux, not glibc, or a threshold glibc refuses: above 32 MB on 64-bit systems)."""
     if threshold <= 0:
         raise ValueError(f"threshold must be positive, got {threshold}")
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-    except OSError:
-        return False
-    mallopt = getattr(libc, "mallopt", None)
-    if mallopt is None:  # e.g. musl
-        return False
-    return bool(mallopt(_M_MMAP_THRESHOLD, int(threshold)))
+    libc = _glibc()
+    return libc is not None and bool(libc.mallopt(_M_MMAP_THRESHOLD, int(threshold)))
 
 
 def map_large_allocations_on_cpu(device: str, threshold: int | None) -> bool:
     """What the trainers do at construction: :func:`map_large_allocations` ``(threshold)`` when they train on
     the CPU and ``threshold`` is set (on a GPU the tensors are not malloc's); whether it was applied."""
     return device == "cpu" and threshold is not None and map_large_allocations(threshold)
+
+
+def release_free_heap_on_cpu(device: str, release: bool) -> bool:
+    """What the trainers do between microbatches and after rollouts: :func:`release_free_heap` when they train
+    on the CPU and ``release`` is set; whether it was done."""
+    return device == "cpu" and release and release_free_heap()
