@@ -6,7 +6,11 @@ options on) in float32 and then bfloat16 (frozen weights stored in bf16, forward
 (``--kernel``: the compiled one or the native C++ one), or (``--compare merge``, bf16, the native decode attention)
 with and without the LoRA layers merged for generation (``merge_lora``), or (``--compare prefill``, bf16, the
 native decode attention, LoRA layers merged) with each turn's prefill attention computed by ``sdpa``
-(``decode_attention="native-decode"``) and by the native flash attention (``"native"``).
+(``decode_attention="native-decode"``) and by the native flash attention (``"native"``), or (``--compare
+allocator``, the preset's bf16 engine, one difficulty and batch size) with malloc's heap, its free pages given
+back after every ``collect`` call (``release_free_heap``, the trainers' ``cpu_release_heap``), and then with every
+block of 1 MB or more mapped on its own (``map_large_allocations``, their ``cpu_mmap_threshold``; it cannot be
+undone within a process, so it runs second).
 
 For every difficulty, batch size (episodes run together in one ``RolloutCollector.collect`` call) and the
 compared option off / on, the same seeds are played greedily to the end (16 turns at most, the env's own
@@ -57,6 +61,7 @@ import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from worldgym.agents.grpo.presets import grpo_presets
+from worldgym.agents.llm.allocator import map_large_allocations, release_free_heap
 from worldgym.agents.llm.engines import HFEngine, SamplingParams
 from worldgym.agents.llm.envs import make_text_env
 from worldgym.agents.llm.rollout import Episode, RolloutCollector
@@ -80,8 +85,11 @@ COMPARED: dict[str, tuple[str, dict[str, bool]]] = {
     # bf16 both times, LoRA merged, the native decode kernel; off: prefill with sdpa ("native-decode"), on: with the
     # native flash attention ("native")
     "prefill": ("decode_attention", {"reuse_kv_cache": True, "retire_stopped_rows": True, "merge_lora": True}),
+    # bf16, the SmolLM2 preset's engine; off: malloc's heap released after every collect call, on: large blocks mapped
+    "allocator": ("map_large_allocations", {"reuse_kv_cache": True, "retire_stopped_rows": True, "merge_lora": True,
+                                            "decode_attention": "native"}),
 }
-BF16_COMPARISONS = ("attention", "merge", "prefill")
+BF16_COMPARISONS = ("attention", "merge", "prefill", "allocator")
 
 
 @dataclass
@@ -132,8 +140,9 @@ class PositionCounter:
 
 
 def run(collector: RolloutCollector, counter: PositionCounter, seeds: list[int], batch: int,
-        params: SamplingParams) -> Run:
-    """Play ``seeds`` in consecutive batches of ``batch`` episodes; time every ``collect`` call."""
+        params: SamplingParams, release_heap: bool = False) -> Run:
+    """Play ``seeds`` in consecutive batches of ``batch`` episodes; time every ``collect`` call (and, with
+    ``release_heap``, the release of malloc's free heap after it)."""
     episodes: list[Episode] = []
     wall = cpu = latency = 0.0
     counter.count = 0
@@ -141,6 +150,8 @@ def run(collector: RolloutCollector, counter: PositionCounter, seeds: list[int],
         chunk = seeds[start : start + batch]
         wall_start, cpu_start = time.perf_counter(), time.process_time()
         episodes += collector.collect(chunk, 1, params)
+        if release_heap:
+            release_free_heap()
         seconds = time.perf_counter() - wall_start
         wall, cpu, latency = wall + seconds, cpu + time.process_time() - cpu_start, latency + seconds * len(chunk)
     return Run(episodes, wall, cpu, latency / len(seeds), counter.count)
@@ -180,6 +191,8 @@ def engine_settings(compare: str, on: bool, model: PreTrainedModel, kernel: str 
     option, shared = COMPARED[compare]
     if compare in BF16_COMPARISONS:
         cast_for_training(model.requires_grad_(False), torch.bfloat16)
+        if compare == "allocator":
+            return {**shared, "dtype": torch.bfloat16}
         setting = {"attention": kernel if on else "flash", "prefill": "native" if on else "native-decode"}.get(compare, on)
         return {**shared, option: setting, "dtype": torch.bfloat16}
     if compare != "dtype":
@@ -213,6 +226,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         args.episodes, args.difficulties, args.batch_sizes, args.max_new_tokens = 2, [1], [2], 8
     if args.episodes < 1 or min(args.batch_sizes) < 1:
         parser.error("--episodes and --batch-sizes must be >= 1")
+    if args.compare == "allocator" and len(args.difficulties) * len(args.batch_sizes) > 1:
+        parser.error("--compare allocator: one difficulty and one batch size (mapping cannot be undone in a process)")
     return args
 
 
@@ -250,6 +265,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
         for batch in args.batch_sizes:
             runs: dict[bool, Run] = {}
             for on in (False, True):
+                if args.compare == "allocator" and on and not map_large_allocations():
+                    raise SystemExit("map_large_allocations is not available here (needs glibc on Linux)")
                 engine = HFEngine(model, tokenizer.pad_token_id, [tokenizer.eos_token_id], batch_size=batch,
                                   kv_cache_max_tokens=batch * args.max_episode_tokens,
                                   **engine_settings(args.compare, on, model, args.kernel))
@@ -258,7 +275,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
                 # warm-up (two tasks: prompts of two lengths, a padded batch, as compiled kernels see them)
                 collector.collect(seeds[:2], 1, SamplingParams(temperature=0.0, max_new_tokens=2))
                 engine.clear_kv_cache()
-                runs[on] = run(collector, counter, seeds, batch, params)
+                runs[on] = run(collector, counter, seeds, batch, params,
+                               release_heap=args.compare == "allocator" and not on)
             diverging, logprob_gap = same_episodes(runs[False].episodes, runs[True].episodes)
             identical = diverging == 0
             for on, result in runs.items():
@@ -274,6 +292,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
                 if args.compare == "prefill":
                     settings |= {"dtype": "bfloat16", "attention": "native" if on else "native-decode",
                                  "merge_lora": True}
+                if args.compare == "allocator":
+                    settings |= {"dtype": "bfloat16", "attention": "native", "merge_lora": True,
+                                 "malloc": "mapped" if on else "released"}
                 results["runs"].append({"difficulty": difficulty, "batch": batch, **settings, **figures,
                                         "same_episodes": identical, "diverging_episodes": diverging,
                                         "max_logprob_gap": logprob_gap})

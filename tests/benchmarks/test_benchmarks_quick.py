@@ -160,6 +160,21 @@ def test_csr_rollout_speed_compares_prefill_attention(tmp_path: Path) -> None:
     assert all(run["episodes"] == 2 and run["episodes_per_s"] > 0 for run in data["runs"])
 
 
+def test_csr_rollout_speed_compares_malloc_settings(tmp_path: Path) -> None:
+    run("csr_rollout_speed.py", "--compare", "allocator", results=tmp_path)
+    data = load(tmp_path / "csr_rollout_speed_allocator.json")
+    assert [(run["malloc"], run["attention"], run["dtype"]) for run in data["runs"]] == [
+        ("released", "native", "bfloat16"), ("mapped", "native", "bfloat16")]
+    assert all(run["same_episodes"] for run in data["runs"])  # malloc moves tensors, never their values
+
+
+def test_csr_rollout_speed_allocator_compare_needs_one_configuration() -> None:
+    from benchmarks.csr_rollout_speed import parse_args
+
+    with pytest.raises(SystemExit):
+        parse_args(["--compare", "allocator", "--difficulties", "1", "3"])
+
+
 def test_lora_dropout(tmp_path: Path) -> None:
     run("lora_dropout.py", results=tmp_path)
     data = load(tmp_path / "lora_dropout.json")
