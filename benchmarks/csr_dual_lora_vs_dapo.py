@@ -459,12 +459,13 @@ def step0_path(args: argparse.Namespace) -> Path:
 
 def validation_setting(args: argparse.Namespace, config: DualLoRAConfig) -> dict[str, Any]:
     """What a step-0 validation depends on: the model and its warm start, the validation tasks (env, difficulty,
-    split, seeds) and how an episode is played (turns, tokens, decoding)."""
+    split, seeds), how an episode is played (turns, tokens, decoding) and how the world model scores replies."""
     setting = {"model": args.model, "warm_start": warm_start_key(args), "difficulty": args.difficulty,
                "env_id": config.env_id, "env_kwargs": {**config.env_kwargs, **config.eval_env_kwargs},
                "episodes": config.eval_episodes, "first_seed": VALIDATION_SEEDS_START,
                "max_turns": config.max_turns, "max_new_tokens": config.max_new_tokens,
-               "max_episode_tokens": config.max_episode_tokens, "decoding": config.decoding}
+               "max_episode_tokens": config.max_episode_tokens, "decoding": config.decoding,
+               "world_model_scoring": "packed"}  # a conversation's calls in one forward (world_model.pack_calls)
     return json.loads(json.dumps(setting))  # as the file holds it (tuples as lists)
 
 
@@ -653,9 +654,10 @@ def _successes_at(trainer: DualLoRATrainer, difficulty: int, episodes: int, spli
 
 def _config_fields(data: dict[str, Any]) -> dict[str, Any]:
     """A stored ``DualLoRAConfig.to_dict()`` back as constructor arguments (JSON turned tuples into lists; the
-    retired ``wrap_tool_calls`` of older results dropped)."""
+    retired ``wrap_tool_calls`` and the deprecated ``wm_chunk_size`` of older results dropped)."""
     data = dict(data)
     data.pop("wrap_tool_calls", None)
+    data.pop("wm_chunk_size", None)
     data["lambda_steps"] = tuple(tuple(pair) for pair in data["lambda_steps"])
     data["loss_ratio_band"] = tuple(data["loss_ratio_band"])
     return data

@@ -8,6 +8,7 @@ import torch.nn.functional as F
 from worldgym.agents.dual_lora.replay import PhoneCallReplay
 from worldgym.agents.dual_lora.world_model import (
     PhoneCallExample,
+    WorldModelScores,
     phone_call_examples,
     score_examples,
     wm_token_ids,
@@ -123,3 +124,63 @@ def test_tool_usage_metrics_count_calls_by_tool(episodes):
     assert metrics["eval/tool/search_company_per_episode"] == 1.0
     assert metrics["eval/tool/make_phone_call_per_episode"] == 3.0
     assert metrics["eval/tool_calls_per_episode"] == 4.0 and metrics["eval/invalid_call_rate"] == 0.0
+
+
+def _nested_examples() -> list[PhoneCallExample]:
+    """Two episodes' calls: contexts 20, 35 and 60 tokens long of one episode, 30 of another, and a call whose
+    context leaves the first episode's after 10 tokens (it starts a pack of its own)."""
+    generator = torch.Generator().manual_seed(0)
+    first = torch.randint(10, 300, (60,), generator=generator).tolist()
+    other = torch.randint(10, 300, (30,), generator=generator).tolist()
+    forked = first[:10] + torch.randint(10, 300, (15,), generator=generator).tolist()
+
+    def call(context: list[int], reply: int) -> PhoneCallExample:
+        return PhoneCallExample(tuple(context + [5, 6] + list(range(20, 20 + reply)) + [7]), len(context) + 2, "a")
+
+    return [call(first[:35], 4), call(other, 6), call(first, 3), call(forked, 5), call(first[:20], 8)]
+
+
+def test_packed_calls_share_their_contexts(csr_tokenizer):
+    from worldgym.agents.dual_lora.world_model import pack_calls
+
+    packs = pack_calls(_nested_examples())
+    assert sorted(sorted(pack.members) for pack in packs) == [[0, 2, 4], [1], [3]]
+    longest = next(pack for pack in packs if 2 in pack.members)
+    assert longest.context_length == 60 and len(longest.token_ids) == 60 + (2 + 3 + 1) + (2 + 4 + 1) + (2 + 8 + 1)
+    mask = longest.attention_mask()[0, 0]
+    start, size, seen = longest.branches[longest.members.index(4)]  # the 20-token context's call
+    assert mask[start, :seen].all() and not mask[start, seen:start].any() and mask[start + 1, start]
+    assert longest.position_ids[start : start + size] == tuple(range(20, 20 + size))
+
+
+@pytest.mark.parametrize("grad", [False, True])
+def test_packed_scores_equal_each_calls_own(csr_tokenizer, grad):
+    from worldgym.agents.dual_lora.world_model import score_packed
+
+    model = build_tiny_model(csr_tokenizer, seed=0).eval()
+    examples = _nested_examples()
+
+    def scored(packed: bool) -> tuple[WorldModelScores, list[torch.Tensor]]:
+        model.zero_grad()
+        with torch.set_grad_enabled(grad):
+            scores = (score_packed(model, examples) if packed
+                      else score_examples(model, examples, csr_tokenizer.pad_token_id))
+        if grad:
+            scores.loss.sum().backward()
+        return scores, [p.grad.clone() for p in model.parameters() if p.grad is not None]
+
+    (separate, separate_grads), (packed, packed_grads) = scored(False), scored(True)
+    for name in ("loss", "token_accuracy", "mean_probability"):
+        torch.testing.assert_close(getattr(packed, name), getattr(separate, name), atol=1e-5, rtol=1e-5)
+    assert packed.exact_match.tolist() == separate.exact_match.tolist()
+    assert packed.num_targets.tolist() == separate.num_targets.tolist() == [5, 7, 4, 6, 9]
+    assert len(packed_grads) == len(separate_grads) == (len(list(model.parameters())) if grad else 0)
+    for a, b in zip(packed_grads, separate_grads):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
+
+
+def test_wm_chunk_size_is_deprecated():
+    from worldgym.agents.dual_lora import DualLoRAConfig
+
+    with pytest.warns(DeprecationWarning, match="wm_chunk_size is deprecated and ignored"):
+        DualLoRAConfig(wm_chunk_size=1)

@@ -60,13 +60,15 @@ def test_only_cpu_runs_with_a_threshold_change_malloc():
     assert map_large_allocations_on_cpu("cpu", 1 << 20) is True
 
 
-def test_only_the_smollm2_preset_maps_large_allocations():
+def test_only_the_smollm2_preset_releases_the_heap_and_none_maps_large_allocations():
     from worldgym.agents.grpo import GRPOConfig, grpo_preset
-    from worldgym.agents.llm.allocator import DEFAULT_MMAP_THRESHOLD
 
-    assert GRPOConfig().cpu_mmap_threshold is None  # malloc as it is, unless asked
-    assert grpo_preset("CSRPhone-v1", "tiny").grpo_config(1).cpu_mmap_threshold is None
-    assert grpo_preset("CSRPhone-v1", "smollm2-135m").grpo_config(3).cpu_mmap_threshold == DEFAULT_MMAP_THRESHOLD
+    config = GRPOConfig()
+    assert config.cpu_mmap_threshold is None and config.cpu_release_heap is False  # malloc as it is, unless asked
+    tiny = grpo_preset("CSRPhone-v1", "tiny").grpo_config(1)
+    assert tiny.cpu_mmap_threshold is None and tiny.cpu_release_heap is False
+    smollm2 = grpo_preset("CSRPhone-v1", "smollm2-135m").grpo_config(3)
+    assert smollm2.cpu_mmap_threshold is None and smollm2.cpu_release_heap is True
 
 
 def test_a_threshold_must_be_positive():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from typing import Literal
 
@@ -16,6 +17,7 @@ LambdaSchedule = Literal["constant", "step", "adaptive"]
 
 # The world model reads ``conversation + phone call + <|predict_csr|>`` and writes ``<|csr|> reply <|/csr|>``.
 WM_SPECIAL_TOKENS = WORLD_MODEL_TOKENS
+WM_CHUNK_SIZE_DEFAULT = 8  # the deprecated wm_chunk_size's default
 PREDICT_CSR, CSR_START, CSR_END = WORLD_MODEL_TOKENS
 
 ADAPTER_TARGETS: dict[str, tuple[str, ...]] = {
@@ -69,9 +71,10 @@ class DualLoRAConfig(GRPOConfig):
             (already predicted; None = keep all).
         wm_max_context_tokens: keep only the last this-many context tokens of a world-model input (None: all).
         wm_max_calls: train on at most this many of a minibatch's phone calls, drawn at random (None: every
-            call). Each call is a forward over its whole conversation, so this bounds the world model's cost.
-        wm_chunk_size: phone calls per forward (sorted by length, so little is padding); all chunks share one
-            backward pass.
+            call). The calls of one conversation are scored in one forward over it (their replies packed after
+            it, :func:`~worldgym.agents.dual_lora.world_model.pack_calls`), so this bounds the world model's cost.
+        wm_chunk_size: deprecated and ignored (the world model scores one pack of a conversation's calls per
+            forward); setting it warns. Removed in 0.3.0.
         output_dir: run directory (metrics.jsonl, checkpoints).
     """
 
@@ -98,7 +101,7 @@ class DualLoRAConfig(GRPOConfig):
     wm_confidence_skip: float | None = None
     wm_max_context_tokens: int | None = None
     wm_max_calls: int | None = None
-    wm_chunk_size: int = 8
+    wm_chunk_size: int = WM_CHUNK_SIZE_DEFAULT  # deprecated: ignored
     output_dir: str = "runs/dual_lora"
 
     def __post_init__(self) -> None:
@@ -132,6 +135,9 @@ class DualLoRAConfig(GRPOConfig):
             if getattr(self, name) is not None:
                 check_positive_int(name, getattr(self, name))
         check_positive_int("wm_chunk_size", self.wm_chunk_size)
+        if self.wm_chunk_size != WM_CHUNK_SIZE_DEFAULT:
+            warnings.warn("DualLoRAConfig.wm_chunk_size is deprecated and ignored: the world model scores one pack "
+                          "of a conversation's phone calls per forward", DeprecationWarning, stacklevel=3)
         check_field(not self.clip_per_adapter or len(self.adapter_names) == 2, "clip_per_adapter",
                     self.clip_per_adapter, f"use False with transfer={self.transfer!r} (one adapter)")
         check_range("imagined_fraction", self.imagined_fraction, 0.0, 1.0)

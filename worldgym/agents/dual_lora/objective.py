@@ -19,8 +19,8 @@ from worldgym.agents.dual_lora.world_model import (
     PhoneCallExample,
     phone_call_examples,
     reply_metrics,
-    score_in_chunks,
     score_observations,
+    score_packed,
     wm_token_ids,
 )
 from worldgym.agents.grpo.auxiliary import SINGLE_PROCESS, LossShard
@@ -29,7 +29,6 @@ from worldgym.agents.llm.rollout import Episode
 
 __all__ = ["WorldModelObjective"]
 
-_EVAL_CHUNK = 16  # validation calls scored per forward
 _EVAL_EPISODES = 4  # validation episodes scored per forward under "echo"
 
 
@@ -113,8 +112,7 @@ class WorldModelObjective:
         if not scored:
             return torch.zeros((), device=device), torch.zeros(4, dtype=torch.float64)
         with using_adapters(self.model, [config.world_model_adapter], config.adapter_names):
-            scores = score_in_chunks(self.model, [examples[i] for i in scored], self.tokenizer.pad_token_id,
-                                     config.wm_chunk_size)
+            scores = score_packed(self.model, [examples[i] for i in scored])
         own = torch.arange(len(scored), device=device) < len(mine)
         confident = torch.zeros_like(own)
         if config.wm_confidence_skip is not None:
@@ -150,8 +148,7 @@ class WorldModelObjective:
                     examples = [e for row in phone_call_examples(episodes, self.tokenizer,
                                                                  config.wm_max_context_tokens) for e in row]
                     response_types = [example.response_type for example in examples]
-                    scores = score_in_chunks(self.model, examples, self.tokenizer.pad_token_id, _EVAL_CHUNK) \
-                        if examples else None
+                    scores = score_packed(self.model, examples) if examples else None
         finally:
             self.model.train(was_training)
         if not response_types:

@@ -47,14 +47,12 @@ def dual_lora_config(preset: str, difficulty: int, **overrides: Any) -> DualLoRA
     """The CSR preset's DAPO settings (``"tiny"`` / ``"smollm2-135m"``: its decoding, batch, 0/1 reward) at
     ``difficulty`` as a :class:`DualLoRAConfig`; ``overrides`` set any field (e.g. ``transfer``, ``wm_coef``,
     ``model`` for another pretrained model on SmolLM2's settings)."""
-    # the world model's forwards hold as many phone calls as the policy's microbatches hold episodes (SmolLM2: one,
-    # which bounds a forward's own peak; the OOM kills at 16.8-17 GB were mostly freed blocks kept in malloc's heap,
-    # which the SmolLM2 preset's cpu_mmap_threshold releases)
+    # a world-model forward holds one conversation and its calls' replies (world_model.pack_calls), as a policy
+    # microbatch holds one episode under SmolLM2; the OOM kills at 16.8-17 GB were mostly freed blocks kept in
+    # malloc's heap, which the SmolLM2 preset's cpu_release_heap gives back
     base = grpo_preset(ENV_ID, preset)
-    chunk = base.microbatch_size or DualLoRAConfig.wm_chunk_size
     settings = {"learning_rate": ADAPTER_LEARNING_RATES[preset], "wm_learning_rate": WM_LEARNING_RATES[preset],
-                "wm_max_calls": WM_CALLS_PER_MINIBATCH[preset], "wm_chunk_size": chunk,
-                "adapter_targets": "all-linear", **overrides}
+                "wm_max_calls": WM_CALLS_PER_MINIBATCH[preset], "adapter_targets": "all-linear", **overrides}
     return base.grpo_config(difficulty, DualLoRAConfig, **settings)
 
 

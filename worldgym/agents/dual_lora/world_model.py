@@ -14,6 +14,7 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 import torch
+from peft import PeftModel
 from torch.utils.checkpoint import checkpoint
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
@@ -22,10 +23,12 @@ from worldgym.agents.grpo.echo import EchoTargets, echo_turns
 from worldgym.agents.llm.adapters import recompute_under_active_adapters
 from worldgym.agents.llm.rollout import Episode, Turn, collate_episodes
 from worldgym.agents.llm.scoring import score_tokens
+from worldgym.precision import model_autocast
 
 __all__ = [
-    "PhoneCallExample", "WorldModelScores", "phone_call_examples", "phone_call_turns", "reply_metrics",
-    "score_examples", "score_in_chunks", "score_observations", "wm_token_ids",
+    "PackedCalls", "PhoneCallExample", "WorldModelScores", "pack_calls", "phone_call_examples", "phone_call_turns",
+    "reply_metrics", "score_examples", "score_in_chunks", "score_observations", "score_pack", "score_packed",
+    "wm_token_ids",
 ]
 
 PHONE_TOOL = "make_phone_call"
@@ -163,6 +166,113 @@ def score_in_chunks(
     scores = WorldModelScores.concat([WorldModelScores(*part) for part in parts])
     inverse = torch.empty(len(order), dtype=torch.long)
     inverse[torch.tensor(order)] = torch.arange(len(order))
+    return WorldModelScores(*(getattr(scores, name)[inverse.to(scores.loss.device)]
+                              for name in WorldModelScores.__dataclass_fields__))
+
+
+@dataclass(frozen=True)
+class PackedCalls:
+    """Phone-call examples whose contexts are prefixes of one another (the calls of one episode) as one sequence:
+    the longest context once, then each call's markers, reply and closing marker (its *branch*) at the positions
+    it has in its own example, seeing its own context and itself only.
+
+    ``branches[k] = (start, length, context_length)`` places example ``members[k]``'s branch in ``token_ids``."""
+
+    token_ids: tuple[int, ...]
+    position_ids: tuple[int, ...]
+    context_length: int
+    branches: tuple[tuple[int, int, int], ...]
+    members: tuple[int, ...]
+
+    def attention_mask(self, device: torch.device | str = "cpu") -> torch.Tensor:
+        """The block mask ``[1, 1, L, L]`` (True = attend): causal over the context; each branch sees the first
+        ``context_length`` tokens of the context and its own earlier tokens."""
+        length, context = len(self.token_ids), self.context_length
+        mask = torch.zeros(length, length, dtype=torch.bool, device=device)
+        mask[:context, :context] = torch.ones(context, context, dtype=torch.bool, device=device).tril()
+        for start, size, seen in self.branches:
+            mask[start : start + size, :seen] = True
+            mask[start : start + size, start : start + size] = torch.ones(size, size, dtype=torch.bool,
+                                                                          device=device).tril()
+        return mask[None, None]
+
+
+def pack_calls(examples: Sequence[PhoneCallExample]) -> list[PackedCalls]:
+    """Group ``examples`` into :class:`PackedCalls`: each joins a pack whose longest context starts with its own
+    (longest contexts first), else starts one. Every token of a context is then run once per pack instead of
+    once per call that sees it; each call's scores are those of its own sequence (the same attention, the same
+    positions)."""
+    def context(index: int) -> tuple[int, ...]:
+        return examples[index].token_ids[: examples[index].target_start - 2]
+
+    packs: list[list[int]] = []  # example indices, the longest context first
+    for index in sorted(range(len(examples)), key=lambda i: -len(context(i))):
+        own = context(index)
+        home = next((pack for pack in packs if context(pack[0])[: len(own)] == own), None)
+        if home is None:
+            packs.append([index])
+        else:
+            home.append(index)
+    out = []
+    for pack in packs:
+        longest = context(pack[0])
+        token_ids, position_ids, branches = list(longest), list(range(len(longest))), []
+        for index in pack:
+            seen = len(context(index))
+            branch = examples[index].token_ids[seen:]
+            branches.append((len(token_ids), len(branch), seen))
+            token_ids += branch
+            position_ids += range(seen, seen + len(branch))
+        out.append(PackedCalls(tuple(token_ids), tuple(position_ids), len(longest), tuple(branches), tuple(pack)))
+    return out
+
+
+def score_pack(model: PreTrainedModel, pack: PackedCalls) -> WorldModelScores:
+    """Teacher-forced scores of a pack's examples (in ``pack.members`` order) under the model's active adapters,
+    from one forward of the packed sequence: the LM head runs on the reply tokens only (see
+    :func:`score_examples`)."""
+    base = model.get_base_model() if isinstance(model, PeftModel) else model
+    device = next(model.parameters()).device
+    input_ids = torch.tensor([pack.token_ids], device=device)
+    predicting = torch.tensor([start + offset for start, size, _ in pack.branches for offset in range(1, size - 1)],
+                              device=device)
+    with model_autocast(model):
+        hidden = base.get_decoder()(input_ids=input_ids, attention_mask=pack.attention_mask(device),
+                                    position_ids=torch.tensor([pack.position_ids], device=device)
+                                    ).last_hidden_state[0]
+    logits = base.get_output_embeddings()(hidden[predicting]).float()
+    targets = input_ids[0, predicting + 1]
+    logprobs = torch.gather(logits, -1, targets[:, None])[:, 0] - torch.logsumexp(logits, -1)
+    counts = torch.tensor([size - 2 for _, size, _ in pack.branches], device=device)
+    example = torch.repeat_interleave(torch.arange(len(counts), device=device), counts)
+    loss = -torch.zeros(len(counts), device=device).index_add(0, example, logprobs) / counts
+    with torch.no_grad():
+        right = torch.zeros(len(counts), device=device).index_add(0, example, (logits.argmax(-1) == targets).float())
+        probability = torch.zeros(len(counts), device=device).index_add(0, example, logprobs.detach().exp())
+    return WorldModelScores(loss, right / counts, right == counts, probability / counts, counts)
+
+
+def score_packed(model: PreTrainedModel, examples: Sequence[PhoneCallExample]) -> WorldModelScores:
+    """:func:`score_examples` of ``examples`` (in their order) through :func:`pack_calls`: one forward per pack,
+    each context token run once per pack. With gradients on, each pack's forward is checkpointed, as in
+    :func:`score_in_chunks`."""
+    if not examples:
+        raise ValueError("score_packed needs at least one example")
+    packs = pack_calls(examples)
+
+    def score(pack: PackedCalls) -> tuple[torch.Tensor, ...]:
+        scores = score_pack(model, pack)
+        return tuple(getattr(scores, field.name) for field in fields(scores))
+
+    if torch.is_grad_enabled() and len(packs) > 1:
+        context_fn = recompute_under_active_adapters(model)
+        parts = [checkpoint(score, pack, use_reentrant=False, context_fn=context_fn) for pack in packs]
+    else:
+        parts = [score(pack) for pack in packs]
+    scores = WorldModelScores.concat([WorldModelScores(*part) for part in parts])
+    order = torch.tensor([index for pack in packs for index in pack.members])
+    inverse = torch.empty(len(order), dtype=torch.long)
+    inverse[order] = torch.arange(len(order))
     return WorldModelScores(*(getattr(scores, name)[inverse.to(scores.loss.device)]
                               for name in WorldModelScores.__dataclass_fields__))
 

@@ -28,9 +28,10 @@ __all__ = ["CPU_MMAP_THRESHOLD", "PRESETS", "WORLD_MODEL_MARKERS"]
 # The dual-LoRA world model's markers (``worldgym.agents.llm.tokenizer.WORLD_MODEL_TOKENS``): it reads
 # ``<|predict_csr|>`` and writes ``<|csr|> reply <|/csr|>``.
 WORLD_MODEL_MARKERS = ("<|predict_csr|>", "<|csr|>", "<|/csr|>")
-# 1 MiB (``worldgym.agents.llm.allocator.DEFAULT_MMAP_THRESHOLD``): freed multi-MB tensors stayed in malloc's
-# heap, and a dual-LoRA update was OOM-killed at 17 GB (benchmarks/cpu_allocator_memory.py: ~9x less memory
-# mapped, and slower; a killed step costs more)
+# 1 MiB (``worldgym.agents.llm.allocator.DEFAULT_MMAP_THRESHOLD``), for a config that maps large blocks
+# (``cpu_mmap_threshold``): freed multi-MB tensors stayed in malloc's heap, and a dual-LoRA update was OOM-killed
+# at 17 GB. The SmolLM2 preset now releases the heap's free pages instead (``cpu_release_heap``): mapping every
+# large tensor afresh made bf16 learner passes 1.43x slower (benchmarks/cpu_allocator_memory.py --workload learner)
 CPU_MMAP_THRESHOLD = 1 << 20
 
 _DAPO: dict[str, Any] = {
@@ -44,6 +45,7 @@ _DAPO: dict[str, Any] = {
     "microbatch_size": 0,
     "activation_checkpointing": False,
     "cpu_mmap_threshold": None,
+    "cpu_release_heap": False,
     "dtype": "float32",
     "loss_aggregation": "token_mean",
     "eps_low": 0.2,
@@ -73,7 +75,9 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
             # a d3 update on 4 episodes of up to 8,192 tokens took 24 GB and was OOM-killed; one episode per
             # pass with recomputed activations peaks ~7 GB above the model (measured on 1 x 8,000 tokens)
             "microbatch_size": 1, "activation_checkpointing": True,
-            "cpu_mmap_threshold": CPU_MMAP_THRESHOLD,
+            # freed activations go back to the system after every microbatch and rollout batch, while malloc
+            # keeps serving large tensors from its heap (mapping each afresh cost the learner 1.43x)
+            "cpu_release_heap": True,
             # the fast precision of this machine: bf16 rollouts and updates where the CPU has native bf16 (on an
             # AMX CPU d3 rollouts ran 1.51x faster, the same greedy success: csr_rollout_speed.py --compare
             # dtype; llm_precision.py), float32 where bf16 would be emulated (tens of times slower)
