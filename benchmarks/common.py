@@ -55,6 +55,17 @@ def model_missing(name: str) -> bool:
     return True
 
 
+def model_ready(args: argparse.Namespace) -> bool:
+    """Whether a script can run ``args.model`` (it is installed, else :func:`model_missing` says so); when it
+    can, torch computes on ``args.threads`` threads."""
+    if model_missing(args.model):
+        return False
+    import torch
+
+    torch.set_num_threads(args.threads)
+    return True
+
+
 def portable(path: str | Path) -> str:
     """``path`` relative to the repository, or just its name when it lies outside: never a machine's path."""
     resolved = Path(path).resolve()

@@ -68,7 +68,7 @@ from worldgym.agents.llm.rollout import Episode, RolloutCollector
 from worldgym.precision import cast_for_training
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a file: find the benchmarks package
-from benchmarks.common import model_missing, portable, results_dir, results_parser, write_json
+from benchmarks.common import model_ready, portable, results_dir, results_parser, write_json
 
 PRESETS = grpo_presets("CSRPhone-v1")  # the CSR presets, per model
 
@@ -234,9 +234,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     """Run every configuration, print a table and write JSON (``None`` when the model is not installed)."""
     args = parse_args(argv)
-    if model_missing(args.model):
+    if not model_ready(args):
         return None
-    torch.set_num_threads(args.threads)
     model, tokenizer = load_model(args.model, args.adapter, args.seed, args.warm_start)
     counter = PositionCounter(model)
     params = SamplingParams(temperature=0.0, max_new_tokens=args.max_new_tokens)

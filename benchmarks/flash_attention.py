@@ -42,7 +42,7 @@ from worldgym.precision import cast_for_training
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a file: find the benchmarks package
 from benchmarks import llm_precision
-from benchmarks.common import model_missing, results_dir, results_parser, write_json
+from benchmarks.common import model_ready, results_dir, results_parser, write_json
 
 HEADS, KV_HEADS, DIM = 9, 3, 64  # SmolLM2-135M
 
@@ -159,9 +159,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     if native_kernel("flash_attention") is None:
         print("the native flash attention could not be built here: nothing to compare")
         return None
-    if model_missing(args.model):
+    if not model_ready(args):
         return None
-    torch.set_num_threads(args.threads)
     results: dict[str, Any] = {
         "what": "bf16 many-token attention: sdpa vs the native flash attention (ms per layer; learner pass s)",
         "quick": args.quick, "threads": args.threads, "load_average_before": os.getloadavg()[0],

@@ -54,7 +54,7 @@ from worldgym.machine import machine_info, machine_kind
 from worldgym.precision import autocast, cast_for_training, cpu_supports_bf16
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a file: find the benchmarks package
-from benchmarks.common import model_missing, results_dir, results_parser, write_json
+from benchmarks.common import model_ready, results_dir, results_parser, write_json
 
 
 def load(name: str) -> tuple[PreTrainedModel, list[str]]:
@@ -235,9 +235,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     args = parse_args(argv)
-    if model_missing(args.model):
+    if not model_ready(args):
         return None
-    torch.set_num_threads(args.threads)
     name = "llm_precision" + ("" if args.model == "tiny" else "_" + args.model.split("-")[0])
     path = results_dir(args) / f"{name}.json"
     runs = {"learner": run_learner, "sft": sft_in_bf16, "dapo-step": run_dapo_step}

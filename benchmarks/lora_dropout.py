@@ -38,7 +38,7 @@ from worldgym.precision import autocast, cast_for_training
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a file: find the benchmarks package
 from benchmarks import llm_precision
-from benchmarks.common import model_missing, results_dir, results_parser, write_json
+from benchmarks.common import model_ready, results_dir, results_parser, write_json
 
 
 def set_lora_dropout(model: torch.nn.Module, p: float) -> None:
@@ -120,9 +120,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     args = parse_args(argv)
-    if model_missing(args.model):
+    if not model_ready(args):
         return None
-    torch.set_num_threads(args.threads)
     results: dict[str, Any] = {
         "what": "a bf16 LoRA learner pass (forward + backward) with and without dropout on the adapters' inputs, "
                 "and the PPO ratio's movement before any update (old logprobs in eval mode, new in train mode)",
