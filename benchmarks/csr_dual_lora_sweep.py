@@ -70,8 +70,8 @@ class Sweep:
 
 SWEEPS: dict[str, Sweep] = {
     # The world-model modes against DAPO and ECHO on SmolLM2-135M. d3 from the mistakes warm start (shipped): its
-    # greedy validation started at 0.31 at d3 on 16 episodes and at 0.19 on the sweep's 64 (the committed step-0
-    # validation): room to rise. The threshold, 0.40, is csr_dual_lora_vs_dapo.THRESHOLDS["smollm2-135m"], fixed
+    # greedy validation started at 0.31 at d3 on 16 episodes and at 0.14 on the sweep's 64 (the committed step-0
+    # validation, current kernels): room to rise. The threshold, 0.40, is csr_dual_lora_vs_dapo.THRESHOLDS["smollm2-135m"], fixed
     # before the first run. Batches of 2 tasks x
     # 8 samples at temperature 0.5 and 12 turns, as SmolLM2's first d3 runs; 8 steps validated every 2. No LoRA
     # dropout: the old logprobs are the policy's without it, so with it the PPO ratio moves before any update, and
