@@ -145,6 +145,8 @@ def test_packed_calls_share_their_contexts(csr_tokenizer):
 
     packs = pack_calls(_nested_examples())
     assert sorted(sorted(pack.members) for pack in packs) == [[0, 2, 4], [1], [3]]
+    alone = pack_calls(_nested_examples(), share_contexts=False)  # sharded ranks: one forward per call
+    assert sorted(pack.members for pack in alone) == [(0,), (1,), (2,), (3,), (4,)]
     longest = next(pack for pack in packs if 2 in pack.members)
     assert longest.context_length == 60 and len(longest.token_ids) == 60 + (2 + 3 + 1) + (2 + 4 + 1) + (2 + 8 + 1)
     mask = longest.attention_mask()[0, 0]

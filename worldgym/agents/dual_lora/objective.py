@@ -80,7 +80,8 @@ class WorldModelObjective:
         examples = recent + past
         mine = shard.take([len(example.token_ids) for example in examples])
         padding = shard.padding(len(mine), len(examples))
-        local_sum, totals = self._score_share(examples, mine, len(recent), padding)
+        local_sum, totals = self._score_share(examples, mine, len(recent), padding,
+                                              share_contexts=not shard.equal_shares)
         kept, loss_sum, accuracy_sum, skipped = shard.sum(totals).tolist()
         accuracy = accuracy_sum / len(recent)
         self._accuracies.append(accuracy)
@@ -102,9 +103,10 @@ class WorldModelObjective:
         return recent, past
 
     def _score_share(self, examples: list[PhoneCallExample], mine: list[int], num_recent: int,
-                     padding: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+                     padding: int = 0, share_contexts: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
         """Score ``examples[i]`` for ``i`` in ``mine`` (the first ``num_recent`` examples are recent), then
-        ``padding`` repeats weighted 0: the differentiable sum of the losses kept (not skipped as confident),
+        ``padding`` repeats weighted 0 (calls of one conversation in one forward where ``share_contexts``; ranks
+        that run their forwards together, sharded ones, need one forward per call, as many on every rank): the differentiable sum of the losses kept (not skipped as confident),
         and the float64 sums to combine over ranks: ``[kept, kept losses, recent accuracies, skipped]``."""
         config = self.config
         device = next(self.model.parameters()).device
@@ -112,7 +114,7 @@ class WorldModelObjective:
         if not scored:
             return torch.zeros((), device=device), torch.zeros(4, dtype=torch.float64)
         with using_adapters(self.model, [config.world_model_adapter], config.adapter_names):
-            scores = score_packed(self.model, [examples[i] for i in scored])
+            scores = score_packed(self.model, [examples[i] for i in scored], share_contexts)
         own = torch.arange(len(scored), device=device) < len(mine)
         confident = torch.zeros_like(own)
         if config.wm_confidence_skip is not None:

@@ -197,18 +197,19 @@ class PackedCalls:
         return mask[None, None]
 
 
-def pack_calls(examples: Sequence[PhoneCallExample]) -> list[PackedCalls]:
+def pack_calls(examples: Sequence[PhoneCallExample], share_contexts: bool = True) -> list[PackedCalls]:
     """Group ``examples`` into :class:`PackedCalls`: each joins a pack whose longest context starts with its own
     (longest contexts first), else starts one. Every token of a context is then run once per pack instead of
     once per call that sees it; each call's scores are those of its own sequence (the same attention, the same
-    positions)."""
+    positions). ``share_contexts=False``: one pack per example (as many forwards as examples, which ranks that
+    must run their forwards together, such as sharded ones, need)."""
     def context(index: int) -> tuple[int, ...]:
         return examples[index].token_ids[: examples[index].target_start - 2]
 
     packs: list[list[int]] = []  # example indices, the longest context first
     for index in sorted(range(len(examples)), key=lambda i: -len(context(i))):
         own = context(index)
-        home = next((pack for pack in packs if context(pack[0])[: len(own)] == own), None)
+        home = next((pack for pack in packs if context(pack[0])[: len(own)] == own), None) if share_contexts else None
         if home is None:
             packs.append([index])
         else:
@@ -252,13 +253,14 @@ def score_pack(model: PreTrainedModel, pack: PackedCalls) -> WorldModelScores:
     return WorldModelScores(loss, right / counts, right == counts, probability / counts, counts)
 
 
-def score_packed(model: PreTrainedModel, examples: Sequence[PhoneCallExample]) -> WorldModelScores:
-    """:func:`score_examples` of ``examples`` (in their order) through :func:`pack_calls`: one forward per pack,
-    each context token run once per pack. With gradients on, each pack's forward is checkpointed, as in
-    :func:`score_in_chunks`."""
+def score_packed(model: PreTrainedModel, examples: Sequence[PhoneCallExample],
+                 share_contexts: bool = True) -> WorldModelScores:
+    """:func:`score_examples` of ``examples`` (in their order) through :func:`pack_calls` (``share_contexts``):
+    one forward per pack, each context token run once per pack. With gradients on, each pack's forward is
+    checkpointed, as in :func:`score_in_chunks`."""
     if not examples:
         raise ValueError("score_packed needs at least one example")
-    packs = pack_calls(examples)
+    packs = pack_calls(examples, share_contexts)
 
     def score(pack: PackedCalls) -> tuple[torch.Tensor, ...]:
         scores = score_pack(model, pack)
