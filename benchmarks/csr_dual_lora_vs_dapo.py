@@ -399,7 +399,8 @@ def evaluate_aside(args: argparse.Namespace, config: DualLoRAConfig, command: st
     try:
         count = work(folder, list(jobs), ready=lambda job: step_checkpoint(out, job.step).is_dir(),
                      run_job=evaluator, after=lambda: write_aside_part(args, config, command),
-                     done=lambda job: job.step in _validated_steps(out), poll_s=10.0 if wait else None,
+                     done=lambda job: jobs[job] is None and job.step in _validated_steps(out),
+                     poll_s=10.0 if wait else None,
                      keep_waiting=lambda: (folder.is_held(TRAINING_LOCK)
                                            or time.monotonic() - start < TRAINER_START_S))
     finally:

@@ -130,6 +130,16 @@ def test_validating_aside_gives_the_inline_runs_part(tmp_path: Path) -> None:
     assert not list(jobs.glob("scratch-*"))  # the worker's trainer folder is gone
 
 
+def test_a_run_that_validated_itself_still_gets_its_final_tests_aside(tmp_path: Path) -> None:
+    """Steps the run validated inline need no validation job, but the final tests at its last step still run."""
+    out = run_stages("csr_dual_lora_vs_dapo.py", ("run", "--mode", "dapo"),
+                     ("evaluate-aside", "--mode", "dapo", "--final-test", "1"), results=tmp_path)
+    assert "1 evaluation(s) done beside the trainer" in out
+    part = load(tmp_path / "csr_dual_lora" / "tiny-dapo-d1-s0.json")
+    assert [step for step, _ in part["curve"]] == [0, 2] and set(part["final_test_by_difficulty"]) == {"1"}
+    assert part["finished"]
+
+
 def test_a_part_without_its_last_validation_is_not_finished() -> None:
     part = {"steps": 4, "steps_done": 4, "config": {"eval_every": 2}, "curve": [[0, 0.1], [2, 0.2]],
             "final_test_by_difficulty": {"1": 0.5}}
