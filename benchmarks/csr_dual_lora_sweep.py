@@ -71,8 +71,8 @@ class Sweep:
 SWEEPS: dict[str, Sweep] = {
     # The world-model modes against DAPO and ECHO on SmolLM2-135M. d3 from the mistakes warm start (shipped): its
     # greedy validation started at 0.31 at d3 on 16 episodes and at 0.14 on the sweep's 64 (the committed step-0
-    # validation, current kernels): room to rise. The threshold, 0.40, is csr_dual_lora_vs_dapo.THRESHOLDS["smollm2-135m"], fixed
-    # before the first run. Batches of 2 tasks x
+    # validation, current kernels): room to rise. The threshold, 0.40, is
+    # csr_dual_lora_vs_dapo.THRESHOLDS["smollm2-135m"], fixed before the first run. Batches of 2 tasks x
     # 8 samples at temperature 0.5 and 12 turns, as SmolLM2's first d3 runs; 8 steps validated every 2. No LoRA
     # dropout: the old logprobs are the policy's without it, so with it the PPO ratio moves before any update, and
     # it costs the learner time (benchmarks/lora_dropout.py).
@@ -105,10 +105,11 @@ def stage_command(args: argparse.Namespace, stage: str, *flags: str) -> list[str
     return command + warm_start_command(args).split() + (["--quick"] if args.quick else [])
 
 
-def run_command(args: argparse.Namespace, mode: str, seed: int) -> list[str]:
-    """One (mode, seed) run's command line: trained, then evaluated on the test split (``--final-test``)."""
+def run_command(args: argparse.Namespace, mode: str, seed: int, stage: str = "run") -> list[str]:
+    """One (mode, seed) run's command line: trained, then evaluated on the test split (``--final-test``); or
+    another stage of that run (``evaluate-aside``: its evaluation worker)."""
     final_test = ["--final-test", *map(str, args.final_test)] if args.final_test else []
-    return stage_command(args, "run", "--mode", mode, "--seed", str(seed), *final_test)
+    return stage_command(args, stage, "--mode", mode, "--seed", str(seed), *final_test)
 
 
 def pair_commands(args: argparse.Namespace, mode: str, seed: int, restart: bool) -> list[list[str]]:
@@ -117,8 +118,7 @@ def pair_commands(args: argparse.Namespace, mode: str, seed: int, restart: bool)
     run = run_command(args, mode, seed) + (["--restart"] if restart else [])
     if not args.evaluate_aside:
         return [run]
-    worker = [word if word != "run" else "evaluate-aside" for word in run_command(args, mode, seed)]
-    return [run + ["--evaluate-aside"], worker]
+    return [run + ["--evaluate-aside"], run_command(args, mode, seed, stage="evaluate-aside")]
 
 
 @dataclass(frozen=True)

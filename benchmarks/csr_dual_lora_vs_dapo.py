@@ -426,17 +426,16 @@ def write_aside_part(args: argparse.Namespace, config: DualLoRAConfig, command: 
         history = read_jsonl(out / "metrics.jsonl")
         rows = {row["step"]: row for row in history}
         jobs = evaluation_jobs(args)
-        for job, difficulty in jobs.items():
-            result = folder.result(job)
-            if difficulty is None and result is not None and job.step in rows:
+        results = {job: result for job in jobs if (result := folder.result(job)) is not None}
+        for job, result in results.items():
+            if jobs[job] is None and job.step in rows:
                 rows[job.step].update(result)
         if not any("eval/success_rate" in row for row in history):
             return  # no step-0 validation logged yet
         steps_done = max((row["step"] for row in history if "rollout/reward_mean" in row), default=0)
         step0_from = step0_from or _logged_step0_source(part_path)
         part = _part(args, history, steps_done, config, out, command) | {"step0_from": step0_from}
-        tests = {str(difficulty): result["successes"] for job, difficulty in jobs.items()
-                 if difficulty is not None and (result := folder.result(job)) is not None}
+        tests = {str(jobs[job]): result["successes"] for job, result in results.items() if jobs[job] is not None}
         if tests:
             part["final_test_episode_success"] = tests
             part["final_test_by_difficulty"] = {d: float(np.mean(successes)) for d, successes in tests.items()}

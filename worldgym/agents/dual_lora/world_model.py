@@ -203,23 +203,21 @@ def pack_calls(examples: Sequence[PhoneCallExample], share_contexts: bool = True
     once per call that sees it; each call's scores are those of its own sequence (the same attention, the same
     positions). ``share_contexts=False``: one pack per example (as many forwards as examples, which ranks that
     must run their forwards together, such as sharded ones, need)."""
-    def context(index: int) -> tuple[int, ...]:
-        return examples[index].token_ids[: examples[index].target_start - 2]
-
+    contexts = [example.token_ids[: example.target_start - 2] for example in examples]
     packs: list[list[int]] = []  # example indices, the longest context first
-    for index in sorted(range(len(examples)), key=lambda i: -len(context(i))):
-        own = context(index)
-        home = next((pack for pack in packs if context(pack[0])[: len(own)] == own), None) if share_contexts else None
+    for index in sorted(range(len(examples)), key=lambda i: -len(contexts[i])):
+        own = contexts[index]
+        home = next((pack for pack in packs if contexts[pack[0]][: len(own)] == own), None) if share_contexts else None
         if home is None:
             packs.append([index])
         else:
             home.append(index)
     out = []
     for pack in packs:
-        longest = context(pack[0])
+        longest = contexts[pack[0]]
         token_ids, position_ids, branches = list(longest), list(range(len(longest))), []
         for index in pack:
-            seen = len(context(index))
+            seen = len(contexts[index])
             branch = examples[index].token_ids[seen:]
             branches.append((len(token_ids), len(branch), seen))
             token_ids += branch

@@ -13,6 +13,7 @@ between passes (``malloc_trim``) keeps the heap's speed and gives the freed memo
 from __future__ import annotations
 
 import ctypes
+import functools
 import sys
 
 __all__ = ["DEFAULT_MMAP_THRESHOLD", "map_large_allocations", "map_large_allocations_on_cpu", "release_free_heap",
@@ -22,8 +23,10 @@ DEFAULT_MMAP_THRESHOLD = 1 << 20  # bytes
 _M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter number (malloc.h)
 
 
+@functools.cache
 def _glibc() -> ctypes.CDLL | None:
-    """glibc, where this process runs on it (None elsewhere: not Linux, or another C library such as musl)."""
+    """glibc, where this process runs on it (None elsewhere: not Linux, or another C library such as musl);
+    opened once (the trainers release the heap after every microbatch)."""
     if not sys.platform.startswith("linux"):
         return None
     try:
