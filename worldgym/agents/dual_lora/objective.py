@@ -106,8 +106,9 @@ class WorldModelObjective:
                      padding: int = 0, share_contexts: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
         """Score ``examples[i]`` for ``i`` in ``mine`` (the first ``num_recent`` examples are recent), then
         ``padding`` repeats weighted 0 (calls of one conversation in one forward where ``share_contexts``; ranks
-        that run their forwards together, sharded ones, need one forward per call, as many on every rank): the differentiable sum of the losses kept (not skipped as confident),
-        and the float64 sums to combine over ranks: ``[kept, kept losses, recent accuracies, skipped]``."""
+        that run their forwards together, sharded ones, need one forward per call, as many on every rank): the
+        differentiable sum of the losses kept (not skipped as confident), and the float64 sums to combine over
+        ranks: ``[kept, kept losses, recent accuracies, skipped]``."""
         config = self.config
         device = next(self.model.parameters()).device
         scored = mine + [mine[0] if mine else 0] * padding

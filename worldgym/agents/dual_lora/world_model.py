@@ -9,8 +9,9 @@ the cross-entropy of the reply tokens and the closing marker, averaged per call,
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
+from typing import Any
 
 import numpy as np
 import torch
@@ -153,17 +154,28 @@ def score_in_chunks(
     time are held, not those of every chunk until the backward."""
     order = sorted(range(len(examples)), key=lambda i: len(examples[i].token_ids))
     chunks = [order[i : i + chunk_size] for i in range(0, len(order), chunk_size)]
+    return _score_groups(model, chunks, lambda chunk: score_examples(model, [examples[i] for i in chunk],
+                                                                     pad_token_id))
 
-    def score(chunk: list[int]) -> tuple[torch.Tensor, ...]:
-        scores = score_examples(model, [examples[i] for i in chunk], pad_token_id)
+
+def _score_groups(model: PreTrainedModel, groups: Sequence[Sequence[int]],
+                  score_group: Callable[[Any], WorldModelScores]) -> WorldModelScores:
+    """The scores of examples scored a group at a time (``groups[g]``: example indices, every example in one
+    group; ``score_group(groups[g])``: their scores in that order), back in the examples' order. With gradients
+    on, each group's forward is checkpointed (``torch.utils.checkpoint``): the graph keeps only the group's
+    scores, and the backward runs the group's forward again, so the activations of one group at a time are
+    held, not those of every group until the backward."""
+    def score(group: Sequence[int]) -> tuple[torch.Tensor, ...]:
+        scores = score_group(group)
         return tuple(getattr(scores, field.name) for field in fields(scores))
 
-    if torch.is_grad_enabled() and len(chunks) > 1:
+    if torch.is_grad_enabled() and len(groups) > 1:
         context_fn = recompute_under_active_adapters(model)  # the backward runs after the adapters switch back
-        parts = [checkpoint(score, chunk, use_reentrant=False, context_fn=context_fn) for chunk in chunks]
+        parts = [checkpoint(score, group, use_reentrant=False, context_fn=context_fn) for group in groups]
     else:
-        parts = [score(chunk) for chunk in chunks]
+        parts = [score(group) for group in groups]
     scores = WorldModelScores.concat([WorldModelScores(*part) for part in parts])
+    order = [index for group in groups for index in group]
     inverse = torch.empty(len(order), dtype=torch.long)
     inverse[torch.tensor(order)] = torch.arange(len(order))
     return WorldModelScores(*(getattr(scores, name)[inverse.to(scores.loss.device)]
@@ -258,23 +270,8 @@ def score_packed(model: PreTrainedModel, examples: Sequence[PhoneCallExample],
     checkpointed, as in :func:`score_in_chunks`."""
     if not examples:
         raise ValueError("score_packed needs at least one example")
-    packs = pack_calls(examples, share_contexts)
-
-    def score(pack: PackedCalls) -> tuple[torch.Tensor, ...]:
-        scores = score_pack(model, pack)
-        return tuple(getattr(scores, field.name) for field in fields(scores))
-
-    if torch.is_grad_enabled() and len(packs) > 1:
-        context_fn = recompute_under_active_adapters(model)
-        parts = [checkpoint(score, pack, use_reentrant=False, context_fn=context_fn) for pack in packs]
-    else:
-        parts = [score(pack) for pack in packs]
-    scores = WorldModelScores.concat([WorldModelScores(*part) for part in parts])
-    order = torch.tensor([index for pack in packs for index in pack.members])
-    inverse = torch.empty(len(order), dtype=torch.long)
-    inverse[order] = torch.arange(len(order))
-    return WorldModelScores(*(getattr(scores, name)[inverse.to(scores.loss.device)]
-                              for name in WorldModelScores.__dataclass_fields__))
+    packs = {pack.members: pack for pack in pack_calls(examples, share_contexts)}
+    return _score_groups(model, list(packs), lambda members: score_pack(model, packs[members]))
 
 
 def reply_metrics(
