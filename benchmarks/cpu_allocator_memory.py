@@ -63,21 +63,13 @@ def learner_child(mode: str, model_name: str, lengths: list[int]) -> dict[str, A
     import torch
 
     from benchmarks import llm_precision
-    from benchmarks.lora_dropout import randomise_adapters
+    from benchmarks.lora_dropout import bf16_learner
     from worldgym.agents.llm.allocator import map_large_allocations, release_free_heap
-    from worldgym.agents.llm.engines.decode_attention import use_fast_decode_attention
-    from worldgym.agents.llm.engines.flash_attention import native_flash_attention_is_faster
-    from worldgym.precision import cast_for_training
 
     if mode == "mapped" and not map_large_allocations():
         raise SystemExit("map_large_allocations is not available here (needs glibc on Linux)")
     torch.set_num_threads(int(os.environ.get("WORLDGYM_THREADS", "1")))
-    model, _ = llm_precision.load(model_name)
-    randomise_adapters(model, 0)
-    cast_for_training(model, torch.bfloat16)
-    if native_flash_attention_is_faster():
-        use_fast_decode_attention(model, "native")
-    model.train()
+    model = bf16_learner(model_name).train()
     vocab = model.get_input_embeddings().weight.shape[0]
     loaded = _peak_gb()
     seconds, losses, resident = 0.0, [], []
