@@ -125,6 +125,7 @@ SUITE: tuple[Benchmark, ...] = (
     Benchmark("decode_attention.py", (("--model", "smollm2-135m"),), ((),)),
     Benchmark("flash_attention.py", (("--model", "smollm2-135m"),), ((),)),
     Benchmark("lora_dropout.py", (("--model", "smollm2-135m"),), ((),)),
+    Benchmark("token_sampling.py", ((),), ((),)),
     Benchmark("precision_agents.py", ((),), ((),)),
     Benchmark("kv_cache_growth.py", (_recorded("kv_cache_growth.json"),), ((),)),
     Benchmark("cpu_allocator_memory.py", (_recorded("cpu_allocator_memory.json"),), ((),)),

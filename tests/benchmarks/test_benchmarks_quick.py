@@ -184,6 +184,17 @@ def test_lora_dropout(tmp_path: Path) -> None:
     assert on["log_ratio_std"] > 0 and off["log_ratio_std"] == off["outside_clip"] == 0  # no dropout: ratio 1
 
 
+def test_token_sampling(tmp_path: Path) -> None:
+    run("token_sampling.py", results=tmp_path)
+    data = load(tmp_path / "token_sampling.json")
+    figures = data["time"]["4"]
+    assert data["quick"] is True and figures["multinomial"]["ms"] > 0 and figures["inverse_cdf"]["ms"] > 0
+    assert figures["speedup"] == pytest.approx(figures["multinomial"]["ms"] / figures["inverse_cdf"]["ms"])
+    for sampler in ("multinomial", "inverse_cdf"):
+        assert data["distribution"][sampler]["max_frequency_gap"] < 0.02
+        assert data["distribution"][sampler]["zero_probability_draws"] == 0
+
+
 @pytest.mark.skipif(native_kernel("flash_attention") is None, reason="the native flash attention cannot be built here")
 def test_flash_attention(tmp_path: Path) -> None:
     run("flash_attention.py", results=tmp_path)

@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from worldgym.agents.dreamer_v3.config import LossConfig
-from worldgym.agents.dreamer_v3.distributions import TwoHotSymlog, sample_index
+from worldgym.agents.dreamer_v3.distributions import TwoHotSymlog
 from worldgym.agents.dreamer_v3.loss import (
     ReturnNormalizer,
     actor_loss,
@@ -18,6 +18,7 @@ from worldgym.agents.dreamer_v3.loss import (
 )
 from worldgym.agents.dreamer_v3.model import Actor, Critic, RSSMState, WorldModel
 from worldgym.agents.dreamer_v3.onehot import autocast_dtype, multi_hot, one_hot_mlp
+from worldgym.sampling import sample_index
 
 
 @dataclass

@@ -7,6 +7,8 @@ from functools import cached_property
 import torch
 import torch.nn.functional as F
 
+from worldgym.sampling import sample_index
+
 
 def symlog(x: torch.Tensor) -> torch.Tensor:
     """``sign(x) * log(1 + |x|)`` (DreamerV3 eq. 9).
@@ -98,19 +100,6 @@ def unimix_logits(logits: torch.Tensor, discrete: int, unimix: float) -> torch.T
     if unimix <= 0:
         return logits
     return torch.log(unimix_probs(logits, discrete, unimix)).view_as(logits)
-
-
-def sample_index(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
-    """Class indices ``[...]`` drawn from ``[..., D]`` probabilities by inverse CDF with a given generator.
-
-    One uniform per draw and a cumulative sum: much cheaper than ``torch.multinomial`` for many small
-    categoricals. The index is the number of CDF entries below the draw (a binary search: the CDF of
-    non-negative probabilities never decreases).
-    """
-    uniform = torch.rand((*probs.shape[:-1], 1), generator=generator, device=probs.device, dtype=probs.dtype)
-    cdf = probs.cumsum(dim=-1)
-    below = torch.searchsorted(cdf, uniform * cdf[..., -1:]).squeeze(-1)
-    return below.clamp_max(probs.shape[-1] - 1)
 
 
 def straight_through_sample(logits: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:

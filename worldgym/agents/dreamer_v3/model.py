@@ -12,7 +12,6 @@ from torch import nn
 from worldgym.agents.dreamer_v3.config import ModelConfig
 from worldgym.agents.dreamer_v3.distributions import (
     categorical_mode,
-    sample_index,
     straight_through_sample,
     symlog,
     unimix_logits,
@@ -21,6 +20,7 @@ from worldgym.agents.dreamer_v3.distributions import (
 from worldgym.agents.dreamer_v3.onehot import autocast_dtype, one_hot_columns, one_hot_mlp
 from worldgym.agents.dreamer_v3.pixels import shades_to_float, unpack_2bit
 from worldgym.agents.dreamer_v3.timemajor import flatten_time, unflatten_time
+from worldgym.sampling import sample_index
 
 Sampler = Callable[[torch.Tensor], torch.Tensor]
 

@@ -33,6 +33,7 @@ from worldgym.agents.llm.engines.growing_cache import growing_cache
 from worldgym.agents.llm.engines.merged_lora import MergedLoRA
 from worldgym.agents.llm.engines.prefix_cache import PrefixKVCache, batched_cache, row_kv, storable
 from worldgym.agents.llm.engines.retiring_rows import DecodedRows, RetireFinishedRows
+from worldgym.agents.llm.engines.sampling import sampling_processors
 from worldgym.precision import compute_dtype, model_autocast
 
 __all__ = ["HFEngine", "PrefixGroups", "contiguous_head_input", "group_shared_prefixes"]
@@ -308,16 +309,14 @@ class HFEngine:
         hits = self.kv_cache.lookup(prompts) if self.kv_cache is not None else [None] * len(prompts)
         consumed.update(hit[0] for hit in hits if hit is not None)
         input_ids, attention_mask, cache = self._layout(prompts, hits)
-        sampling = (
-            {"do_sample": True, "temperature": params.temperature, "top_p": params.top_p, "top_k": 0}
-            if params.temperature > 0
-            else {"do_sample": False}
-        )
         width = input_ids.shape[1]
         processor = None
         if any(c is not None for c in constraints):
             processor = CopyArgumentsProcessor(constraints, prompt_width=width)
-            sampling["logits_processor"] = LogitsProcessorList([processor])
+        # greedy decoding behind processors that draw the token when sampling (sampling.py: torch.multinomial
+        # was a tenth of a rollout)
+        processors = LogitsProcessorList([*([processor] if processor is not None else []),
+                                          *sampling_processors(params)])
         # appended to in place, not by concatenation (kv_cache_growth.py: 1.40-1.65x faster decoding behind 1-3k
         # cached tokens)
         cache = growing_cache(cache, params.max_new_tokens + 1, self._base_model().config)
@@ -339,7 +338,8 @@ class HFEngine:
                 return_dict_in_generate=True,
                 output_logits=True,
                 synced_gpus=False,  # this process generates alone (transformers syncs an FSDP model's ranks)
-                **sampling,
+                do_sample=False,
+                logits_processor=processors,
             )
             decoded.add(output.sequences[:, sequences.shape[1]:].cpu(),
                         torch.stack(output.logits, dim=1).float().cpu() / params.logprob_temperature)
