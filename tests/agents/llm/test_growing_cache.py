@@ -112,3 +112,18 @@ def test_engine_generations_are_the_same_with_concatenating_caches(monkeypatch):
     plain = turns(HFEngine(model, tokenizer.pad_token_id, [tokenizer.eos_token_id], reuse_kv_cache=True))
     assert [tokens for tokens, _ in grown] == [tokens for tokens, _ in plain]
     assert all(a == pytest.approx(b, abs=1e-5) for (_, a), (_, b) in zip(grown, plain))
+
+
+def test_a_batch_of_stored_rows_is_built_without_concatenation(monkeypatch: pytest.MonkeyPatch) -> None:
+    from transformers import LlamaConfig
+
+    from worldgym.agents.llm.engines.prefix_cache import batched_cache
+
+    config = LlamaConfig(num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, hidden_size=16)
+    stored = torch.randn(2, 2, 2, 5, 4)  # [layers, keys/values, kv heads, positions, head dim]
+    monkeypatch.setattr(torch, "cat", lambda *args, **kwargs: pytest.fail("the rows were concatenated"))
+    cache = batched_cache([stored, None, stored[:, :, :, :3]], 6, config)
+    assert len(cache.layers) == 2 and cache.get_seq_length() == 6
+    for layer, kv in zip(cache.layers, stored):
+        assert torch.equal(layer.keys[0, :, :5], kv[0]) and torch.equal(layer.values[2, :, :3], kv[1, :, :3])
+        assert not layer.keys[1].any() and not layer.keys[0, :, 5:].any()  # zeros where the mask hides

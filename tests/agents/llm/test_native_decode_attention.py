@@ -59,6 +59,20 @@ def test_the_native_kernel_equals_float32_attention_on_strided_views(dtype: torc
 
 
 @needs_kernel
+@pytest.mark.parametrize("groups", [1, 3, 6, 8])  # up to 6: the sums in registers; 8: in memory
+@pytest.mark.parametrize("dim", [64, 128, 80])  # one pass over the values, two, and a pass of 64 then one of 16
+def test_every_group_size_and_head_dim_sums_the_values_as_float32_attention(groups: int, dim: int) -> None:
+    generator = torch.Generator().manual_seed(1)
+    query = torch.randn(2, 2, groups, dim, generator=generator).bfloat16()
+    key, value = (torch.randn(2, 2, 70, dim, generator=generator).bfloat16() for _ in range(2))
+    mask = torch.zeros(2, 70)
+    mask[1, :40] = float("-inf")  # two hidden blocks and part of a third
+    out = native_kernel.native_kernel().decode_attention(query, key, value, mask, 0.1)
+    weights = (query.float() @ key.float().transpose(-1, -2) * 0.1 + mask[:, None, None]).softmax(-1)
+    torch.testing.assert_close(out.float(), weights @ value.float(), atol=1e-2, rtol=0)
+
+
+@needs_kernel
 def test_the_native_kernel_gives_the_same_bits_on_one_thread_and_on_two() -> None:
     query, key, value, mask = _inputs(torch.bfloat16, 64, 300, "bool")
     threads = torch.get_num_threads()

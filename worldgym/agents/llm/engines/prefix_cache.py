@@ -151,4 +151,8 @@ def batched_cache(kvs: Sequence[torch.Tensor | None], width: int, config: PreTra
             for layer, (keys, values) in enumerate(data):
                 keys[row, :, : kv.shape[3]] = kv[layer, 0]
                 values[row, :, : kv.shape[3]] = kv[layer, 1]
-    return DynamicCache(ddp_cache_data=data, config=config)
+    cache = DynamicCache(config=config)
+    for layer, (keys, values) in zip(cache.layers, data, strict=True):  # taken as they are: no copy
+        layer.lazy_initialization(keys, values)
+        layer.keys, layer.values = keys, values
+    return cache
