@@ -10,17 +10,20 @@ native decode attention, LoRA layers merged) with each turn's prefill attention 
 allocator``, the preset's bf16 engine, one difficulty and batch size) with malloc's heap, its free pages given
 back after every ``collect`` call (``release_free_heap``, the trainers' ``cpu_release_heap``), and then with every
 block of 1 MB or more mapped on its own (``map_large_allocations``, their ``cpu_mmap_threshold``; it cannot be
-undone within a process, so it runs second).
+undone within a process, so it runs second), or (``--compare heap``, the same engine, one difficulty and batch
+size, the free heap released after every ``collect`` call both times) with glibc trimming its heap by itself and
+then without (``hold_free_heap``, what the trainers do with ``cpu_release_heap``; it too runs second).
 
 For every difficulty, batch size (episodes run together in one ``RolloutCollector.collect`` call) and the
-compared option off / on, the same seeds are played greedily to the end (16 turns at most, the env's own
-limit). Reported:
+compared option off / on, the same seeds are played to the end (16 turns at most, the env's own limit), greedily
+or, with ``--temperature``, sampled with the same seeds. Reported:
   * ``episodes_per_s``: episodes divided by the wall time of all the ``collect`` calls,
   * ``episode_seconds``: the mean wall time from an episode's start to its end (its batch's ``collect`` call),
   * ``positions_per_episode``: token positions the model ran (prefill and decoding, padding included), the
     work KV reuse removes, and ``model_tokens_per_episode`` / ``turns_per_episode``,
   * ``same_episodes``: whether the option on gave exactly the token ids of it off for the same seeds.
-CPU seconds and the load average are recorded too (the machine's cores may be shared with other jobs).
+CPU seconds (``system_s`` of them in the kernel), minor page faults and the load average are recorded too (the
+machine's cores may be shared with other jobs).
 
     OMP_WAIT_POLICY=PASSIVE python benchmarks/csr_rollout_speed.py --model tiny --episodes 4
     OMP_WAIT_POLICY=PASSIVE python benchmarks/csr_rollout_speed.py --model smollm2-135m --warm-start
@@ -34,7 +37,8 @@ CPU seconds and the load average are recorded too (the machine's cores may be sh
 Writes ``csr_rollout_speed.json`` (``csr_rollout_speed_<model>.json`` for another model, e.g. ``_smollm2``;
 ``csr_rollout_speed_retire[_<model>].json`` for ``--compare retire``, ``..._dtype...`` for ``--compare dtype``,
 ``..._attention...`` for ``--compare attention`` with the compiled kernel, ``..._attention_native...`` with
-the native one, ``..._merge...`` and ``..._prefill...`` for those comparisons;
+the native one, ``..._merge...``, ``..._prefill...``, ``..._allocator...`` and ``..._heap...`` for those
+comparisons, with ``_T<temperature>`` for sampled episodes;
 ``diverging_episodes`` counts the seeds whose token ids differ between the two runs) to ``benchmarks/results/``
 (``--results-dir``).
 
@@ -49,6 +53,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import resource
 import sys
 import time
 from collections.abc import Callable
@@ -61,7 +66,7 @@ import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from worldgym.agents.grpo.presets import grpo_presets
-from worldgym.agents.llm.allocator import map_large_allocations, release_free_heap
+from worldgym.agents.llm.allocator import hold_free_heap, map_large_allocations, release_free_heap
 from worldgym.agents.llm.engines import HFEngine, SamplingParams
 from worldgym.agents.llm.envs import make_text_env
 from worldgym.agents.llm.rollout import Episode, RolloutCollector
@@ -88,8 +93,13 @@ COMPARED: dict[str, tuple[str, dict[str, bool]]] = {
     # bf16, the SmolLM2 preset's engine; off: malloc's heap released after every collect call, on: large blocks mapped
     "allocator": ("map_large_allocations", {"reuse_kv_cache": True, "retire_stopped_rows": True, "merge_lora": True,
                                             "decode_attention": "native"}),
+    # the same engine, the heap released after every collect call; off: glibc trims it by itself, on: it does not
+    "heap": ("hold_free_heap", {"reuse_kv_cache": True, "retire_stopped_rows": True, "merge_lora": True,
+                                "decode_attention": "native"}),
 }
-BF16_COMPARISONS = ("attention", "merge", "prefill", "allocator")
+BF16_COMPARISONS = ("attention", "merge", "prefill", "allocator", "heap")
+# malloc settings that cannot be undone within a process: the setting is applied before the second run
+MALLOC_SETTINGS = {"allocator": map_large_allocations, "heap": hold_free_heap}
 
 
 @dataclass
@@ -101,6 +111,8 @@ class Run:
     cpu_s: float
     episode_seconds: float
     positions: int
+    system_s: float = 0.0  # of cpu_s, the kernel's (page faults, mostly)
+    page_faults: int = 0  # minor faults: pages the process touched for the first time since they were mapped
 
 
 def make_env_factory(difficulty: int) -> Callable[[], gym.Env]:
@@ -146,6 +158,7 @@ def run(collector: RolloutCollector, counter: PositionCounter, seeds: list[int],
     episodes: list[Episode] = []
     wall = cpu = latency = 0.0
     counter.count = 0
+    usage = resource.getrusage(resource.RUSAGE_SELF)
     for start in range(0, len(seeds), batch):
         chunk = seeds[start : start + batch]
         wall_start, cpu_start = time.perf_counter(), time.process_time()
@@ -154,7 +167,9 @@ def run(collector: RolloutCollector, counter: PositionCounter, seeds: list[int],
             release_free_heap()
         seconds = time.perf_counter() - wall_start
         wall, cpu, latency = wall + seconds, cpu + time.process_time() - cpu_start, latency + seconds * len(chunk)
-    return Run(episodes, wall, cpu, latency / len(seeds), counter.count)
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    return Run(episodes, wall, cpu, latency / len(seeds), counter.count, after.ru_stime - usage.ru_stime,
+               after.ru_minflt - usage.ru_minflt)
 
 
 def summarise(result: Run) -> dict[str, float]:
@@ -167,6 +182,8 @@ def summarise(result: Run) -> dict[str, float]:
         "episode_seconds": result.episode_seconds,
         "wall_s": result.wall_s,
         "cpu_s": result.cpu_s,
+        "system_s": result.system_s,
+        "page_faults": result.page_faults,
         "positions_per_episode": result.positions / count,
         "model_tokens_per_episode": sum(e.num_model_tokens for e in episodes) / count,
         "episode_tokens": sum(len(e.token_ids) for e in episodes) / count,
@@ -191,7 +208,7 @@ def engine_settings(compare: str, on: bool, model: PreTrainedModel, kernel: str 
     option, shared = COMPARED[compare]
     if compare in BF16_COMPARISONS:
         cast_for_training(model.requires_grad_(False), torch.bfloat16)
-        if compare == "allocator":
+        if compare in MALLOC_SETTINGS:
             return {**shared, "dtype": torch.bfloat16}
         setting = {"attention": kernel if on else "flash", "prefill": "native" if on else "native-decode"}.get(compare, on)
         return {**shared, option: setting, "dtype": torch.bfloat16}
@@ -221,13 +238,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--max-episode-tokens", type=int, default=4096)
     parser.add_argument("--seed", type=int, default=0, help="first env seed (and the tiny model's seed)")
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    parser.add_argument("--temperature", type=float, default=0.0,
+                        help="sampling temperature of the episodes (0: greedy; the same seeds either way)")
     args = parser.parse_args(argv)
     if args.quick:
         args.episodes, args.difficulties, args.batch_sizes, args.max_new_tokens = 2, [1], [2], 8
     if args.episodes < 1 or min(args.batch_sizes) < 1:
         parser.error("--episodes and --batch-sizes must be >= 1")
-    if args.compare == "allocator" and len(args.difficulties) * len(args.batch_sizes) > 1:
-        parser.error("--compare allocator: one difficulty and one batch size (mapping cannot be undone in a process)")
+    if args.compare in MALLOC_SETTINGS and len(args.difficulties) * len(args.batch_sizes) > 1:
+        parser.error(f"--compare {args.compare}: one difficulty and one batch size (malloc's setting cannot be undone "
+                     "in a process)")
     return args
 
 
@@ -238,10 +258,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
         return None
     model, tokenizer = load_model(args.model, args.adapter, args.seed, args.warm_start)
     counter = PositionCounter(model)
-    params = SamplingParams(temperature=0.0, max_new_tokens=args.max_new_tokens)
+    params = SamplingParams(temperature=args.temperature, max_new_tokens=args.max_new_tokens, seed=args.seed)
     seeds = list(range(args.seed, args.seed + args.episodes))
     results: dict[str, Any] = {
-        "env": "CSRPhone-v1 (ParseToolCall), greedy",
+        "env": "CSRPhone-v1 (ParseToolCall), " + (f"sampled at temperature {args.temperature:g}" if args.temperature
+                                                  else "greedy"),
         "model": args.model,
         "adapter": portable(args.adapter) if args.adapter else None,
         "warm_start": PRESETS[args.model].warm_start.key() if args.warm_start else None,
@@ -249,7 +270,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
         "compare": args.compare,
         "settings": {k: getattr(args, k) for k in
                      ("episodes", "difficulties", "batch_sizes", "max_new_tokens", "max_episode_tokens", "seed",
-                      "threads")} | {"max_turns": MAX_TURNS},
+                      "threads", "temperature")} | {"max_turns": MAX_TURNS},
         "python": platform.python_version(),
         "torch": torch.__version__,
         "cpu_count": os.cpu_count(),
@@ -264,8 +285,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
         for batch in args.batch_sizes:
             runs: dict[bool, Run] = {}
             for on in (False, True):
-                if args.compare == "allocator" and on and not map_large_allocations():
-                    raise SystemExit("map_large_allocations is not available here (needs glibc on Linux)")
+                setting = MALLOC_SETTINGS.get(args.compare)
+                if setting is not None and on and not setting():
+                    raise SystemExit(f"{setting.__name__} is not available here (needs glibc on Linux)")
                 engine = HFEngine(model, tokenizer.pad_token_id, [tokenizer.eos_token_id], batch_size=batch,
                                   kv_cache_max_tokens=batch * args.max_episode_tokens,
                                   **engine_settings(args.compare, on, model, args.kernel))
@@ -275,7 +297,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
                 collector.collect(seeds[:2], 1, SamplingParams(temperature=0.0, max_new_tokens=2))
                 engine.clear_kv_cache()
                 runs[on] = run(collector, counter, seeds, batch, params,
-                               release_heap=args.compare == "allocator" and not on)
+                               release_heap=(args.compare == "allocator" and not on) or args.compare == "heap")
             diverging, logprob_gap = same_episodes(runs[False].episodes, runs[True].episodes)
             identical = diverging == 0
             for on, result in runs.items():
@@ -294,6 +316,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
                 if args.compare == "allocator":
                     settings |= {"dtype": "bfloat16", "attention": "native", "merge_lora": True,
                                  "malloc": "mapped" if on else "released"}
+                if args.compare == "heap":
+                    settings |= {"dtype": "bfloat16", "attention": "native", "merge_lora": True,
+                                 "malloc": "held" if on else "trimmed"}
                 results["runs"].append({"difficulty": difficulty, "batch": batch, **settings, **figures,
                                         "same_episodes": identical, "diverging_episodes": diverging,
                                         "max_logprob_gap": logprob_gap})
@@ -307,6 +332,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     results["load_average_after"] = os.getloadavg()[0]
     name = ("csr_rollout_speed" + ("" if args.compare == "kv_reuse" else "_" + args.compare)
             + ("_native" if args.compare == "attention" and args.kernel == "native" else "")
+            + (f"_T{args.temperature:g}" if args.temperature else "")
             + ("" if args.model == "tiny" else "_" + args.model.split("-")[0]))
     write_json(results_dir(args) / f"{name}.json", results, indent=2)
     return results

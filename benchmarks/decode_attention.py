@@ -23,8 +23,11 @@ reads its KV from memory as a real decode step does. Variants (``mask``: a left-
 Then a whole decode step of the model (``rows`` rows behind a :class:`GrowingCache` of ``positions`` random
 keys and values per layer) in float32 and bfloat16, with transformers' ``sdpa``, with
 :func:`use_fast_decode_attention` (flash, compiled and native) and with no attention at all (``no_attention``: zeros,
-what the rest of the step costs, the floor no attention kernel can go below), with and without padding. Timings are medians of ``--repeats`` rounds that
-alternate the variants, after a warm-up, on one thread (``WORLDGYM_THREADS`` to change).
+what the rest of the step costs, the floor no attention kernel can go below), with and without padding, and its
+linear layers alone (``linear_layers``: every projection and the LM head on ``rows`` one-token inputs, their
+milliseconds and floating-point rate). Those, plus ``read`` per layer, bound a decode step from below. Timings
+are medians of ``--repeats`` rounds that alternate the variants, after a warm-up, on one thread
+(``WORLDGYM_THREADS`` to change).
 
     OMP_WAIT_POLICY=PASSIVE python benchmarks/decode_attention.py           # SmolLM2-135M, 16 x 3000 and 16 x 1000
     OMP_WAIT_POLICY=PASSIVE python benchmarks/decode_attention.py --quick   # tiny shapes and model, seconds
@@ -311,6 +314,27 @@ def no_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor
     return query.new_zeros(query.shape[0], query.shape[2], query.shape[1], query.shape[3]), None
 
 
+def linear_layer_figures(model: PreTrainedModel, rows: int, repeats: int) -> dict[str, float]:
+    """Milliseconds of a decode step's matrix products alone: every linear layer of ``model`` (the LM head
+    included) applied to ``rows`` one-token inputs in turn, its weight read from memory as in a real step
+    (medians of ``repeats`` passes over all the layers), and the floating-point operations per second they ran
+    at: the part of a decode step no attention kernel touches."""
+    layers = [module for module in model.modules() if isinstance(module, torch.nn.Linear)]
+    inputs = [torch.randn(rows, layer.in_features, dtype=layer.weight.dtype) for layer in layers]
+    flops = sum(2 * rows * layer.in_features * layer.out_features for layer in layers)
+    times = []
+    with torch.no_grad():
+        for step in range(repeats + 1):
+            start = time.perf_counter()
+            for layer, x in zip(layers, inputs):
+                F.linear(x, layer.weight, layer.bias)
+            if step:
+                times.append((time.perf_counter() - start) * 1e3)
+    milliseconds = statistics.median(times)
+    return {"ms": round(milliseconds, 4), "gflops_per_s": round(flops / milliseconds / 1e6, 3),
+            "gflop": round(flops / 1e9, 6)}
+
+
 def whole_model(args: argparse.Namespace, rows: int, positions: int) -> dict[str, Any]:
     """Decode-step milliseconds of the model in each dtype, with ``sdpa`` and with the fast decode attention."""
     base = load_model(args.model).eval()
@@ -330,6 +354,7 @@ def whole_model(args: argparse.Namespace, rows: int, positions: int) -> dict[str
         model.set_attn_implementation(NO_ATTENTION)  # the rest of the step: a floor for any attention kernel
         figures["no_attention"] = model_step_figures(model, rows, positions, args.model_repeats)
         model.set_attn_implementation("sdpa")
+        figures["linear_layers"] = linear_layer_figures(model, rows, args.model_repeats)
         out[dtype_name] = figures
         print(f"whole model {dtype_name}: {figures}")
     return out

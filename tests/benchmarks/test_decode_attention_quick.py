@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from benchmarks.common import absolute_paths
 from worldgym.agents.llm.engines.native_kernel import native_kernel
 
@@ -43,6 +45,8 @@ def test_decode_attention(tmp_path: Path) -> None:
     step = data["whole_model_step"]
     assert step["model"] == "tiny"
     for dtype in ("float32", "bfloat16"):
-        assert set(step[dtype]) - {"native"} == {"sdpa", "fast", "no_attention"}  # --quick compiles nothing
+        assert set(step[dtype]) - {"native"} == {"sdpa", "fast", "no_attention", "linear_layers"}  # no compiling
         assert all(ms > 0 for figures in step[dtype].values() for ms in figures.values())
+        linear = step[dtype]["linear_layers"]
+        assert linear["gflops_per_s"] == pytest.approx(linear["gflop"] / linear["ms"] * 1e3, rel=0.05)
         assert step[dtype]["no_attention"]["nomask"] < step[dtype]["sdpa"]["nomask"] * 5  # a floor, not a stall
