@@ -25,7 +25,8 @@ keys and values per layer) in float32 and bfloat16, with transformers' ``sdpa``,
 :func:`use_fast_decode_attention` (flash, compiled and native) and with no attention at all (``no_attention``: zeros,
 what the rest of the step costs, the floor no attention kernel can go below), with and without padding, and its
 linear layers alone (``linear_layers``: every projection and the LM head on ``rows`` one-token inputs, their
-milliseconds and floating-point rate). Those, plus ``read`` per layer, bound a decode step from below. Timings
+milliseconds and floating-point rate). Those, plus ``read`` per layer, bound a decode step from below
+(``floor``). Timings
 are medians of ``--repeats`` rounds that alternate the variants, after a warm-up, on one thread
 (``WORLDGYM_THREADS`` to change).
 
@@ -335,6 +336,19 @@ def linear_layer_figures(model: PreTrainedModel, rows: int, repeats: int) -> dic
             "gflop": round(flops / 1e9, 6)}
 
 
+def step_floor(model: dict[str, Any], figures: dict[str, Any], layers: list[dict[str, Any]], dtype_name: str
+               ) -> dict[str, float]:
+    """What a decode step cannot go below: its linear layers' products at the rate measured, plus reading every
+    layer's keys and values once (``read`` per layer, at the step's shape, with the padding mask), and the native
+    kernel's step against it (None where it did not run)."""
+    read = next(row["mask"]["read"] for row in layers
+                if row["dtype"] == dtype_name and row["positions"] == model["positions"])
+    floor = figures["linear_layers"]["ms"] + model["layers"] * read
+    native = figures.get("native", {}).get("mask")
+    return {"kv_read_ms": round(model["layers"] * read, 2), "ms": round(floor, 2),
+            "native_over_floor": None if native is None else round(native / floor, 3)}
+
+
 def whole_model(args: argparse.Namespace, rows: int, positions: int) -> dict[str, Any]:
     """Decode-step milliseconds of the model in each dtype, with ``sdpa`` and with the fast decode attention."""
     base = load_model(args.model).eval()
@@ -406,13 +420,17 @@ def main(argv: list[str] | None = None) -> None:
             print(f"{dtype_name} {args.rows}x{positions}: mask {row['mask']}\n    nomask {row['nomask']}")
     print_table(layers)
     model = whole_model(args, args.rows, max(args.positions))
+    for dtype_name in args.dtypes:
+        model[dtype_name]["floor"] = step_floor(model, model[dtype_name], layers, dtype_name)
     write_json(results_dir(args) / "decode_attention.json", {
         "quick": args.quick, "threads": torch.get_num_threads(), "load_average_before": load_average,
         "torch": torch.__version__, "transformers": transformers.__version__,
         "machine": f"{platform.machine()} {platform.processor() or ''} {os.cpu_count()} cores".strip(),
         "unit": "milliseconds per call (median; *_min: fastest round)", "finding": finding(layers),
         "layers": layers, "whole_model_step": model,
-        "command": "python benchmarks/decode_attention.py" + (" --quick" if args.quick else "")})
+        "command": (f"python benchmarks/decode_attention.py --model {args.model} --rows {args.rows} --positions "
+                    f"{' '.join(map(str, args.positions))} --dtypes {' '.join(args.dtypes)}"
+                    + (" --quick" if args.quick else ""))})
 
 
 if __name__ == "__main__":

@@ -1,8 +1,8 @@
 """Drawing from categorical distributions by inverse transform sampling.
 
-One uniform per draw, a cumulative sum and a binary search: the same distribution as ``torch.multinomial``
-at a fraction of its cost on CPU (``benchmarks/token_sampling.py``: a 16 x 49,152 draw, an LLM's next tokens
-for a batch of 16, on one core). Dreamer's latent and action samples and the LLM engines' next tokens use it.
+One uniform per draw, a cumulative sum and a binary search: the same distribution as ``torch.multinomial``,
+cheaper on CPU (``benchmarks/token_sampling.py``: an LLM's next tokens for a batch of 16 or 32 over a
+49,152-token vocabulary). Dreamer's latent and action samples and the LLM engines' next tokens use it.
 
 >>> probs = torch.tensor([[0.0, 1.0, 0.0], [0.5, 0.0, 0.5]])
 >>> sample_index(probs, torch.Generator().manual_seed(0))[0].item()

@@ -59,9 +59,9 @@ def test_the_native_kernel_equals_float32_attention_on_strided_views(dtype: torc
 
 
 @needs_kernel
-@pytest.mark.parametrize("groups", [1, 3, 6, 8])  # up to 6: the sums in registers; 8: in memory
-@pytest.mark.parametrize("dim", [64, 128, 80])  # one pass over the values, two, and a pass of 64 then one of 16
-def test_every_group_size_and_head_dim_sums_the_values_as_float32_attention(groups: int, dim: int) -> None:
+@pytest.mark.parametrize("groups", [1, 3, 8])
+@pytest.mark.parametrize("dim", [64, 128, 80])  # SmolLM2's, Qwen3's, and one of 16-value vectors that are not 32s
+def test_every_group_size_and_head_dim_attends_as_float32_attention(groups: int, dim: int) -> None:
     generator = torch.Generator().manual_seed(1)
     query = torch.randn(2, 2, groups, dim, generator=generator).bfloat16()
     key, value = (torch.randn(2, 2, 70, dim, generator=generator).bfloat16() for _ in range(2))

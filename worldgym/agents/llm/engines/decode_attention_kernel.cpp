@@ -4,8 +4,7 @@
 // float32 additive or empty, scaling) -> [B, Hkv, G, D] in the query's dtype.
 //
 // Each (row, KV head) is one task: the group's G queries are scored against every key in one pass over the keys,
-// softmaxed in float32 and summed over the values in one pass over the values (with AVX512F and up to 6 queries
-// per KV head, one pass per 64 of the D values, its sums held in registers), so the cache is read once. Blocks
+// softmaxed in float32 and summed over the values in one pass over the values, so the cache is read once. Blocks
 // of 16 positions that the mask hides entirely (padding) are skipped in both passes. Built with AVX512-BF16 the
 // bf16 scores use its dot-product instruction (products exact, sums in float32), with AVX512F the float32 ones
 // use fused multiply-adds; elsewhere plain float32 loops that the compiler vectorises as it can.
@@ -181,7 +180,7 @@ inline void softmax_rows(float* scores, int64_t groups, int64_t length) {
 
 // out[g] = sum_t probs[g * T + t] * v_t, skipping hidden blocks.
 template <typename scalar_t>
-void sum_values_in_memory(const Task<scalar_t>& task, const float* probs) {
+void sum_values(const Task<scalar_t>& task, const float* probs) {
   const int64_t G = task.groups, D = task.dim, T = task.length;
   std::vector<float> out(G * D, 0.0f);
   for (int64_t start = 0; start < T; start += kBlock) {
@@ -206,71 +205,6 @@ void sum_values_in_memory(const Task<scalar_t>& task, const float* probs) {
     }
   }
   for (int64_t i = 0; i < G * D; ++i) task.out[i] = static_cast<scalar_t>(out[i]);
-}
-
-#if defined(__AVX512F__)
-constexpr int kMaxRegisterGroups = 6;  // G x 4 sums and 4 value vectors in the 32 vector registers
-
-// The same sums, 16 x NC output values of every query at a time held in registers through a pass over the
-// values (D / 64 passes, and one more for a remainder of D % 64): no loads and stores of the sums per position.
-// Each output is still summed over the positions in order, so the results equal sum_values_in_memory's.
-template <int G, int NC, typename scalar_t>
-void sum_value_columns(const Task<scalar_t>& task, const float* probs, int64_t first) {
-  const int64_t T = task.length;
-  __m512 sums[G][NC];
-  for (int g = 0; g < G; ++g)
-    for (int c = 0; c < NC; ++c) sums[g][c] = _mm512_setzero_ps();
-  for (int64_t start = 0; start < T; start += kBlock) {
-    const int64_t count = std::min(kBlock, T - start);
-    if (hidden(task.mask, start, count)) continue;
-    for (int64_t t = start; t < start + count; ++t) {
-      const scalar_t* v = task.value + t * task.value_stride + first;
-      __m512 row[NC];
-      for (int c = 0; c < NC; ++c) row[c] = load16(v + 16 * c);
-      for (int g = 0; g < G; ++g) {
-        const __m512 p = _mm512_set1_ps(probs[g * T + t]);
-        for (int c = 0; c < NC; ++c) sums[g][c] = _mm512_fmadd_ps(p, row[c], sums[g][c]);
-      }
-    }
-  }
-  for (int g = 0; g < G; ++g)
-    for (int c = 0; c < NC; ++c) {
-      alignas(64) float lanes[16];
-      _mm512_store_ps(lanes, sums[g][c]);
-      scalar_t* out = task.out + g * task.dim + first + 16 * c;
-      for (int i = 0; i < 16; ++i) out[i] = static_cast<scalar_t>(lanes[i]);
-    }
-}
-
-template <int G, typename scalar_t>
-void sum_values_in_registers(const Task<scalar_t>& task, const float* probs) {
-  int64_t first = 0;
-  for (; first + 64 <= task.dim; first += 64) sum_value_columns<G, 4>(task, probs, first);
-  switch ((task.dim - first) / 16) {
-    case 1: sum_value_columns<G, 1>(task, probs, first); break;
-    case 2: sum_value_columns<G, 2>(task, probs, first); break;
-    case 3: sum_value_columns<G, 3>(task, probs, first); break;
-    default: break;
-  }
-}
-#endif
-
-template <typename scalar_t>
-void sum_values(const Task<scalar_t>& task, const float* probs) {
-#if defined(__AVX512F__)
-  if (task.dim % 16 == 0 && task.groups <= kMaxRegisterGroups) {
-    switch (task.groups) {
-      case 1: return sum_values_in_registers<1>(task, probs);
-      case 2: return sum_values_in_registers<2>(task, probs);
-      case 3: return sum_values_in_registers<3>(task, probs);
-      case 4: return sum_values_in_registers<4>(task, probs);
-      case 5: return sum_values_in_registers<5>(task, probs);
-      case 6: return sum_values_in_registers<6>(task, probs);
-      default: break;
-    }
-  }
-#endif
-  sum_values_in_memory(task, probs);
 }
 
 template <typename scalar_t>
