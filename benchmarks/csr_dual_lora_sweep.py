@@ -170,7 +170,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--sweep", help=f"a named sweep's fixed settings: {', '.join(SWEEPS)}")
     parser.add_argument("--missing", action="store_true", help="run only the pairs with no finished part")
     parser.add_argument("--dry-run", action="store_true", help="say which pairs are done and which would run")
-    parser.add_argument("--jobs", type=int, help="runs at a time (default: 2 on CPU, 4 on a GPU; with "
+    parser.add_argument("--jobs", type=int, help="runs at a time, in processes' slots: a finished trainer's slot goes "
+                                                   "to the next run's (default: 2 on CPU, 4 on a GPU; with "
                                                    "--evaluate-aside 1 on CPU, 2 on a GPU)")
     parser.add_argument("--evaluate-aside", action="store_true",
                         help="each run as two processes: its trainer, and a worker that validates and tests its "
@@ -298,25 +299,33 @@ def prepare(args: argparse.Namespace, logs: Path) -> None:
 
 def run_pool(args: argparse.Namespace, commands: dict[tuple[str, int], list[list[str]]], start: float,
              logs: Path) -> dict[tuple[str, int], int | None]:
-    """Run each pair's processes (``commands``), ``args.jobs`` pairs at a time, archiving as they go; at the
-    deadline stop those running and start no more. A pair whose trainer (its first process) fails has its other
-    processes stopped. Returns each started pair's exit code: its first failing process's, else 0 (None:
-    stopped at the deadline)."""
-    queue, running, codes, stopped = list(commands), {}, {}, set()
-    threads = max(1, (os.cpu_count() or 1) // (args.jobs * processes_per_run(args)))
+    """Run the pairs' processes (``commands``, in order), at most ``args.jobs`` runs' worth at a time, archiving as
+    they go; at the deadline stop those running and start no more. A process starts as soon as a slot frees, so
+    the next pair's trainer starts while the last one's worker finishes its final test. A pair whose trainer (its
+    first process) fails has its other processes stopped, or never started. Returns each started pair's exit
+    code: its first failing process's, else 0 (None: stopped at the deadline)."""
+    slots = args.jobs * processes_per_run(args)
+    queue = [(pair, index) for pair, pair_commands in commands.items() for index in range(len(pair_commands))]
+    running: dict[tuple[str, int], list[subprocess.Popen[bytes]]] = {}
+    codes: dict[tuple[str, int], int | None] = {}
+    stopped: set[tuple[str, int]] = set()
+    threads = max(1, (os.cpu_count() or 1) // slots)
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "WORLDGYM_THREADS": str(threads)}
     last = time.monotonic()
     with contextlib.ExitStack() as files:
         while queue or running:
             past_deadline = args.deadline_s is not None and time.monotonic() - start >= args.deadline_s
-            while queue and len(running) < args.jobs and not past_deadline:
-                mode, seed = pair = queue.pop(0)
-                running[pair] = []
-                for index, command in enumerate(commands[pair]):
-                    name = f"{mode}-s{seed}" + ("-aside" if index else "")
-                    log = files.enter_context(open(logs / f"{name}.log", "a"))
-                    running[pair].append(subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT))
-                print(f"{mode} seed {seed}: started", flush=True)
+            alive = sum(job.poll() is None for jobs in running.values() for job in jobs)
+            while queue and alive < slots and not past_deadline:
+                pair, index = queue.pop(0)
+                mode, seed = pair
+                name = f"{mode}-s{seed}" + ("-aside" if index else "")
+                log = files.enter_context(open(logs / f"{name}.log", "a"))
+                running.setdefault(pair, []).append(
+                    subprocess.Popen(commands[pair][index], env=env, stdout=log, stderr=subprocess.STDOUT))
+                alive += 1
+                if index == 0:
+                    print(f"{mode} seed {seed}: started", flush=True)
             if past_deadline:
                 queue.clear()
                 for pair, jobs in running.items():
@@ -328,7 +337,9 @@ def run_pool(args: argparse.Namespace, commands: dict[tuple[str, int], list[list
                 if jobs[0].poll() not in (None, 0):  # the trainer failed: its worker would wait in vain
                     for job in jobs[1:]:
                         job.terminate()
-                if all(job.poll() is not None for job in jobs):
+                    queue = [entry for entry in queue if entry[0] != pair]
+                waiting = any(entry[0] == pair for entry in queue)
+                if not waiting and all(job.poll() is not None for job in jobs):
                     failed = [job.returncode for job in running.pop(pair) if job.returncode != 0]
                     codes[pair] = None if pair in stopped else (failed[0] if failed else 0)
             if time.monotonic() - last >= args.archive_every:

@@ -8,12 +8,13 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from benchmarks.csr_dual_lora_sweep import SWEEPS, parse_args, run_command
+from benchmarks.csr_dual_lora_sweep import SWEEPS, parse_args, run_command, run_pool
 from benchmarks.csr_dual_lora_vs_dapo import (
     _check_one_setting,
     bootstrap_interval,
@@ -77,6 +78,36 @@ def test_sweep_runs_each_run_beside_an_evaluation_worker(tmp_path: Path) -> None
     part = load(tmp_path / "csr_dual_lora" / "tiny-dapo-d1-s0.json")
     assert part["finished"] and [step for step, _ in part["curve"]] == [0, 2] and part["step0_from"] == "tiny-d1.json"
     assert "evaluation(s) done beside the trainer" in (tmp_path / "sweep_logs" / "dapo-s0-aside.log").read_text()
+
+
+def _stamp(path: Path, seconds: float = 0.0, code: int = 0) -> list[str]:
+    """A process that sleeps ``seconds``, then appends when it ended to ``path`` and exits with ``code``."""
+    code_text = (f"import sys, time; time.sleep({seconds}); "
+                 f"open({str(path)!r}, 'a').write(str(time.time())); sys.exit({code})")
+    return [sys.executable, "-c", code_text]
+
+
+def test_the_next_pairs_trainer_starts_while_the_last_worker_finishes(tmp_path: Path) -> None:
+    args = parse_args(["--model", "tiny", "--modes", "dapo", "--evaluate-aside", "--deadline-s", "60",
+                       "--archive-every", "100", "--results-dir", str(tmp_path)])
+    assert args.jobs == 1  # two processes at a time: one run's trainer and worker
+    a_trainer, a_worker, b_trainer, b_worker = (tmp_path / name for name in ("a0", "a1", "b0", "b1"))
+    commands = {("dapo", 0): [_stamp(a_trainer), _stamp(a_worker, seconds=5)],
+                ("dapo", 1): [_stamp(b_trainer, seconds=2), _stamp(b_worker)]}
+    codes = run_pool(args, commands, time.monotonic(), tmp_path)
+    assert codes == {("dapo", 0): 0, ("dapo", 1): 0}
+    ended = {path.name: float(path.read_text()) for path in (a_trainer, a_worker, b_trainer, b_worker)}
+    assert ended["b0"] < ended["a1"]  # the slot the first trainer left was not kept idle
+    assert ended["b1"] > ended["b0"]  # the second worker waited for a slot: two processes at a time
+
+
+def test_a_failed_trainers_worker_never_starts(tmp_path: Path) -> None:
+    args = parse_args(["--model", "tiny", "--modes", "dapo", "--evaluate-aside", "--jobs", "1",
+                       "--archive-every", "100", "--results-dir", str(tmp_path)])
+    commands = {("dapo", 0): [_stamp(tmp_path / "a0"), _stamp(tmp_path / "a1", seconds=2)],
+                ("dapo", 1): [_stamp(tmp_path / "b0", code=3), _stamp(tmp_path / "b1", seconds=2)]}
+    codes = run_pool(args, commands, time.monotonic(), tmp_path)
+    assert codes == {("dapo", 0): 0, ("dapo", 1): 3} and not (tmp_path / "b1").exists()
 
 
 def test_step0_validation_is_computed_once_and_equals_a_runs_own(tmp_path: Path) -> None:
