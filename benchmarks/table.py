@@ -176,6 +176,8 @@ def _csr_dual_lora(data: Results, demo: Results | None) -> str:
         verdict = ""
         if unfinished:
             verdict = "; runs unfinished"
+        elif dapo is not None and len(rows) == 1:
+            verdict = "; no other mode finished yet"
         elif dapo is not None:
             better = [m for m, row in rows.items() if m != "dapo"
                       and row["final_success_mean"] > dapo["final_success_mean"]]

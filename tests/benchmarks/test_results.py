@@ -124,3 +124,16 @@ def test_csr_phone_success_is_the_current_env_as_the_documented_command_makes_it
     fresh = run_demo(episodes=1, seed=committed["seed"], split=committed["split"], difficulties=[1])
     assert committed["env"] == fresh["env"]
     assert set(committed["results"][0]) == set(fresh["results"][0])
+
+
+def test_the_dual_lora_headline_names_no_winner_while_dapo_ran_alone() -> None:
+    from benchmarks.table import _csr_dual_lora
+
+    def row(success: float) -> dict[str, object]:
+        return {"seeds": [0], "steps": [8], "steps_done": [8], "final_success": [success],
+                "final_success_mean": success}
+
+    alone = _csr_dual_lora({"runs": {"smollm2": {"dapo": row(0.25)}}}, None)
+    assert "no other mode finished yet" in alone and "beats" not in alone
+    compared = _csr_dual_lora({"runs": {"smollm2": {"dapo": row(0.25), "echo": row(0.5)}}}, None)
+    assert "beat DAPO on the mean: echo" in compared
