@@ -313,8 +313,8 @@ class HFEngine:
         processor = None
         if any(c is not None for c in constraints):
             processor = CopyArgumentsProcessor(constraints, prompt_width=width)
-        # greedy decoding behind processors that draw the token when sampling (sampling.py: torch.multinomial
-        # was a tenth of a rollout)
+        # greedy decoding behind processors that draw the token when sampling (sampling.py: cheaper than
+        # generate's torch.multinomial, the same distribution)
         processors = LogitsProcessorList([*([processor] if processor is not None else []),
                                           *sampling_processors(params)])
         # appended to in place, not by concatenation (kv_cache_growth.py: 1.40-1.65x faster decoding behind 1-3k
