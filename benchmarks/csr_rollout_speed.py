@@ -12,7 +12,7 @@ back after every ``collect`` call (``release_free_heap``, the trainers' ``cpu_re
 block of 1 MB or more mapped on its own (``map_large_allocations``, their ``cpu_mmap_threshold``; it cannot be
 undone within a process, so it runs second), or (``--compare heap``, the same engine, one difficulty and batch
 size, the free heap released after every ``collect`` call both times) with glibc trimming its heap by itself and
-then without (``hold_free_heap``, what the trainers do with ``cpu_release_heap``; it too runs second).
+then without (``hold_free_heap``; it too runs second).
 
 For every difficulty, batch size (episodes run together in one ``RolloutCollector.collect`` call) and the
 compared option off / on, the same seeds are played to the end (16 turns at most, the env's own limit), greedily
@@ -100,6 +100,8 @@ COMPARED: dict[str, tuple[str, dict[str, bool]]] = {
 BF16_COMPARISONS = ("attention", "merge", "prefill", "allocator", "heap")
 # malloc settings that cannot be undone within a process: the setting is applied before the second run
 MALLOC_SETTINGS = {"allocator": map_large_allocations, "heap": hold_free_heap}
+# each malloc comparison's runs, off and on, as the results name them
+MALLOC_LABELS = {"allocator": ("released", "mapped"), "heap": ("trimmed", "held")}
 
 
 @dataclass
@@ -313,12 +315,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
                 if args.compare == "prefill":
                     settings |= {"dtype": "bfloat16", "attention": "native" if on else "native-decode",
                                  "merge_lora": True}
-                if args.compare == "allocator":
+                if args.compare in MALLOC_LABELS:
                     settings |= {"dtype": "bfloat16", "attention": "native", "merge_lora": True,
-                                 "malloc": "mapped" if on else "released"}
-                if args.compare == "heap":
-                    settings |= {"dtype": "bfloat16", "attention": "native", "merge_lora": True,
-                                 "malloc": "held" if on else "trimmed"}
+                                 "malloc": MALLOC_LABELS[args.compare][on]}
                 results["runs"].append({"difficulty": difficulty, "batch": batch, **settings, **figures,
                                         "same_episodes": identical, "diverging_episodes": diverging,
                                         "max_logprob_gap": logprob_gap})

@@ -26,9 +26,8 @@ keys and values per layer) in float32 and bfloat16, with transformers' ``sdpa``,
 what the rest of the step costs, the floor no attention kernel can go below), with and without padding, and its
 linear layers alone (``linear_layers``: every projection and the LM head on ``rows`` one-token inputs, their
 milliseconds and floating-point rate). Those, plus ``read`` per layer, bound a decode step from below
-(``floor``). Timings
-are medians of ``--repeats`` rounds that alternate the variants, after a warm-up, on one thread
-(``WORLDGYM_THREADS`` to change).
+(``floor``). Timings are medians of ``--repeats`` rounds that alternate the variants, after a warm-up, on one
+thread (``WORLDGYM_THREADS`` to change).
 
     OMP_WAIT_POLICY=PASSIVE python benchmarks/decode_attention.py           # SmolLM2-135M, 16 x 3000 and 16 x 1000
     OMP_WAIT_POLICY=PASSIVE python benchmarks/decode_attention.py --quick   # tiny shapes and model, seconds
@@ -323,15 +322,13 @@ def linear_layer_figures(model: PreTrainedModel, rows: int, repeats: int) -> dic
     layers = [module for module in model.modules() if isinstance(module, torch.nn.Linear)]
     inputs = [torch.randn(rows, layer.in_features, dtype=layer.weight.dtype) for layer in layers]
     flops = sum(2 * rows * layer.in_features * layer.out_features for layer in layers)
-    times = []
+
+    def products() -> None:
+        for layer, x in zip(layers, inputs):
+            F.linear(x, layer.weight, layer.bias)
+
     with torch.no_grad():
-        for step in range(repeats + 1):
-            start = time.perf_counter()
-            for layer, x in zip(layers, inputs):
-                F.linear(x, layer.weight, layer.bias)
-            if step:
-                times.append((time.perf_counter() - start) * 1e3)
-    milliseconds = statistics.median(times)
+        milliseconds = statistics.median(time_rounds({"linear": products}, repeats, warmup=1)["linear"])
     return {"ms": round(milliseconds, 4), "gflops_per_s": round(flops / milliseconds / 1e6, 3),
             "gflop": round(flops / 1e9, 6)}
 

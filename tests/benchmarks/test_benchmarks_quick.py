@@ -168,6 +168,16 @@ def test_csr_rollout_speed_compares_malloc_settings(tmp_path: Path) -> None:
     assert all(run["same_episodes"] for run in data["runs"])  # malloc moves tensors, never their values
 
 
+def test_csr_rollout_speed_compares_glibc_trimming_on_sampled_episodes(tmp_path: Path) -> None:
+    run("csr_rollout_speed.py", "--compare", "heap", "--temperature", "0.5", results=tmp_path)
+    data = load(tmp_path / "csr_rollout_speed_heap_T0.5.json")
+    assert data["settings"]["temperature"] == 0.5 and data["env"].endswith("sampled at temperature 0.5")
+    assert [run["malloc"] for run in data["runs"]] == ["trimmed", "held"]
+    for figures in data["runs"]:
+        assert figures["page_faults"] >= 0 and 0 <= figures["system_s"] <= figures["cpu_s"]
+    assert all(run["same_episodes"] for run in data["runs"])  # the same seeds sample the same tokens
+
+
 def test_csr_rollout_speed_allocator_compare_needs_one_configuration() -> None:
     from benchmarks.csr_rollout_speed import parse_args
 

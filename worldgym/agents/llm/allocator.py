@@ -74,8 +74,7 @@ def hold_free_heap(mmap_threshold: int = HELD_MMAP_THRESHOLD) -> bool:
     from ``mmap_threshold`` bytes up (by default 32 MB, the ceiling glibc raises its own to) still get mappings
     of their own. Process-wide; returns False where that is not possible (not Linux, not glibc)."""
     libc = _glibc()
-    return (libc is not None and bool(libc.mallopt(_M_MMAP_THRESHOLD, int(mmap_threshold)))
-            and bool(libc.mallopt(_M_TRIM_THRESHOLD, _NEVER_TRIM)))
+    return map_large_allocations(mmap_threshold) and bool(libc.mallopt(_M_TRIM_THRESHOLD, _NEVER_TRIM))
 
 
 def map_large_allocations_on_cpu(device: str, threshold: int | None) -> bool:
