@@ -59,8 +59,8 @@ def test_the_native_kernel_equals_float32_attention_on_strided_views(dtype: torc
 
 
 @needs_kernel
-@pytest.mark.parametrize("groups", [1, 3, 8])
-@pytest.mark.parametrize("dim", [64, 128, 80])  # SmolLM2's, Qwen3's, and one of 16-value vectors that are not 32s
+@pytest.mark.parametrize("groups", [1, 3, 5, 8])  # value sums in register tiles of up to 4 groups
+@pytest.mark.parametrize("dim", [64, 128, 96, 80])  # SmolLM2's, Qwen3's, a 32-value tail tile, and 16s not 32s
 def test_every_group_size_and_head_dim_attends_as_float32_attention(groups: int, dim: int) -> None:
     generator = torch.Generator().manual_seed(1)
     query = torch.randn(2, 2, groups, dim, generator=generator).bfloat16()

@@ -7,7 +7,8 @@
 // softmaxed in float32 and summed over the values in one pass over the values, so the cache is read once. Blocks
 // of 16 positions that the mask hides entirely (padding) are skipped in both passes. Built with AVX512-BF16 the
 // bf16 scores use its dot-product instruction (products exact, sums in float32), with AVX512F the float32 ones
-// use fused multiply-adds; elsewhere plain float32 loops that the compiler vectorises as it can.
+// use fused multiply-adds, and the value sums stay in vector registers for the whole pass (no load and store of
+// each sum per position); elsewhere plain float32 loops that the compiler vectorises as it can.
 // Work per task is fixed and summed in a fixed order, so results do not depend on the number of threads.
 
 #include <torch/extension.h>
@@ -178,9 +179,89 @@ inline void softmax_rows(float* scores, int64_t groups, int64_t length) {
   }
 }
 
-// out[g] = sum_t probs[g * T + t] * v_t, skipping hidden blocks.
+#if defined(__AVX512F__)
+// 32 values of a head as two float32 vectors: for bf16 the even-indexed values in `low` and the odd-indexed in
+// `high` (two instructions, no shuffle); for float32 values 0-15 and 16-31.
+inline void load_chunk(const c10::BFloat16* p, __m512& low, __m512& high) {
+  const __m512i raw = _mm512_loadu_si512(p);
+  low = _mm512_castsi512_ps(_mm512_slli_epi32(raw, 16));
+  high = _mm512_castsi512_ps(_mm512_and_si512(raw, _mm512_set1_epi32(static_cast<int>(0xFFFF0000u))));
+}
+inline void load_chunk(const float* p, __m512& low, __m512& high) {
+  low = _mm512_loadu_ps(p);
+  high = _mm512_loadu_ps(p + 16);
+}
+// The inverse of load_chunk's order (the first argument picks the dtype): 32 sums back to the values' own order.
+inline void store_chunk(const c10::BFloat16*, float* out, __m512 low, __m512 high) {
+  alignas(64) float a[16], b[16];
+  _mm512_store_ps(a, low);
+  _mm512_store_ps(b, high);
+  for (int i = 0; i < 16; ++i) { out[2 * i] = a[i]; out[2 * i + 1] = b[i]; }
+}
+inline void store_chunk(const float*, float* out, __m512 low, __m512 high) {
+  _mm512_storeu_ps(out, low);
+  _mm512_storeu_ps(out + 16, high);
+}
+
+// out[g, d0 : d0 + 32 kChunks] for groups g0 .. g0 + kGroups, summed in registers over every visible position.
+template <int kGroups, int kChunks, typename scalar_t>
+void sum_value_tile(const Task<scalar_t>& task, const float* probs, int64_t g0, int64_t d0, float* out) {
+  const int64_t T = task.length;
+  __m512 acc[kGroups][kChunks][2];
+  for (int g = 0; g < kGroups; ++g)
+    for (int c = 0; c < kChunks; ++c) acc[g][c][0] = acc[g][c][1] = _mm512_setzero_ps();
+  for (int64_t start = 0; start < T; start += kBlock) {
+    const int64_t end = std::min(start + kBlock, T);
+    if (hidden(task.mask, start, end - start)) continue;
+    for (int64_t t = start; t < end; ++t) {
+      const scalar_t* v = task.value + t * task.value_stride + d0;
+      __m512 row[kChunks][2];
+      for (int c = 0; c < kChunks; ++c) load_chunk(v + 32 * c, row[c][0], row[c][1]);
+      for (int g = 0; g < kGroups; ++g) {
+        const __m512 p = _mm512_set1_ps(probs[(g0 + g) * T + t]);
+        for (int c = 0; c < kChunks; ++c) {
+          acc[g][c][0] = _mm512_fmadd_ps(p, row[c][0], acc[g][c][0]);
+          acc[g][c][1] = _mm512_fmadd_ps(p, row[c][1], acc[g][c][1]);
+        }
+      }
+    }
+  }
+  for (int g = 0; g < kGroups; ++g)
+    for (int c = 0; c < kChunks; ++c)
+      store_chunk(task.value, out + (g0 + g) * task.dim + d0 + 32 * c, acc[g][c][0], acc[g][c][1]);
+}
+
+template <int kGroups, typename scalar_t>
+void sum_value_tiles(const Task<scalar_t>& task, const float* probs, int64_t g0, float* out) {
+  int64_t d0 = 0;
+  for (; d0 + 64 <= task.dim; d0 += 64) sum_value_tile<kGroups, 2>(task, probs, g0, d0, out);
+  if (d0 < task.dim) sum_value_tile<kGroups, 1>(task, probs, g0, d0, out);
+}
+
+// out[g] = sum_t probs[g * T + t] * v_t with every sum held in registers (groups in tiles of up to 4, head values
+// in tiles of 64, then 32), skipping hidden blocks. Needs D % 32 == 0.
+template <typename scalar_t>
+void sum_values_in_registers(const Task<scalar_t>& task, const float* probs) {
+  std::vector<float> out(task.groups * task.dim);
+  for (int64_t g0 = 0; g0 < task.groups; g0 += 4) {
+    switch (std::min<int64_t>(4, task.groups - g0)) {
+      case 1: sum_value_tiles<1>(task, probs, g0, out.data()); break;
+      case 2: sum_value_tiles<2>(task, probs, g0, out.data()); break;
+      case 3: sum_value_tiles<3>(task, probs, g0, out.data()); break;
+      default: sum_value_tiles<4>(task, probs, g0, out.data()); break;
+    }
+  }
+  for (int64_t i = 0; i < task.groups * task.dim; ++i) task.out[i] = static_cast<scalar_t>(out[i]);
+}
+#endif
+
+// out[g] = sum_t probs[g * T + t] * v_t, skipping hidden blocks: in registers where the head's width allows,
+// else with the sums in memory. Both add the same products in the same order, so they give the same results.
 template <typename scalar_t>
 void sum_values(const Task<scalar_t>& task, const float* probs) {
+#if defined(__AVX512F__)
+  if (task.dim % 32 == 0) return sum_values_in_registers(task, probs);
+#endif
   const int64_t G = task.groups, D = task.dim, T = task.length;
   std::vector<float> out(G * D, 0.0f);
   for (int64_t start = 0; start < T; start += kBlock) {
