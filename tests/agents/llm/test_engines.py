@@ -180,12 +180,14 @@ def test_a_call_ends_once_a_quarter_of_the_rows_but_not_all_have_stopped() -> No
 
 def test_decoded_rows_follow_the_rows_still_in_the_batch() -> None:
     rows = DecodedRows(3)
-    rows.add(torch.tensor([[1, STOP], [2, 2], [3, 3]]), torch.zeros(3, 2, 5))
+    rows.add(torch.tensor([[1, STOP], [2, 2], [3, 3]]), -torch.arange(6.0).reshape(3, 2))
     assert rows.stopped([STOP]) == [0] and rows.steps == 2
     rows.keep([1, 2])
-    rows.add(torch.tensor([[4], [STOP]]), torch.ones(2, 1, 5))
+    rows.add(torch.tensor([[4], [STOP]]), torch.tensor([[-7.0], [-8.0]]))
     assert rows.tokens == [[1, STOP], [2, 2, 4], [3, 3, STOP]] and rows.stopped([STOP]) == [1]
-    assert rows.row_logits(2).shape == (3, 5) and rows.row_logits(0).shape == (2, 5)
+    assert rows.logprobs == [[0.0, -1.0], [-2.0, -3.0, -7.0], [-4.0, -5.0, -8.0]]
+    with pytest.raises(ValueError, match="logprobs"):
+        rows.add(torch.tensor([[5], [6]]), torch.zeros(2, 1, 5))
 
 
 def _many_stops_engine(model, tokenizer, batch_size: int) -> HFEngine:
@@ -238,3 +240,21 @@ def test_sampled_batches_that_retire_rows_keep_the_trainers_logprobs(tokenizer) 
     assert_logprobs_match_a_plain_forward(model, prompts, results, temperature=0.8)
     again = _many_stops_engine(model, tokenizer, batch_size=12).generate(prompts, params)  # still reproducible
     assert [[g.token_ids for g in r] for r in again] == [[g.token_ids for g in r] for r in results]
+
+
+def test_a_calls_logprobs_step_by_step_are_the_bits_of_the_whole_calls() -> None:
+    from worldgym.agents.llm.engines.hf import _call_logprobs, _sampled_logprobs
+
+    generator = torch.Generator().manual_seed(0)
+    logits = [torch.randn(3, 50, generator=generator) * 4 for _ in range(6)]  # 6 steps of 3 rows
+    tokens = torch.randint(0, 50, (3, 6), generator=generator)
+    processor = type("Recorded", (), {})()  # what the engine reads off a CopyArgumentsProcessor
+    processor.allowed = [[None] * 9, [None] * 9, [None] * 9]
+    processor.allowed[2][3 + 1] = [3, 7, 9]  # prompt row 2 is batch row 1; this call's steps start at 3
+    tokens[1, 1] = 7
+    got = _call_logprobs(logits, tokens, 0.7, processor, rows=[0, 2, 1], first_step=3)
+    allowed = [processor.allowed[row][3:9] for row in (0, 2, 1)]
+    whole = _sampled_logprobs(torch.stack(logits, dim=1) / 0.7, tokens, allowed)
+    assert torch.equal(got, whole)
+    masked = logits[1][1, [3, 7, 9]] / 0.7
+    assert torch.allclose(got[1, 1], masked.log_softmax(-1)[1])  # over the allowed tokens only

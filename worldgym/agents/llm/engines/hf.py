@@ -341,8 +341,11 @@ class HFEngine:
                 do_sample=False,
                 logits_processor=processors,
             )
-            decoded.add(output.sequences[:, sequences.shape[1]:].cpu(),
-                        torch.stack(output.logits, dim=1).float().cpu() / params.logprob_temperature)
+            new_tokens = output.sequences[:, sequences.shape[1]:].cpu()
+            decoded.add(new_tokens, _call_logprobs(output.logits, new_tokens, params.logprob_temperature,
+                                                   processor, running, decoded.steps))
+            sequences = output.sequences
+            del output  # its logits (rows x steps x vocab floats) go before the next call
             leaving = (decoded.stopped(self.eos_token_ids) if decoded.steps < params.max_new_tokens
                        else list(range(len(running))))
             for b in leaving:
@@ -355,7 +358,7 @@ class HFEngine:
                 stopped = set(leaving)
                 keep = [b for b in range(len(running)) if b not in stopped]
                 cache.batch_select_indices(torch.tensor(keep, device=self.device))
-                sequences = output.sequences[keep]
+                sequences = sequences[keep]
                 decoded.keep(keep)
                 if processor is not None:
                     processor.keep(keep)
@@ -365,9 +368,7 @@ class HFEngine:
         """Prompt row ``row``'s completion, its logprobs as the sampler drew them (over a constraint's allowed
         tokens where one applied)."""
         allowed = processor.allowed[row] if processor is not None else None
-        tokens = torch.tensor(decoded.tokens[row])
-        logprobs = _sampled_logprobs(decoded.row_logits(row)[None], tokens[None], [allowed])[0]
-        return self._cut(decoded.tokens[row], logprobs.tolist(), allowed)
+        return self._cut(decoded.tokens[row], decoded.logprobs[row], allowed)
 
     def _layout(
         self, prompts: list[list[int]], hits: list[_Hit]
@@ -535,6 +536,20 @@ def contiguous_head_input(model: PreTrainedModel) -> Iterator[None]:
         yield
     finally:
         handle.remove()
+
+
+def _call_logprobs(logits: Sequence[torch.Tensor], tokens: torch.Tensor, temperature: float,
+                   processor: CopyArgumentsProcessor | None, rows: Sequence[int], first_step: int) -> torch.Tensor:
+    """The ``[active, steps]`` logprobs of one ``generate`` call's sampled ``tokens``, from its per-step logits
+    ``[active, vocab]`` divided by ``temperature``; batch row ``b`` is prompt row ``rows[b]``, whose steps start at
+    ``first_step`` in ``processor``'s record of allowed tokens. One step at a time: no ``[active, steps, vocab]``
+    copy of the logits is made."""
+    logprobs = torch.empty(tokens.shape)
+    for step, step_logits in enumerate(logits):
+        allowed = [[processor.allowed[row][first_step + step]] if processor is not None else None for row in rows]
+        logprobs[:, step] = _sampled_logprobs(step_logits.float().cpu()[:, None] / temperature,
+                                              tokens[:, step : step + 1], allowed)[:, 0]
+    return logprobs
 
 
 def _sampled_logprobs(

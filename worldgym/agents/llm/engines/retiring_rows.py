@@ -7,7 +7,8 @@ call of ~50 tokens while one rambles to the token limit (SmolLM2 at d3: turns of
 57-101 tokens ran 192 steps). :class:`RetireFinishedRows` ends the call once a quarter of the running rows (at
 least one) have stopped; the engine then drops them from the cache and the inputs and calls ``generate`` again
 from where it ended (the cache holds everything but the last sampled token, which the next call feeds first).
-:class:`DecodedRows` gathers each prompt's tokens and logits over the calls.
+:class:`DecodedRows` gathers each prompt's tokens and their logprobs over the calls (each call's logits are
+reduced to the sampled tokens' logprobs as soon as it ends, so no call's logits outlive it).
 """
 
 from __future__ import annotations
@@ -38,20 +39,22 @@ class RetireFinishedRows(StoppingCriteria):
 
 
 class DecodedRows:
-    """What one batch decoded so far, per prompt row: its tokens and its logits (``[steps, vocab]`` chunks), and
-    which rows are still in the batch (``active[b]``: the prompt row of batch row ``b``)."""
+    """What one batch decoded so far, per prompt row: its tokens and their logprobs, and which rows are still in
+    the batch (``active[b]``: the prompt row of batch row ``b``)."""
 
     def __init__(self, rows: int):
         self.tokens: list[list[int]] = [[] for _ in range(rows)]
-        self.logits: list[list[torch.Tensor]] = [[] for _ in range(rows)]
+        self.logprobs: list[list[float]] = [[] for _ in range(rows)]
         self.active = list(range(rows))
         self.steps = 0  # decoding steps run so far (every active row has this many tokens)
 
-    def add(self, new_tokens: torch.Tensor, logits: torch.Tensor) -> None:
-        """One ``generate`` call's ``[active, steps]`` new tokens and ``[active, steps, vocab]`` logits."""
+    def add(self, new_tokens: torch.Tensor, logprobs: torch.Tensor) -> None:
+        """One ``generate`` call's ``[active, steps]`` new tokens and their ``[active, steps]`` logprobs."""
+        if logprobs.shape != new_tokens.shape:
+            raise ValueError(f"{tuple(new_tokens.shape)} tokens but {tuple(logprobs.shape)} logprobs")
         for batch_row, row in enumerate(self.active):
             self.tokens[row] += new_tokens[batch_row].tolist()
-            self.logits[row].append(logits[batch_row])
+            self.logprobs[row] += logprobs[batch_row].tolist()
         self.steps += new_tokens.shape[1]
 
     def stopped(self, stop_token_ids: Sequence[int]) -> list[int]:
@@ -62,7 +65,3 @@ class DecodedRows:
     def keep(self, batch_rows: Sequence[int]) -> None:
         """Only these batch rows go on decoding (in this order)."""
         self.active = [self.active[b] for b in batch_rows]
-
-    def row_logits(self, row: int) -> torch.Tensor:
-        """Prompt row ``row``'s logits of every step it decoded, ``[steps, vocab]``."""
-        return torch.cat(self.logits[row])
