@@ -725,13 +725,16 @@ class GRPOTrainer:
     ) -> dict[str, float]:
         """Greedy episodes on a fixed set of validation seeds (:meth:`validation_episodes`): mean reward and
         success rate (and the mean ``reward_fn`` reward when the trainer has one; the copy probe where the env's
-        tools mark copied arguments and the policy wrote some). Each episode's success is kept in
-        ``last_episode_success``."""
+        tools mark copied arguments and the policy wrote some), and the seconds the metrics took beside the
+        episodes (``time/validation_scoring_s``: e.g. a world model's teacher-forced scoring). Each episode's
+        success is kept in ``last_episode_success``."""
         episodes = self.validation_episodes(env, num_episodes)
         release_free_heap_on_cpu(self.config.device, self.config.cpu_release_heap)
         self.last_episode_success = [float(episode.success) for episode in episodes]
         self._episodes["validation"] = episodes
-        return self.evaluation_metrics(episodes)
+        start = time.perf_counter()
+        metrics = self.evaluation_metrics(episodes)
+        return {**metrics, "time/validation_scoring_s": time.perf_counter() - start}
 
     def validation_episodes(
         self, env: gym.Env | gym.vector.VectorEnv | None = None, num_episodes: int | None = None
