@@ -737,6 +737,15 @@ def step_time_by_machine(runs: list[dict[str, Any]], dapo: list[dict[str, Any]])
             for label in labels if seconds(runs, label) and seconds(dapo, label)}
 
 
+def second_round_share(part: dict[str, Any]) -> float | None:
+    """The share of a run's steps whose dynamic sampling ran a second round: more episodes than one round's
+    ``prompts_per_step x group_size`` (None for a part without its episode counts or steps)."""
+    config = part.get("config", {})
+    first_round = (config.get("first_round_prompts") or config.get("prompts_per_step", 0)) * config.get("group_size", 0)
+    sampled = np.diff(part.get("episodes_by_step", []))
+    return float(np.mean(sampled > first_round)) if first_round and len(sampled) else None
+
+
 def _final_test_rows(runs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """The runs' final test-split successes by difficulty (None for a run without one) and their mean."""
     difficulties = sorted({d for p in runs for d in p.get("final_test_by_difficulty", {})}, key=int)
@@ -805,6 +814,7 @@ def report(args: argparse.Namespace) -> None:
                 "wm_accuracy_curves": [p["wm_accuracy_curve"] for p in runs],
                 "invalid_call_rate_curves": [p.get("invalid_call_rate_curve") for p in runs],
                 "tasks_by_step": [p["tasks_by_step"] for p in runs],
+                "second_round_share": [second_round_share(p) for p in runs],
                 "commands": [p["command"] for p in runs],
             }
         summary["runs"][f"{model}-d{difficulty}{temperature_suffix(temperature)}{warm_start_name}"] = rows

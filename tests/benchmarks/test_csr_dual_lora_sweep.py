@@ -20,6 +20,7 @@ from benchmarks.csr_dual_lora_vs_dapo import (
     bootstrap_interval,
     final_success_interval,
     is_finished,
+    second_round_share,
     step_time_by_machine,
 )
 
@@ -267,3 +268,8 @@ def test_report_helpers_on_constructed_parts() -> None:
     finished = part(1.0, "A", final_test_by_difficulty={"1": 0.5})
     assert is_finished(finished, (1,)) and not is_finished(finished, (1, 2))
     assert not is_finished({**finished, "steps_done": 1}, (1,))
+    rounds = {"config": {"prompts_per_step": 2, "group_size": 8, "first_round_prompts": 0},
+              "episodes_by_step": [0, 32, 48, 80, 96]}  # second rounds at steps 1 and 3
+    assert second_round_share(rounds) == 0.5
+    assert second_round_share({**rounds, "config": {**rounds["config"], "first_round_prompts": 4}}) == 0.0
+    assert second_round_share({"config": rounds["config"]}) is None
