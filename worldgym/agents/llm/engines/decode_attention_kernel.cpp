@@ -7,8 +7,9 @@
 // softmaxed in float32 and summed over the values in one pass over the values, so the cache is read once. Blocks
 // of 16 positions that the mask hides entirely (padding) are skipped in both passes. Built with AVX512-BF16 the
 // bf16 scores use its dot-product instruction (products exact, sums in float32), with AVX512F the float32 ones
-// use fused multiply-adds, and the value sums stay in vector registers for the whole pass (no load and store of
-// each sum per position); elsewhere plain float32 loops that the compiler vectorises as it can.
+// use fused multiply-adds; 16 keys' dot products are summed across lanes in one pairwise tree, and the value sums
+// stay in vector registers for the whole pass (no load and store of each sum per position); elsewhere plain
+// float32 loops that the compiler vectorises as it can.
 // Work per task is fixed and summed in a fixed order, so results do not depend on the number of threads.
 
 #include <torch/extension.h>
@@ -42,27 +43,41 @@ inline bool hidden(const float* mask, int64_t start, int64_t count) {
 }
 
 #if defined(__AVX512F__)
-// One vector whose lane j is the sum of the 16 lanes of v[j].
-inline __m512 sum_lanes(__m512 v[16]) {
-  static const __m512i lo1 = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23);
-  static const __m512i hi1 = _mm512_setr_epi32(8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
-  static const __m512i lo2 = _mm512_setr_epi32(0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27);
-  static const __m512i hi2 = _mm512_setr_epi32(4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31);
-  static const __m512i lo3 = _mm512_setr_epi32(0, 1, 4, 5, 8, 9, 12, 13, 16, 17, 20, 21, 24, 25, 28, 29);
-  static const __m512i hi3 = _mm512_setr_epi32(2, 3, 6, 7, 10, 11, 14, 15, 18, 19, 22, 23, 26, 27, 30, 31);
-  static const __m512i lo4 = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-  static const __m512i hi4 = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
-  __m512 w[8], x[4], y[2];
-  for (int i = 0; i < 8; ++i)
-    w[i] = _mm512_add_ps(_mm512_permutex2var_ps(v[2 * i], lo1, v[2 * i + 1]),
-                         _mm512_permutex2var_ps(v[2 * i], hi1, v[2 * i + 1]));
-  for (int i = 0; i < 4; ++i)
-    x[i] = _mm512_add_ps(_mm512_permutex2var_ps(w[2 * i], lo2, w[2 * i + 1]),
-                         _mm512_permutex2var_ps(w[2 * i], hi2, w[2 * i + 1]));
-  for (int i = 0; i < 2; ++i)
-    y[i] = _mm512_add_ps(_mm512_permutex2var_ps(x[2 * i], lo3, x[2 * i + 1]),
-                         _mm512_permutex2var_ps(x[2 * i], hi3, x[2 * i + 1]));
-  return _mm512_add_ps(_mm512_permutex2var_ps(y[0], lo4, y[1]), _mm512_permutex2var_ps(y[0], hi4, y[1]));
+// One level of a pairwise tree over lanes: lanes of a and b brought together and added so that after levels
+// 0, 1, 2 and 3 over 16 vectors, lane j of the last holds the sum of the 16 lanes of the j-th (sum_lanes).
+template <int kLevel>
+inline __m512 fold(__m512 a, __m512 b) {
+  const __m512i low[4] = {
+      _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23),
+      _mm512_setr_epi32(0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27),
+      _mm512_setr_epi32(0, 1, 4, 5, 8, 9, 12, 13, 16, 17, 20, 21, 24, 25, 28, 29),
+      _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30)};
+  const __m512i high[4] = {
+      _mm512_setr_epi32(8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31),
+      _mm512_setr_epi32(4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31),
+      _mm512_setr_epi32(2, 3, 6, 7, 10, 11, 14, 15, 18, 19, 22, 23, 26, 27, 30, 31),
+      _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31)};
+  return _mm512_add_ps(_mm512_permutex2var_ps(a, low[kLevel], b), _mm512_permutex2var_ps(a, high[kLevel], b));
+}
+
+// One vector whose lane j is the sum of the 16 lanes of vector(j), j = 0..15: each vector is folded into the tree
+// as soon as it is made, so at most a few are held at once (no array of 16 vectors in memory).
+template <typename Vector>
+inline __m512 sum_lanes(Vector vector) {
+  __m512 quarters[2];
+  for (int q = 0; q < 2; ++q) {
+    __m512 eighths[2];
+    for (int e = 0; e < 2; ++e) {
+      __m512 pairs[2];
+      for (int p = 0; p < 2; ++p) {
+        const int j = 8 * q + 4 * e + 2 * p;
+        pairs[p] = fold<0>(vector(j), vector(j + 1));
+      }
+      eighths[e] = fold<1>(pairs[0], pairs[1]);
+    }
+    quarters[q] = fold<2>(eighths[0], eighths[1]);
+  }
+  return fold<3>(quarters[0], quarters[1]);
 }
 
 // Whether a dtype's scores have a vector path (float32 with AVX512F, bf16 with AVX512-BF16), and how many values
@@ -128,10 +143,11 @@ void score_keys(const Task<scalar_t>& task, float* scores) {
     if constexpr (kVectorDot<scalar_t>) {
       if (count == kBlock && D % kDotWidth<scalar_t> == 0) {
         for (int64_t g = 0; g < G; ++g) {
-          __m512 dots[kBlock];
-          for (int64_t j = 0; j < kBlock; ++j)
-            dots[j] = partial_dot(task.query + g * D, task.key + (start + j) * task.key_stride, D);
-          __m512 s = _mm512_mul_ps(sum_lanes(dots), _mm512_set1_ps(task.scaling));
+          const scalar_t* q = task.query + g * D;
+          const scalar_t* k = task.key + start * task.key_stride;
+          const int64_t stride = task.key_stride;
+          const __m512 dots = sum_lanes([&](int j) { return partial_dot(q, k + j * stride, D); });
+          __m512 s = _mm512_mul_ps(dots, _mm512_set1_ps(task.scaling));
           if (task.mask != nullptr) s = _mm512_add_ps(s, _mm512_loadu_ps(task.mask + start));
           _mm512_storeu_ps(scores + g * T + start, s);
         }
