@@ -380,7 +380,8 @@ class CheckpointEvaluator:
         metrics = self.trainer.evaluate()  # the row GRPOTrainer's own validation logs
         print(f"validation at step {job.step}: {metrics['eval/success_rate']:.3f}", flush=True)
         return {**metrics, EPISODE_SUCCESS_KEY: list(self.trainer.last_episode_success),
-                "time/validation_s": time.perf_counter() - start}
+                "time/validation_s": time.perf_counter() - start,
+                "time/validation_scoring_s": self.trainer.last_validation_scoring_s}
 
     def close(self) -> None:
         if self.trainer is not None:

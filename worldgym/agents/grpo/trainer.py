@@ -200,6 +200,7 @@ class GRPOTrainer:
                                             config.greater_is_better, prunes=self.is_main, shared=(SEGMENT_FILES,))
         self.history: list[dict[str, Any]] = []
         self.last_episode_success: list[float] = []  # each episode's success in the last evaluate(), seed order
+        self.last_validation_scoring_s = 0.0  # seconds of the last evaluate()'s metrics after its episodes
         self._episodes: dict[str, list[Episode]] = {}  # the newest validation's and training step's, for transcripts
         self.tracker: Tracker | None = None  # config.report_to's backends, opened by train()
 
@@ -388,7 +389,8 @@ class GRPOTrainer:
 
     def _validation_row(self) -> dict[str, Any]:
         metrics = self.evaluate()
-        return {**metrics, EPISODE_SUCCESS_KEY: list(self.last_episode_success)}
+        return {**metrics, EPISODE_SUCCESS_KEY: list(self.last_episode_success),
+                "time/validation_scoring_s": self.last_validation_scoring_s}
 
     def log_initial_validation(self, validation: dict[str, Any]) -> None:
         """Log ``validation`` (a :meth:`train` validation row's figures) as this fresh run's step-0 validation
@@ -725,16 +727,17 @@ class GRPOTrainer:
     ) -> dict[str, float]:
         """Greedy episodes on a fixed set of validation seeds (:meth:`validation_episodes`): mean reward and
         success rate (and the mean ``reward_fn`` reward when the trainer has one; the copy probe where the env's
-        tools mark copied arguments and the policy wrote some), and the seconds the metrics took beside the
-        episodes (``time/validation_scoring_s``: e.g. a world model's teacher-forced scoring). Each episode's
-        success is kept in ``last_episode_success``."""
+        tools mark copied arguments and the policy wrote some). Each episode's success is kept in
+        ``last_episode_success``, and the seconds the metrics took after the episodes (e.g. a world model's
+        teacher-forced scoring) in ``last_validation_scoring_s``."""
         episodes = self.validation_episodes(env, num_episodes)
         release_free_heap_on_cpu(self.config.device, self.config.cpu_release_heap)
         self.last_episode_success = [float(episode.success) for episode in episodes]
         self._episodes["validation"] = episodes
         start = time.perf_counter()
         metrics = self.evaluation_metrics(episodes)
-        return {**metrics, "time/validation_scoring_s": time.perf_counter() - start}
+        self.last_validation_scoring_s = time.perf_counter() - start
+        return metrics
 
     def validation_episodes(
         self, env: gym.Env | gym.vector.VectorEnv | None = None, num_episodes: int | None = None
