@@ -377,11 +377,9 @@ class CheckpointEvaluator:
             successes = _successes_at(self.trainer, difficulty, self.args.episodes, "test")
             print(f"final test d{difficulty}: {np.mean(successes):.3f}", flush=True)
             return {"successes": successes}
-        metrics = self.trainer.evaluate()  # the row GRPOTrainer's own validation logs
-        print(f"validation at step {job.step}: {metrics['eval/success_rate']:.3f}", flush=True)
-        return {**metrics, EPISODE_SUCCESS_KEY: list(self.trainer.last_episode_success),
-                "time/validation_s": time.perf_counter() - start,
-                "time/validation_scoring_s": self.trainer.last_validation_scoring_s}
+        row = self.trainer.validation_row()  # the row GRPOTrainer's own validation logs
+        print(f"validation at step {job.step}: {row['eval/success_rate']:.3f}", flush=True)
+        return {**row, "time/validation_s": time.perf_counter() - start}
 
     def close(self) -> None:
         if self.trainer is not None:

@@ -377,9 +377,9 @@ class GRPOTrainer:
         """:meth:`evaluate`'s metrics and each episode's success (:data:`EPISODE_SUCCESS_KEY`) on rank 0 (``{}``
         on the other ranks, which help gather the weights)."""
         if self.parallel is None:
-            return self._validation_row()
+            return self.validation_row()
         with self.parallel.full_weights():
-            return self._validation_row() if self.is_main else {}
+            return self.validation_row() if self.is_main else {}
 
     def _timed_validation(self) -> dict[str, Any]:
         """:meth:`_validate`'s row with its seconds, ``time/validation_s``."""
@@ -387,7 +387,9 @@ class GRPOTrainer:
         row = self._validate()
         return {**row, "time/validation_s": time.perf_counter() - start} if row else row
 
-    def _validation_row(self) -> dict[str, Any]:
+    def validation_row(self) -> dict[str, Any]:
+        """The row a validation logs: :meth:`evaluate`'s metrics, each episode's success and the seconds of the
+        metrics after the episodes (``time/validation_scoring_s``)."""
         metrics = self.evaluate()
         return {**metrics, EPISODE_SUCCESS_KEY: list(self.last_episode_success),
                 "time/validation_scoring_s": self.last_validation_scoring_s}
