@@ -4,6 +4,12 @@ where it cannot be built."""
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
@@ -112,6 +118,19 @@ def test_a_failed_build_warns_once_and_decodes_with_the_flash_kernel(monkeypatch
     assert torch.equal(out, expected)
     again, _ = native_decode_attention_forward(_module(), query, key, value, mask, scaling=0.25)
     assert torch.equal(again, expected)  # no second warning: pytest's -W error would fail on one
+
+
+@needs_kernel
+def test_a_lock_file_left_by_a_killed_build_does_not_stop_the_next_process(tmp_path: Path) -> None:
+    built_in = Path(native_kernel.native_kernel().__file__).parent  # type: ignore[union-attr]
+    extensions = tmp_path / "extensions"
+    shutil.copytree(built_in, extensions / built_in.name)  # the built kernel, its times kept: nothing to rebuild
+    (extensions / built_in.name / "lock").touch()  # PyTorch's lock file, as a build killed midway leaves it
+    code = "from worldgym.agents.llm.engines.native_kernel import native_kernel; print(native_kernel() is not None)"
+    loaded = subprocess.run([sys.executable, "-c", code], env={**os.environ, "TORCH_EXTENSIONS_DIR": str(extensions)},
+                            capture_output=True, text=True, timeout=300, check=False)
+    assert loaded.stdout.strip() == "True", loaded.stderr[-2000:]
+    assert not (extensions / built_in.name / "lock").exists()
 
 
 @pytest.mark.parametrize(("flags", "level"), [

@@ -6,18 +6,28 @@ the vector instructions the CPU has (AVX512-BF16, AVX512F or none), and kept in 
 (``TORCH_EXTENSIONS_DIR``, by default ``~/.cache/torch_extensions``): later processes load it in well under a
 second. Where one cannot be built, :func:`native_kernel` warns once and returns None, and callers keep PyTorch's
 flash kernel.
+
+Processes that build or load the same kernel at once take turns on an ``flock``, which the operating system drops
+when its holder dies. PyTorch's own lock file is not dropped: a process killed while building (a deadline's
+SIGTERM, a test's timeout) leaves it, and every later process would wait on it forever. Whoever holds the
+``flock`` is the only one building, so a lock file found then is such a leftover, and is removed.
 """
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
+import os
+import sys
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
 
 from worldgym.machine import cpu_flags
 
-__all__ = ["KERNELS", "native_kernel", "vector_flags"]
+__all__ = ["KERNELS", "build_directory", "native_kernel", "vector_flags"]
 
 KERNELS = ("decode_attention", "flash_attention")  # each built from <name>_kernel.cpp beside this file
 _AVX512 = ["-mavx512f", "-mavx512bw", "-mavx512vl", "-mfma"]
@@ -50,13 +60,46 @@ def _build(name: str) -> ModuleType | None:
     level, flags = vector_flags(cpu_flags())
     headers = sorted(source.parent.glob("*.h"))  # shared by the kernels: a change to one builds them again
     digest = hashlib.sha256(b"".join(path.read_bytes() for path in [source, *headers])).hexdigest()[:12]
+    module_name = f"worldgym_{name}_{level}_{digest}"
     try:
         from torch.utils.cpp_extension import load
 
-        return load(name=f"worldgym_{name}_{level}_{digest}", sources=[str(source)],
-                    extra_cflags=["-O3", "-std=c++17", *flags], verbose=False)
+        directory = build_directory(module_name)
+        with _taking_turns(directory / "build.flock"):
+            (directory / "lock").unlink(missing_ok=True)  # left by a process killed while building (see above)
+            return load(name=module_name, sources=[str(source)], build_directory=str(directory),
+                        extra_cflags=["-O3", "-std=c++17", *flags], verbose=False)
     except (RuntimeError, OSError, ImportError) as error:  # no ninja, no compiler, a failed build
         first_line = str(error).splitlines()[0] if str(error) else ""
         warnings.warn(f"the native {name.replace('_', ' ')} could not be built ({type(error).__name__}: "
                       f"{first_line}); computing it with PyTorch's flash kernel", RuntimeWarning, stacklevel=3)
         return None
+
+
+def build_directory(module_name: str) -> Path:
+    """The folder the kernel ``module_name`` is built and kept in, made if missing, where PyTorch's extension
+    builder would put it: under ``TORCH_EXTENSIONS_DIR`` where set, else in its cache's folder for this Python and
+    this build of torch (``py311_cpu``, ``py311_cu128``, ...)."""
+    import torch
+    from torch.utils.cpp_extension import get_default_build_root
+
+    if root := os.environ.get("TORCH_EXTENSIONS_DIR"):
+        directory = Path(root) / module_name
+    else:
+        build = (f"rocm{torch.version.hip}" if torch.version.hip else f"cu{torch.version.cuda}" if torch.version.cuda
+                 else "cpu").replace(".", "")
+        directory = Path(get_default_build_root()) / f"py{sys.version_info.major}{sys.version_info.minor}_{build}" \
+            / module_name
+    directory.mkdir(parents=True, exist_ok=True)
+    return directory
+
+
+@contextmanager
+def _taking_turns(path: Path) -> Iterator[None]:
+    """An exclusive ``flock`` on ``path`` for the block: other processes wait; a holder's death releases it."""
+    with open(path, "a") as file:
+        fcntl.flock(file, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(file, fcntl.LOCK_UN)
