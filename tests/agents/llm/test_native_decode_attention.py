@@ -4,6 +4,7 @@ where it cannot be built."""
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import subprocess
@@ -131,6 +132,18 @@ def test_a_lock_file_left_by_a_killed_build_does_not_stop_the_next_process(tmp_p
                             capture_output=True, text=True, timeout=300, check=False)
     assert loaded.stdout.strip() == "True", loaded.stderr[-2000:]
     assert not (extensions / built_in.name / "lock").exists()
+
+
+def test_a_process_that_waits_too_long_on_another_build_does_without_the_kernel(monkeypatch: pytest.MonkeyPatch
+                                                                                ) -> None:
+    monkeypatch.setattr(native_kernel, "_built", {})
+    monkeypatch.setattr(native_kernel, "BUILD_PATIENCE_S", 1.0)
+    turn = native_kernel.build_directory(native_kernel.module_name("decode_attention")) / "build.flock"
+    with open(turn, "a") as building:  # another build of the same kernel, still going
+        fcntl.flock(building, fcntl.LOCK_EX)
+        with pytest.warns(RuntimeWarning, match="could not be built \\(TimeoutError: another process has been building"):
+            assert native_kernel.native_kernel() is None
+    assert native_kernel._built == {"decode_attention": None}  # decided once per process
 
 
 @pytest.mark.parametrize(("flags", "level"), [

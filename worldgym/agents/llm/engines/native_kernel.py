@@ -10,7 +10,8 @@ flash kernel.
 Processes that build or load the same kernel at once take turns on an ``flock``, which the operating system drops
 when its holder dies. PyTorch's own lock file is not dropped: a process killed while building (a deadline's
 SIGTERM, a test's timeout) leaves it, and every later process would wait on it forever. Whoever holds the
-``flock`` is the only one building, so a lock file found then is such a leftover, and is removed.
+``flock`` is the only one building, so a lock file found then is such a leftover, and is removed. A process
+that waits on another's build for over :data:`BUILD_PATIENCE_S` does without the kernel (the warning above).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import fcntl
 import hashlib
 import os
 import sys
+import time
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -27,10 +29,11 @@ from types import ModuleType
 
 from worldgym.machine import cpu_flags
 
-__all__ = ["KERNELS", "build_directory", "native_kernel", "vector_flags"]
+__all__ = ["KERNELS", "build_directory", "module_name", "native_kernel", "vector_flags"]
 
 KERNELS = ("decode_attention", "flash_attention")  # each built from <name>_kernel.cpp beside this file
 _AVX512 = ["-mavx512f", "-mavx512bw", "-mavx512vl", "-mfma"]
+BUILD_PATIENCE_S = 900.0  # how long a process waits for another's build of the same kernel before doing without
 _built: dict[str, ModuleType | None] = {}
 
 
@@ -55,21 +58,25 @@ def native_kernel(name: str = "decode_attention") -> ModuleType | None:
     return _built[name]
 
 
-def _build(name: str) -> ModuleType | None:
+def module_name(name: str) -> str:
+    """The built module's name for kernel ``name`` on this CPU: its vector level and a digest of its sources."""
     source = Path(__file__).with_name(f"{name}_kernel.cpp")
-    level, flags = vector_flags(cpu_flags())
     headers = sorted(source.parent.glob("*.h"))  # shared by the kernels: a change to one builds them again
     digest = hashlib.sha256(b"".join(path.read_bytes() for path in [source, *headers])).hexdigest()[:12]
-    module_name = f"worldgym_{name}_{level}_{digest}"
+    return f"worldgym_{name}_{vector_flags(cpu_flags())[0]}_{digest}"
+
+
+def _build(name: str) -> ModuleType | None:
+    source, built_name = Path(__file__).with_name(f"{name}_kernel.cpp"), module_name(name)
     try:
         from torch.utils.cpp_extension import load
 
-        directory = build_directory(module_name)
+        directory = build_directory(built_name)
         with _taking_turns(directory / "build.flock"):
             (directory / "lock").unlink(missing_ok=True)  # left by a process killed while building (see above)
-            return load(name=module_name, sources=[str(source)], build_directory=str(directory),
-                        extra_cflags=["-O3", "-std=c++17", *flags], verbose=False)
-    except (RuntimeError, OSError, ImportError) as error:  # no ninja, no compiler, a failed build
+            return load(name=built_name, sources=[str(source)], build_directory=str(directory), verbose=False,
+                        extra_cflags=["-O3", "-std=c++17", *vector_flags(cpu_flags())[1]])
+    except (RuntimeError, OSError, ImportError) as error:  # no ninja, no compiler, a failed build, a timeout
         first_line = str(error).splitlines()[0] if str(error) else ""
         warnings.warn(f"the native {name.replace('_', ' ')} could not be built ({type(error).__name__}: "
                       f"{first_line}); computing it with PyTorch's flash kernel", RuntimeWarning, stacklevel=3)
@@ -95,10 +102,21 @@ def build_directory(module_name: str) -> Path:
 
 
 @contextmanager
-def _taking_turns(path: Path) -> Iterator[None]:
-    """An exclusive ``flock`` on ``path`` for the block: other processes wait; a holder's death releases it."""
+def _taking_turns(path: Path, poll_s: float = 0.5) -> Iterator[None]:
+    """An exclusive ``flock`` on ``path`` for the block: other processes wait, at most :data:`BUILD_PATIENCE_S`
+    seconds (then :class:`TimeoutError`); a holder's death releases it."""
+    patience_s = BUILD_PATIENCE_S
     with open(path, "a") as file:
-        fcntl.flock(file, fcntl.LOCK_EX)
+        deadline = time.monotonic() + patience_s
+        while True:
+            try:
+                fcntl.flock(file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise TimeoutError(f"another process has been building in {path.parent} for over "
+                                       f"{patience_s:.0f} s") from None
+                time.sleep(poll_s)
         try:
             yield
         finally:
