@@ -67,7 +67,7 @@ from worldgym.agents.llm.evaluation import VALIDATION_SEEDS_START
 from worldgym.agents.llm.warm_start import WarmStart
 from worldgym.checkpointing import latest_checkpoint, step_checkpoint
 from worldgym.jsonl import read_jsonl
-from worldgym.machine import machine_label
+from worldgym.machine import machine_info, machine_label
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a file: find the benchmarks package
 from benchmarks.common import (
@@ -542,18 +542,44 @@ def step_time(args: argparse.Namespace) -> None:
     config = dual_lora_config(args.model, args.difficulty, **MODES[args.mode], num_steps=args.steps,
                               max_turns=args.max_turns, eval_every=0, seed=args.seed,
                               output_dir=str(runs_dir(args) / "csr_dual_lora_step_time" / args.mode),
-                              **(QUICK_CONFIG if args.quick else {"progress": False}))
+                              **({"lora_dropout": args.lora_dropout} if args.lora_dropout is not None else {}),
+                              **batch_settings(args) | (QUICK_CONFIG if args.quick else {"progress": False}))
     trainer = DualLoRATrainer(config, model=ws.model, tokenizer=ws.tokenizer,
                               make_engine=lambda policy: engine(args.model, policy, ws.tokenizer))
     steps = [trainer.train_step() for _ in range(args.steps)]
     row = {key: float(np.mean([m[key] for m in steps])) for key in STEP_TIMES}
+    row |= {"episodes_sampled": [m["rollout/real_episodes_sampled"] for m in steps]}
     path = results_dir(args) / "csr_dual_lora_step_time.json"
-    table = json.loads(path.read_text()) if path.is_file() else {}
-    key = f"{args.model}-{args.mode}{warm_start_suffix(args)}"
-    runs = table.get(key, {}).get("runs", []) + [row | {"steps": args.steps, "seed": args.seed}]
-    table[key] = {"runs": runs} | {name: float(np.mean([run[name] for run in runs])) for name in STEP_TIMES}
-    write_json(path, table)
+    key = step_time_key(args.model, args.mode, args.difficulty, args.temperature or 1.0, warm_start_suffix(args))
+    with JobFolder(path.parent).claimed(path.stem, wait=True):  # modes timed side by side share the file
+        table = json.loads(path.read_text()) if path.is_file() else {}
+        runs = table.get(key, {}).get("runs", []) + [row | {"steps": args.steps, "seed": args.seed,
+                                                            "machine": machine_info()}]
+        table[key] = {"runs": runs} | {name: float(np.mean([run[name] for run in runs])) for name in STEP_TIMES}
+        write_json(path, table)
     print(args.mode, row)
+
+
+def step_time_key(model: str, mode: str, difficulty: int, temperature: float, warm_start_name: str) -> str:
+    """A mode's entry in ``csr_dual_lora_step_time.json``: ``tiny-dapo``, ``smollm2-135m-echo-d3-T0.5-...``."""
+    return (f"{model}-{mode}" + (f"-d{difficulty}" if difficulty != 1 else "") + temperature_suffix(temperature)
+            + warm_start_name)
+
+
+def side_by_side_step_times(results: Path, setting: tuple[str, int, float, str], modes: list[str]
+                            ) -> dict[str, dict[str, float]]:
+    """Per mode, its ``step-time`` seconds per step over DAPO's on each machine whose
+    ``csr_dual_lora_step_time.json`` (in ``results`` or ``results/machines/*``) times both in ``setting``."""
+    ratios: dict[str, dict[str, float]] = {}
+    for path in [results / "csr_dual_lora_step_time.json", *sorted(results.glob("machines/*/csr_dual_lora_step_time.json"))]:
+        table = json.loads(path.read_text()) if path.is_file() else {}
+        dapo = table.get(step_time_key(setting[0], "dapo", *setting[1:]))
+        for mode in modes:
+            timed = table.get(step_time_key(setting[0], mode, *setting[1:]))
+            if dapo and timed:
+                label = machine_label(timed["runs"][-1].get("machine"))
+                ratios.setdefault(mode, {})[label] = timed["time/step_s"] / dapo["time/step_s"]
+    return ratios
 
 
 # --quick: the demo cut to one step of 2 x 2 episodes and a 2-episode validation (the pipeline, not the figure)
@@ -816,6 +842,8 @@ def report(args: argparse.Namespace) -> None:
                 "second_round_share": [second_round_share(p) for p in runs],
                 "commands": [p["command"] for p in runs],
             }
+        for mode, by_machine in side_by_side_step_times(results, setting, list(rows)).items():
+            rows[mode]["step_time_vs_dapo_side_by_side"] = by_machine  # `step-time` runs, not the parts' steps
         summary["runs"][f"{model}-d{difficulty}{temperature_suffix(temperature)}{warm_start_name}"] = rows
     write_json(results / "csr_dual_lora_vs_dapo.json", summary)
     _plot(summary, results / "csr_dual_lora_vs_dapo.png")
@@ -926,6 +954,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     timing.add_argument("--difficulty", type=int, default=1)
     timing.add_argument("--steps", type=int, default=4)
     timing.add_argument("--max-turns", type=int, default=8)
+    timing.add_argument("--lora-dropout", type=float,
+                        help="dropout on both adapters' inputs while training (default: DualLoRAConfig's)")
+    add_batch_flags(timing)
     sub.add_parser("demo-time", help="wall time of `make demo` (run it on an otherwise idle machine)",
                    parents=common)
     final = sub.add_parser("final-eval", help="evaluate every finished run's last checkpoint at more difficulties",

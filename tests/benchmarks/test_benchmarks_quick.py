@@ -333,11 +333,15 @@ def test_csr_policy_report_leaves_out_runs_stopped_before_their_first_step(capsy
 
 def test_csr_dual_lora_vs_dapo_run_and_report(tmp_path: Path) -> None:
     run("csr_dual_lora_vs_dapo.py", "run", "--mode", "dapo", results=tmp_path)  # the command line, once
-    run_stages("csr_dual_lora_vs_dapo.py", ("run", "--mode", "separate"), ("report",),
-               *[("step-time", "--mode", "dapo", "--steps", "1")] * 2, results=tmp_path)
-    timing = load(tmp_path / "csr_dual_lora_step_time.json")["tiny-dapo"]  # every run kept, and their mean
-    assert len(timing["runs"]) == 2
+    run_stages("csr_dual_lora_vs_dapo.py", ("run", "--mode", "separate"),
+               *[("step-time", "--mode", "dapo", "--steps", "1")] * 2, ("step-time", "--mode", "separate", "--steps", "1"),
+               ("step-time", "--mode", "dapo", "--steps", "1", "--temperature", "0.5", "--lora-dropout", "0"),
+               ("report",), results=tmp_path)
+    table = load(tmp_path / "csr_dual_lora_step_time.json")
+    timing = table["tiny-dapo"]  # every run kept, and their mean
+    assert len(timing["runs"]) == 2 and len(timing["runs"][0]["episodes_sampled"]) == 2  # --quick: 2 steps
     assert timing["time/step_s"] == pytest.approx(sum(run["time/step_s"] for run in timing["runs"]) / 2)
+    assert timing["runs"][0]["machine"]["cpu_count"] and len(table["tiny-dapo-T0.5"]["runs"]) == 1  # its own entry
     part = load(tmp_path / "csr_dual_lora" / "tiny-separate-d1-s0.json")
     assert part["command"].endswith("--quick") and part["config"]["output_dir"] == "tiny-separate-d1-s0"  # no tmp path
     assert [step for step, _ in part["curve"]] == [0, 2] and len(part["step_seconds"]) == 2
@@ -346,6 +350,8 @@ def test_csr_dual_lora_vs_dapo_run_and_report(tmp_path: Path) -> None:
     rows = data["runs"]["tiny-d1"]
     assert list(rows) == ["dapo", "separate"] and data["quick"] is True
     assert rows["dapo"]["step_time_vs_dapo"] == 1.0 and rows["separate"]["step_time_vs_dapo"] > 0
+    (side_by_side,) = rows["separate"]["step_time_vs_dapo_side_by_side"].values()  # from the step-time runs
+    assert side_by_side == pytest.approx(table["tiny-separate"]["time/step_s"] / timing["time/step_s"])
     for row in rows.values():
         assert row["seeds"] == [0] and 0 <= row["final_success_mean"] <= 1
         assert 0 <= row["final_wm_token_accuracy"][0] <= 1
