@@ -787,7 +787,7 @@ def report(args: argparse.Namespace) -> None:
     reference = results / "csr_dual_lora_warm_start.json"
     thresholds = {"tiny": args.threshold, "smollm2-135m": args.threshold_smollm2}
     summary: dict[str, Any] = {"threshold": args.threshold, "thresholds": thresholds, "split": "validation",
-                               "quick": args.quick, "runs": {},
+                               "quick": args.quick, "runs": {}, "step_time_vs_dapo_side_by_side": {},
                                "compared_at_step": {args.at_step_model: args.at_step} if args.at_step else {},
                                "warm_start_by_difficulty": json.loads(reference.read_text()) if reference.is_file()
                                else {}}
@@ -842,9 +842,10 @@ def report(args: argparse.Namespace) -> None:
                 "second_round_share": [second_round_share(p) for p in runs],
                 "commands": [p["command"] for p in runs],
             }
-        for mode, by_machine in side_by_side_step_times(results, setting, list(rows)).items():
-            rows[mode]["step_time_vs_dapo_side_by_side"] = by_machine  # `step-time` runs, not the parts' steps
-        summary["runs"][f"{model}-d{difficulty}{temperature_suffix(temperature)}{warm_start_name}"] = rows
+        key = f"{model}-d{difficulty}{temperature_suffix(temperature)}{warm_start_name}"
+        summary["runs"][key] = rows
+        # every mode timed by `step-time` in this setting, parts or not: {mode: {machine: its step / DAPO's}}
+        summary["step_time_vs_dapo_side_by_side"][key] = side_by_side_step_times(results, setting, list(MODES))
     write_json(results / "csr_dual_lora_vs_dapo.json", summary)
     _plot(summary, results / "csr_dual_lora_vs_dapo.png")
     for key, rows in summary["runs"].items():

@@ -350,7 +350,9 @@ def test_csr_dual_lora_vs_dapo_run_and_report(tmp_path: Path) -> None:
     rows = data["runs"]["tiny-d1"]
     assert list(rows) == ["dapo", "separate"] and data["quick"] is True
     assert rows["dapo"]["step_time_vs_dapo"] == 1.0 and rows["separate"]["step_time_vs_dapo"] > 0
-    (side_by_side,) = rows["separate"]["step_time_vs_dapo_side_by_side"].values()  # from the step-time runs
+    timed = data["step_time_vs_dapo_side_by_side"]["tiny-d1"]  # from the step-time runs, per machine
+    assert set(timed) == {"dapo", "separate"} and list(timed["dapo"].values()) == [1.0]
+    (side_by_side,) = timed["separate"].values()
     assert side_by_side == pytest.approx(table["tiny-separate"]["time/step_s"] / timing["time/step_s"])
     for row in rows.values():
         assert row["seeds"] == [0] and 0 <= row["final_success_mean"] <= 1
