@@ -536,8 +536,9 @@ STEP_TIMES = ("time/step_s", "time/rollout_s", "time/update_s")
 
 def step_time(args: argparse.Namespace) -> None:
     """Seconds per training step of one mode (no validation), from the warm start, appended to the mode's
-    ``runs`` (its means over them beside); alternate the modes on a quiet machine (or A/B with a process
-    timer) so their ratio is not another job's noise."""
+    ``runs`` (its means over them beside). Time a mode and DAPO at once, one process each (their first steps
+    sample the same episodes): the report compares runs started within :data:`SIDE_BY_SIDE_S` of each other."""
+    started_at = time.time()
     ws = warm_start(args, args.model)
     config = dual_lora_config(args.model, args.difficulty, **MODES[args.mode], num_steps=args.steps,
                               max_turns=args.max_turns, eval_every=0, seed=args.seed,
@@ -548,7 +549,7 @@ def step_time(args: argparse.Namespace) -> None:
                               make_engine=lambda policy: engine(args.model, policy, ws.tokenizer))
     steps = [trainer.train_step() for _ in range(args.steps)]
     row = {key: float(np.mean([m[key] for m in steps])) for key in STEP_TIMES}
-    row |= {"episodes_sampled": [m["rollout/real_episodes_sampled"] for m in steps]}
+    row |= {"episodes_sampled": [m["rollout/real_episodes_sampled"] for m in steps], "started_at": started_at}
     path = results_dir(args) / "csr_dual_lora_step_time.json"
     key = step_time_key(args.model, args.mode, args.difficulty, args.temperature or 1.0, warm_start_suffix(args))
     with JobFolder(path.parent).claimed(path.stem, wait=True):  # modes timed side by side share the file
@@ -566,19 +567,27 @@ def step_time_key(model: str, mode: str, difficulty: int, temperature: float, wa
             + warm_start_name)
 
 
+SIDE_BY_SIDE_S = 300.0  # two step-time runs started this close together ran side by side
+
+
 def side_by_side_step_times(results: Path, setting: tuple[str, int, float, str], modes: list[str]
                             ) -> dict[str, dict[str, float]]:
-    """Per mode, its ``step-time`` seconds per step over DAPO's on each machine whose
-    ``csr_dual_lora_step_time.json`` (in ``results`` or ``results/machines/*``) times both in ``setting``."""
+    """Per mode, its seconds per step over DAPO's, on each machine whose ``csr_dual_lora_step_time.json`` (in
+    ``results`` or ``results/machines/*``) holds runs of both in ``setting`` started side by side (within
+    :data:`SIDE_BY_SIDE_S`): the mean over such pairs of runs. Runs timed at other moments (other loads) are
+    not compared."""
     ratios: dict[str, dict[str, float]] = {}
     for path in [results / "csr_dual_lora_step_time.json", *sorted(results.glob("machines/*/csr_dual_lora_step_time.json"))]:
         table = json.loads(path.read_text()) if path.is_file() else {}
-        dapo = table.get(step_time_key(setting[0], "dapo", *setting[1:]))
+        dapo_runs = table.get(step_time_key(setting[0], "dapo", *setting[1:]), {}).get("runs", [])
         for mode in modes:
-            timed = table.get(step_time_key(setting[0], mode, *setting[1:]))
-            if dapo and timed:
-                label = machine_label(timed["runs"][-1].get("machine"))
-                ratios.setdefault(mode, {})[label] = timed["time/step_s"] / dapo["time/step_s"]
+            runs = table.get(step_time_key(setting[0], mode, *setting[1:]), {}).get("runs", [])
+            pairs = [(run, dapo) for run in runs for dapo in (dapo_runs if mode != "dapo" else [run])
+                     if abs(run.get("started_at", -1e9) - dapo.get("started_at", 1e9)) <= SIDE_BY_SIDE_S]
+            if pairs:
+                label = machine_label(pairs[-1][0].get("machine"))
+                ratios.setdefault(mode, {})[label] = float(np.mean([run["time/step_s"] / dapo["time/step_s"]
+                                                                    for run, dapo in pairs]))
     return ratios
 
 

@@ -350,10 +350,12 @@ def test_csr_dual_lora_vs_dapo_run_and_report(tmp_path: Path) -> None:
     rows = data["runs"]["tiny-d1"]
     assert list(rows) == ["dapo", "separate"] and data["quick"] is True
     assert rows["dapo"]["step_time_vs_dapo"] == 1.0 and rows["separate"]["step_time_vs_dapo"] > 0
-    timed = data["step_time_vs_dapo_side_by_side"]["tiny-d1"]  # from the step-time runs, per machine
-    assert set(timed) == {"dapo", "separate"} and list(timed["dapo"].values()) == [1.0]
+    timed = data["step_time_vs_dapo_side_by_side"]["tiny-d1"]  # from step-time runs started close together
+    assert set(timed) == {"dapo", "separate"} and list(timed["dapo"].values()) == [1.0]  # each DAPO run with itself
     (side_by_side,) = timed["separate"].values()
-    assert side_by_side == pytest.approx(table["tiny-separate"]["time/step_s"] / timing["time/step_s"])
+    (separate,) = table["tiny-separate"]["runs"]
+    assert side_by_side == pytest.approx(sum(separate["time/step_s"] / run["time/step_s"]
+                                             for run in timing["runs"]) / 2)  # both DAPO runs started within 5 min
     for row in rows.values():
         assert row["seeds"] == [0] and 0 <= row["final_success_mean"] <= 1
         assert 0 <= row["final_wm_token_accuracy"][0] <= 1
