@@ -83,20 +83,20 @@ def _build(name: str) -> ModuleType | None:
         return None
 
 
-def build_directory(module_name: str) -> Path:
-    """The folder the kernel ``module_name`` is built and kept in, made if missing, where PyTorch's extension
-    builder would put it: under ``TORCH_EXTENSIONS_DIR`` where set, else in its cache's folder for this Python and
-    this build of torch (``py311_cpu``, ``py311_cu128``, ...)."""
+def build_directory(built_name: str) -> Path:
+    """The folder the kernel module ``built_name`` (:func:`module_name`) is built and kept in, made if missing,
+    where PyTorch's extension builder would put it: under ``TORCH_EXTENSIONS_DIR`` where set, else in its cache's
+    folder for this Python and this build of torch (``py311_cpu``, ``py311_cu128``, ...)."""
     import torch
     from torch.utils.cpp_extension import get_default_build_root
 
     if root := os.environ.get("TORCH_EXTENSIONS_DIR"):
-        directory = Path(root) / module_name
+        directory = Path(root) / built_name
     else:
         build = (f"rocm{torch.version.hip}" if torch.version.hip else f"cu{torch.version.cuda}" if torch.version.cuda
                  else "cpu").replace(".", "")
         directory = Path(get_default_build_root()) / f"py{sys.version_info.major}{sys.version_info.minor}_{build}" \
-            / module_name
+            / built_name
     directory.mkdir(parents=True, exist_ok=True)
     return directory
 
