@@ -114,11 +114,14 @@ def run_command(args: argparse.Namespace, mode: str, seed: int, stage: str = "ru
 
 def pair_commands(args: argparse.Namespace, mode: str, seed: int, restart: bool) -> list[list[str]]:
     """The processes of one (mode, seed) run: its ``run`` (``--restart`` where its part is stale), and with
-    ``--evaluate-aside`` an ``evaluate-aside`` worker beside it."""
+    ``--evaluate-aside`` an ``evaluate-aside`` worker beside it, then a second worker in the trainer's place
+    once it has trained (``--train-only``: a process that trained keeps memory that two evaluating processes
+    at once cannot spare; on 24 GB, one that stayed to help was OOM-killed beside the worker)."""
     run = run_command(args, mode, seed) + (["--restart"] if restart else [])
     if not args.evaluate_aside:
         return [run]
-    return [run + ["--evaluate-aside"], run_command(args, mode, seed, stage="evaluate-aside")]
+    worker = run_command(args, mode, seed, stage="evaluate-aside")
+    return [run + ["--evaluate-aside", "--train-only"], worker, worker]
 
 
 @dataclass(frozen=True)
@@ -174,8 +177,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                                                    "to the next run's (default: 2 on CPU, 4 on a GPU; with "
                                                    "--evaluate-aside 1 on CPU, 2 on a GPU)")
     parser.add_argument("--evaluate-aside", action="store_true",
-                        help="each run as two processes: its trainer, and a worker that validates and tests its "
-                             "checkpoints as they appear (a run's wall time about its training's alone)")
+                        help="each run as two processes at a time: its trainer, and a worker that validates and "
+                             "tests its checkpoints as they appear, joined by a second worker once the trainer "
+                             "is done (a run's wall time about its training's alone)")
     parser.add_argument("--model", choices=["tiny", "smollm2-135m"])
     parser.add_argument("--modes", nargs="+")
     parser.add_argument("--seeds", type=int, nargs="+")
@@ -232,7 +236,8 @@ def apply_sweep(args: argparse.Namespace) -> None:
 
 
 def processes_per_run(args: argparse.Namespace) -> int:
-    """A run's processes: its trainer, and its evaluation worker with ``--evaluate-aside``."""
+    """A run's processes at a time: its trainer (or, once it trained, a second worker), and its evaluation worker
+    with ``--evaluate-aside``."""
     return 2 if args.evaluate_aside else 1
 
 
@@ -300,8 +305,9 @@ def prepare(args: argparse.Namespace, logs: Path) -> None:
 def run_pool(args: argparse.Namespace, commands: dict[tuple[str, int], list[list[str]]], start: float,
              logs: Path) -> dict[tuple[str, int], int | None]:
     """Run the pairs' processes (``commands``, in order), at most ``args.jobs`` runs' worth at a time, archiving as
-    they go; at the deadline stop those running and start no more. A process starts as soon as a slot frees, so
-    the next pair's trainer starts while the last one's worker finishes its final test. A pair whose trainer (its
+    they go; at the deadline stop those running and start no more. A process starts as soon as a slot frees,
+    except a pair's third one (the worker that takes its trainer's place), which waits for the trainer to end; so
+    the next pair's trainer starts while the last one's workers finish its final tests. A pair whose trainer (its
     first process) fails has its other processes stopped, or never started. Returns each started pair's exit
     code: its first failing process's, else 0 (None: stopped at the deadline)."""
     slots = args.jobs * processes_per_run(args)
@@ -316,10 +322,15 @@ def run_pool(args: argparse.Namespace, commands: dict[tuple[str, int], list[list
         while queue or running:
             past_deadline = args.deadline_s is not None and time.monotonic() - start >= args.deadline_s
             alive = sum(job.poll() is None for jobs in running.values() for job in jobs)
-            while queue and alive < slots and not past_deadline:
-                pair, index = queue.pop(0)
+            while alive < slots and not past_deadline:
+                startable = [entry for entry in queue if entry[1] < 2  # a third process: once its trainer ended
+                             or (entry[0] in running and running[entry[0]][0].poll() is not None)]
+                if not startable:
+                    break
+                queue.remove(startable[0])
+                pair, index = startable[0]
                 mode, seed = pair
-                name = f"{mode}-s{seed}" + ("-aside" if index else "")
+                name = f"{mode}-s{seed}" + ("" if index == 0 else "-aside" if index == 1 else f"-aside{index}")
                 log = files.enter_context(open(logs / f"{name}.log", "a"))
                 running.setdefault(pair, []).append(
                     subprocess.Popen(commands[pair][index], env=env, stdout=log, stderr=subprocess.STDOUT))

@@ -47,6 +47,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import gc
 import json
 import os
 import shutil
@@ -63,6 +64,7 @@ import worldgym  # noqa: F401  (registers the ids)
 from worldgym.agents.dual_lora import DualLoRAConfig, DualLoRATrainer, wm_success_correlation
 from worldgym.agents.dual_lora.presets import dual_lora_config, engine, warm_start_config
 from worldgym.agents.grpo.trainer import EPISODE_SUCCESS_KEY
+from worldgym.agents.llm.allocator import release_free_heap
 from worldgym.agents.llm.evaluation import VALIDATION_SEEDS_START
 from worldgym.agents.llm.warm_start import WarmStart
 from worldgym.checkpointing import latest_checkpoint, step_checkpoint
@@ -214,6 +216,8 @@ def stale_part(path: Path, config: DualLoRAConfig) -> dict[str, Any] | None:
 
 
 def run(args: argparse.Namespace) -> None:
+    if args.train_only and not args.evaluate_aside:
+        raise SystemExit("--train-only leaves the evaluations to `evaluate-aside` workers: give --evaluate-aside too")
     name = run_name(args)
     out = runs_dir(args) / "csr_dual_lora" / name
     config = run_config(args, args.mode, out)
@@ -245,7 +249,12 @@ def run(args: argparse.Namespace) -> None:
             write_aside_part(args, config, command, step0_from)
             trainer.train()
         trainer.close()
+        if args.train_only:  # a fresh worker takes this process's place (the sweep starts one)
+            write_aside_part(args, config, command)
+            return
         del trainer, ws  # their model: the evaluator loads its own
+        gc.collect()
+        release_free_heap()  # what training freed goes back to the system before the evaluator allocates
         evaluate_aside(args, config, command, wait=False)  # then help the workers
         return
 
@@ -953,6 +962,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             one.add_argument("--evaluate-aside", action="store_true",
                              help="validate and test aside: train without validating (a checkpoint every step), "
                                   "leaving the evaluations to `evaluate-aside` workers, then help them")
+            one.add_argument("--train-only", action="store_true",
+                             help="with --evaluate-aside: exit once trained instead of helping the workers (a "
+                                  "process that trained holds memory a fresh worker does not: the sweep starts "
+                                  "one in its place)")
             one.add_argument("--restart", action="store_true",
                              help="start afresh: drop the run folder's checkpoints and replace a part made with "
                                   "other settings")

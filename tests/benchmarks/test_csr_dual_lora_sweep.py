@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from benchmarks import csr_dual_lora_vs_dapo as bench
 from benchmarks.csr_dual_lora_sweep import SWEEPS, parse_args, run_command, run_pool
 from benchmarks.csr_dual_lora_vs_dapo import (
     _check_one_setting,
@@ -78,7 +79,10 @@ def test_sweep_runs_each_run_beside_an_evaluation_worker(tmp_path: Path) -> None
     assert "1 to run, 1 at a time" in out and "dapo seed 0: exit 0, done: commit tiny-dapo-d1-s0.json" in out
     part = load(tmp_path / "csr_dual_lora" / "tiny-dapo-d1-s0.json")
     assert part["finished"] and [step for step, _ in part["curve"]] == [0, 2] and part["step0_from"] == "tiny-d1.json"
-    assert "evaluation(s) done beside the trainer" in (tmp_path / "sweep_logs" / "dapo-s0-aside.log").read_text()
+    logs = tmp_path / "sweep_logs"
+    assert "evaluation(s) done beside the trainer" in (logs / "dapo-s0-aside.log").read_text()
+    assert "evaluation(s) done" not in (logs / "dapo-s0.log").read_text()  # the trainer only trained
+    assert (logs / "dapo-s0-aside2.log").exists()  # the worker that took the trainer's place
 
 
 def _stamp(path: Path, seconds: float = 0.0, code: int = 0) -> list[str]:
@@ -100,6 +104,22 @@ def test_the_next_pairs_trainer_starts_while_the_last_worker_finishes(tmp_path: 
     ended = {path.name: float(path.read_text()) for path in (a_trainer, a_worker, b_trainer, b_worker)}
     assert ended["b0"] < ended["a1"]  # the slot the first trainer left was not kept idle
     assert ended["b1"] > ended["b0"]  # the second worker waited for a slot: two processes at a time
+
+
+def test_a_runs_second_worker_starts_once_its_trainer_ended(tmp_path: Path) -> None:
+    args = parse_args(["--model", "tiny", "--modes", "dapo", "--evaluate-aside", "--jobs", "2",
+                       "--archive-every", "100", "--results-dir", str(tmp_path)])
+    trainer, worker, second = (tmp_path / name for name in ("a0", "a1", "a2"))
+    commands = {("dapo", 0): [_stamp(trainer, seconds=2), _stamp(worker, seconds=4), _stamp(second)]}
+    assert run_pool(args, commands, time.monotonic(), tmp_path) == {("dapo", 0): 0}
+    ended = {path.name: float(path.read_text()) for path in (trainer, worker, second)}
+    assert ended["a0"] <= ended["a2"] < ended["a1"]  # free slots did not start it before its trainer ended
+    assert (tmp_path / "dapo-s0-aside2.log").exists()
+
+
+def test_train_only_needs_workers_to_evaluate() -> None:
+    with pytest.raises(SystemExit, match="give --evaluate-aside too"):
+        bench.run(bench.parse_args(["run", "--mode", "dapo", "--train-only", "--quick"]))
 
 
 def test_a_failed_trainers_worker_never_starts(tmp_path: Path) -> None:
