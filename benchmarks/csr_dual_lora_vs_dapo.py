@@ -350,6 +350,9 @@ def _final_tests(args: argparse.Namespace, trainer: DualLoRATrainer, path: Path)
 # ---------------------------------------------------------------- evaluation beside training
 TRAINING_LOCK = "training"  # held by a run's trainer while it trains (evaluation_jobs.JobFolder.claimed)
 PART_LOCK = "part"  # held while a process rewrites the part file
+# final tests from this difficulty on run one at a time: two SmolLM2 workers testing d4 and d5 at once held 17.8 GB
+# of a 24 GB machine and were still growing (their KV caches hold the longest episodes)
+ONE_LONG_TEST_FROM = 4
 TRAINER_START_S = 120.0  # a worker waits this long for the trainer to take its lock before it counts it gone
 
 
@@ -359,7 +362,8 @@ def evaluation_jobs(args: argparse.Namespace) -> dict[Job, int | None]:
     every = args.eval_every
     validations = {Job(f"validation-step-{step}", step): None for step in range(every, args.steps + 1, every)
                    } if every else {}
-    return validations | {Job(f"test-d{d}", args.steps): d for d in args.final_test or ()}
+    return validations | {Job(f"test-d{d}", args.steps, "long-tests" if d >= ONE_LONG_TEST_FROM else None): d
+                          for d in args.final_test or ()}
 
 
 class CheckpointEvaluator:

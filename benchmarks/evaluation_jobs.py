@@ -17,6 +17,7 @@ finish a run in about the time of its training alone plus its last evaluations.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import time
@@ -31,10 +32,13 @@ __all__ = ["Job", "JobFolder", "work"]
 
 @dataclass(frozen=True)
 class Job:
-    """One evaluation: ``name`` is its files' stem, ``step`` the step whose checkpoint it evaluates."""
+    """One evaluation: ``name`` is its files' stem, ``step`` the step whose checkpoint it evaluates. Jobs of one
+    ``group`` run one at a time, whichever workers take them (e.g. those whose memory two processes cannot hold
+    at once)."""
 
     name: str
     step: int
+    group: str | None = None
 
 
 class JobFolder:
@@ -80,7 +84,8 @@ class JobFolder:
 def work(folder: JobFolder, jobs: Sequence[Job], ready: Callable[[Job], bool],
          run_job: Callable[[Job], dict[str, Any]], after: Callable[[], None], done: Callable[[Job], bool] | None = None,
          poll_s: float | None = None, keep_waiting: Callable[[], bool] = lambda: True) -> int:
-    """Do the ``ready`` jobs that have no result and no other worker, in order, calling ``after`` after each.
+    """Do the ``ready`` jobs that have no result and no other worker (nor one of their group at work), in order,
+    calling ``after`` after each.
 
     Args:
         folder: where the results and locks are.
@@ -103,9 +108,11 @@ def work(folder: JobFolder, jobs: Sequence[Job], ready: Callable[[Job], bool],
         free = [job for job in jobs if not finished(job) and ready(job)]
         took = False
         for job in free:
-            with folder.claimed(job.name) as ours:
-                if not ours or finished(job):  # another worker has it, or finished it since the look above
-                    continue
+            with contextlib.ExitStack() as held:
+                if not held.enter_context(folder.claimed(job.name)) or finished(job):
+                    continue  # another worker has it, or finished it since the look above
+                if job.group is not None and not held.enter_context(folder.claimed(f"group-{job.group}")):
+                    continue  # a job of its group runs elsewhere
                 folder.save(job, run_job(job))
             count, took = count + 1, True
             after()

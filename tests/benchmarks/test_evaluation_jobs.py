@@ -80,3 +80,19 @@ def test_waiting_workers_take_checkpoints_as_they_appear_and_stop_without_a_trai
     assert work(folder2, JOBS, lambda job: job.step == 2, run_job=lambda job: {}, after=lambda: None, poll_s=0.0,
                 keep_waiting=lambda: looks.append(1) or len(looks) < 3) == 1
     assert folder2.result(JOBS[1]) is None and len(looks) == 3
+
+
+def test_jobs_of_one_group_run_one_at_a_time(tmp_path: Path) -> None:
+    folder = JobFolder(tmp_path)
+    jobs = [Job("validation-step-4", 4), Job("test-d4", 4, "long-tests"), Job("test-d5", 4, "long-tests")]
+    done: list[str] = []
+
+    def run_job(job: Job) -> dict[str, int]:
+        done.append(job.name)
+        return {"step": job.step}
+
+    with folder.claimed("group-long-tests"):  # another worker is running a job of the group
+        assert work(folder, jobs, ready=lambda job: True, run_job=run_job, after=lambda: None) == 1
+    assert done == ["validation-step-4"]
+    assert work(folder, jobs, ready=lambda job: True, run_job=run_job, after=lambda: None) == 2
+    assert done == ["validation-step-4", "test-d4", "test-d5"]
