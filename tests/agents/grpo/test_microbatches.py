@@ -94,6 +94,22 @@ def test_checkpointing_paused_restores_the_layers(tiny_model_for_pause):
     assert all(flags())
 
 
+def test_checkpointing_switches_on_and_off_without_deprecated_names(tokenizer):
+    import warnings
+
+    from worldgym.agents.llm.adapters import disable_activation_checkpointing, enable_activation_checkpointing
+    from worldgym.agents.llm.models import build_tiny_model
+
+    model = build_tiny_model(tokenizer, seed=0)
+    layers = [m for m in model.modules() if hasattr(m, "gradient_checkpointing")]
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*deprecated.*", category=FutureWarning)
+        enable_activation_checkpointing(model)
+        assert layers and all(m.gradient_checkpointing for m in layers)
+        disable_activation_checkpointing(model)
+    assert not any(m.gradient_checkpointing for m in layers)
+
+
 @pytest.fixture
 def tiny_model_for_pause(tokenizer):
     from worldgym.agents.llm.adapters import enable_activation_checkpointing

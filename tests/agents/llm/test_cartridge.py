@@ -11,6 +11,7 @@ import pytest
 import torch
 from peft import LoraConfig, get_peft_model
 
+from worldgym.agents.llm.adapters import enable_activation_checkpointing
 from worldgym.agents.llm.cache_argument import returned_cache
 from worldgym.agents.llm.cartridge import Cartridge, ModelFingerprint, kv_bytes_per_token
 from worldgym.agents.llm.engines import HFEngine, SamplingParams
@@ -222,7 +223,7 @@ def test_bad_cartridges_raise_clear_errors(sharp_model, tokenizer, tmp_path):
     (path / "cartridge.json").write_text("{}")
     with pytest.raises(CheckpointError, match="corrupt"):
         Cartridge.load(path, sharp_model)  # the manifest's SHA-256 no longer matches
-    sharp_model.gradient_checkpointing_enable()
+    enable_activation_checkpointing(sharp_model)
     sharp_model.train()
     ids, attention, trained = _padded([_ids(tokenizer, ROWS[0])], left=True)
     with pytest.raises(CartridgeError, match="activation checkpointing"):

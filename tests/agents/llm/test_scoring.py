@@ -4,6 +4,7 @@ import pytest
 import torch
 from peft import LoraConfig, get_peft_model
 
+from worldgym.agents.llm.adapters import enable_activation_checkpointing
 from worldgym.agents.llm.losses import token_logprobs
 from worldgym.agents.llm.scoring import score_tokens, shared_prefix
 
@@ -95,7 +96,7 @@ def test_activation_checkpointing_falls_back_to_the_plain_pass(model, tokenizer)
     """transformers drops the KV cache of checkpointed layers in training mode: the shared pass can't run."""
     ids, attention, mask, groups = _grpo_like_batch(tokenizer, torch.Generator().manual_seed(1))
     expected = score_tokens(model, ids, attention, mask, group_ids=groups).logprobs.detach()
-    model.gradient_checkpointing_enable()
+    enable_activation_checkpointing(model)
     model.train()
     scored = score_tokens(model, ids, attention, mask, group_ids=groups)
     assert torch.allclose(scored.logprobs, expected, atol=1e-5)

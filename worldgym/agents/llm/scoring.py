@@ -130,7 +130,8 @@ def score_tokens(
         if checkpointing:
             raise CartridgeError(
                 "activation checkpointing drops the KV cache in training mode, and with it the cartridge: call "
-                "model.gradient_checkpointing_disable() (or model.eval()) to score with a cartridge"
+                "worldgym.agents.llm.adapters.disable_activation_checkpointing(model) (or model.eval()) to score "
+                "with a cartridge"
             )
     with model_autocast(model):  # a model whose frozen weights are bf16 computes in bf16
         hidden, targets = _hidden_and_targets(decoder, input_ids, attention_mask, mask, group_ids, cartridge,

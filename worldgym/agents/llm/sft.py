@@ -11,7 +11,7 @@ import torch
 from tqdm.auto import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from worldgym.agents.llm.adapters import enable_activation_checkpointing
+from worldgym.agents.llm.adapters import disable_activation_checkpointing, enable_activation_checkpointing
 from worldgym.agents.llm.scoring import score_tokens
 from worldgym.config import check_field, check_positive_int, check_range
 from worldgym.env_training import Untrained  # an env's expert marks its untrained actions with it
@@ -159,7 +159,7 @@ def sft_train(
                     bar.set_postfix(loss=f"{losses[-1]:.3f}")
     finally:
         if config.activation_checkpointing:
-            model.gradient_checkpointing_disable()
+            disable_activation_checkpointing(model)
     return losses
 
 
