@@ -35,11 +35,20 @@ from worldgym.config import check_field
 
 __all__ = [
     "activate_adapters", "activation_checkpointing_paused", "active_adapters", "disable_activation_checkpointing",
-    "enable_activation_checkpointing", "merged_trainable_tokens",
+    "enable_activation_checkpointing", "merged_trainable_tokens", "peft_deprecation_notices_hidden",
     "recompute_under_active_adapters", "save_adapter_flat", "seeded_lora", "using_adapters",
 ]
 
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
+
+
+@contextmanager
+def peft_deprecation_notices_hidden() -> Iterator[None]:
+    """Wrap a PEFT model's construction (``get_peft_model``, ``PeftModel.from_pretrained``): PEFT reads
+    transformers' deprecated ``is_gradient_checkpointing``, a notice meant for PEFT, not for this library's user."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
+        yield
 
 
 def seeded_lora(
@@ -69,10 +78,7 @@ def seeded_lora(
     lora = LoraConfig(r=rank, lora_alpha=alpha, lora_dropout=dropout, task_type="CAUSAL_LM",
                       target_modules=target_modules if isinstance(target_modules, str) else list(target_modules),
                       **options)
-    with torch.random.fork_rng(devices=[]), warnings.catch_warnings():
-        # PEFT reads transformers' deprecated ``is_gradient_checkpointing``: a notice meant for PEFT, not for
-        # the user of this library
-        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
+    with torch.random.fork_rng(devices=[]), peft_deprecation_notices_hidden():
         torch.manual_seed(seed)
         peft_model = get_peft_model(model, lora, adapter_name=adapter_names[0])
         for name in adapter_names[1:]:

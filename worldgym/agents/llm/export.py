@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import warnings
 from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
@@ -33,6 +32,7 @@ from transformers import AutoModelForCausalLM, PreTrainedModel, PreTrainedTokeni
 from worldgym.agents.llm.adapters import (
     active_adapters,
     merged_trainable_tokens,
+    peft_deprecation_notices_hidden,
     save_adapter_flat,
     using_adapters,
 )
@@ -142,8 +142,7 @@ def _rebuilt_policy(base_dir: Path, info: dict[str, Any]) -> PreTrainedModel:
         return model
     adapters = list(info["adapters"].items())
     first, config = adapters[0]
-    with warnings.catch_warnings():  # PEFT reads transformers' deprecated is_gradient_checkpointing (as seeded_lora)
-        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
+    with peft_deprecation_notices_hidden():
         policy = get_peft_model(model, LoraConfig(**config), adapter_name=first)
     for name, config in adapters[1:]:
         policy.add_adapter(name, LoraConfig(**config))

@@ -21,7 +21,7 @@ from typing import Any, Literal
 from peft import PeftModel
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
-from worldgym.agents.llm.adapters import seeded_lora
+from worldgym.agents.llm.adapters import peft_deprecation_notices_hidden, seeded_lora
 from worldgym.agents.llm.envs import make_text_env
 from worldgym.agents.llm.loading import tiny_chat_model
 from worldgym.agents.llm.models import TINY_SIZES
@@ -361,6 +361,7 @@ def _load(path: Path, config: WarmStartConfig) -> WarmStart:
         loaded = load_chat_model(config.model, extra_special_tokens=config.extra_special_tokens,
                                  dtype=config.dtype)
         tokenizer = loaded.tokenizer
-        model = PeftModel.from_pretrained(loaded.model, path, is_trainable=True)
+        with peft_deprecation_notices_hidden():
+            model = PeftModel.from_pretrained(loaded.model, path, is_trainable=True)
     tokenizer.padding_side = "left"
     return WarmStart(model, tokenizer, path, record["summary"])
