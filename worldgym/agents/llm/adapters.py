@@ -152,18 +152,13 @@ def trainable_adapters(model: PeftModel) -> list[str]:
 def enable_activation_checkpointing(model: torch.nn.Module) -> None:
     """transformers' activation checkpointing (non-reentrant), each layer recomputed in the backward pass under
     the adapters its forward used (:func:`recompute_under_active_adapters`). It acts in training mode only."""
-    options = {"use_reentrant": False, "context_fn": recompute_under_active_adapters(model)}
-    enable = getattr(model, "activation_checkpointing_enable", None)
-    if enable is not None:  # transformers >= 5.24; the older name warns that it goes in 6
-        enable(activation_checkpointing_kwargs=options)
-    else:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=options)
+    model.activation_checkpointing_enable(activation_checkpointing_kwargs={
+        "use_reentrant": False, "context_fn": recompute_under_active_adapters(model)})
 
 
 def disable_activation_checkpointing(model: torch.nn.Module) -> None:
     """Undo :func:`enable_activation_checkpointing`: every layer keeps its activations again."""
-    disable = getattr(model, "activation_checkpointing_disable", None)
-    (disable if disable is not None else model.gradient_checkpointing_disable)()
+    model.activation_checkpointing_disable()
 
 
 @contextmanager
