@@ -146,6 +146,14 @@ def test_a_process_that_waits_too_long_on_another_build_does_without_the_kernel(
     assert native_kernel._built == {"decode_attention": None}  # decided once per process
 
 
+def test_another_pytorch_install_builds_its_own_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
+    here = native_kernel.module_name("decode_attention")
+    assert here == native_kernel.module_name("decode_attention")  # a name that stays: the build is found again
+    monkeypatch.setattr(torch, "__file__", "/elsewhere/venv/lib/python3.11/site-packages/torch/__init__.py")
+    elsewhere = native_kernel.module_name("decode_attention")
+    assert elsewhere != here and elsewhere.rsplit("_", 1)[0] == here.rsplit("_", 1)[0]
+
+
 @pytest.mark.parametrize(("flags", "level"), [
     ({"avx512f", "avx512bw", "avx512vl", "avx512_bf16", "avx2", "fma"}, "avx512bf16"),
     ({"avx512f", "avx512bw", "avx512vl", "avx2", "fma"}, "avx512"),

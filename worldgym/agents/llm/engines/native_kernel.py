@@ -1,10 +1,10 @@
 """Builds and loads the project's C++ attention kernels for this CPU: ``decode_attention_kernel.cpp`` (one query
 token behind a KV cache) and ``flash_attention_kernel.cpp`` (many query tokens, forward and backward).
 
-Each kernel is compiled once per machine with PyTorch's extension builder (a C++ compiler and ``ninja``), with
-the vector instructions the CPU has (AVX512-BF16, AVX512F or none), and kept in PyTorch's extension cache
-(``TORCH_EXTENSIONS_DIR``, by default ``~/.cache/torch_extensions``): later processes load it in well under a
-second. Where one cannot be built, :func:`native_kernel` warns once and returns None, and callers keep PyTorch's
+Each kernel is compiled once per machine and environment with PyTorch's extension builder (a C++ compiler and
+``ninja``), with the vector instructions the CPU has (AVX512-BF16, AVX512F or none), and kept in PyTorch's
+extension cache (``TORCH_EXTENSIONS_DIR``, by default ``~/.cache/torch_extensions``): later processes load it in
+well under a second. Two checkouts or virtual environments build their own copies (:func:`module_name`). Where one cannot be built, :func:`native_kernel` warns once and returns None, and callers keep PyTorch's
 flash kernel.
 
 Processes that build or load the same kernel at once take turns on an ``flock``, which the operating system drops
@@ -59,11 +59,17 @@ def native_kernel(name: str = "decode_attention") -> ModuleType | None:
 
 
 def module_name(name: str) -> str:
-    """The built module's name for kernel ``name`` on this CPU: its vector level and a digest of its sources."""
+    """The built module's name for kernel ``name`` on this CPU: its vector level and a digest of its sources,
+    where they are and which PyTorch it builds against. The build command names the sources' and PyTorch's
+    paths, so two checkouts or environments sharing one extension cache would otherwise rebuild the same folder
+    over each other's build at every switch."""
+    import torch
+
     source = Path(__file__).with_name(f"{name}_kernel.cpp")
     headers = sorted(source.parent.glob("*.h"))  # shared by the kernels: a change to one builds them again
-    digest = hashlib.sha256(b"".join(path.read_bytes() for path in [source, *headers])).hexdigest()[:12]
-    return f"worldgym_{name}_{vector_flags(cpu_flags())[0]}_{digest}"
+    digest = hashlib.sha256(b"".join(path.read_bytes() for path in [source, *headers]))
+    digest.update(f"{source.resolve()}|{Path(torch.__file__).resolve()}|{torch.__version__}".encode())
+    return f"worldgym_{name}_{vector_flags(cpu_flags())[0]}_{digest.hexdigest()[:12]}"
 
 
 def _build(name: str) -> ModuleType | None:
