@@ -2,10 +2,10 @@
 token behind a KV cache) and ``flash_attention_kernel.cpp`` (many query tokens, forward and backward).
 
 Each kernel is compiled once per machine and environment with PyTorch's extension builder (a C++ compiler and
-``ninja``), with the vector instructions the CPU has (AVX512-BF16, AVX512F or none), and kept in PyTorch's
-extension cache (``TORCH_EXTENSIONS_DIR``, by default ``~/.cache/torch_extensions``): later processes load it in
-well under a second. Two checkouts or virtual environments build their own copies (:func:`module_name`). Where one cannot be built, :func:`native_kernel` warns once and returns None, and callers keep PyTorch's
-flash kernel.
+``ninja``), with the vector instructions the CPU has (AVX512-BF16, AVX512F or none), and kept in PyTorch's extension
+cache (``TORCH_EXTENSIONS_DIR``, by default ``~/.cache/torch_extensions``): later processes load it in well under a
+second. Two checkouts or virtual environments build their own copies (:func:`module_name`). Where one cannot be
+built, :func:`native_kernel` warns once and returns None, and callers keep PyTorch's flash kernel.
 
 Processes that build or load the same kernel at once take turns on an ``flock``, which the operating system drops
 when its holder dies. PyTorch's own lock file is not dropped: a process killed while building (a deadline's
