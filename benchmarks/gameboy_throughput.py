@@ -6,6 +6,7 @@ warm kernel compile times; writes JSON and a PNG of throughput vs N to benchmark
     python benchmarks/gameboy_throughput.py                 # CPU, both ROMs
     python benchmarks/gameboy_throughput.py --device cuda:0 --num-envs 1 256 4096 16384
     python benchmarks/gameboy_throughput.py --quick         # N = 1, 4, one short round, no compile timing
+    python benchmarks/gameboy_throughput.py --device cuda:0 --no-pyboy   # Warp alone (no PyBoy installed)
 """
 
 from __future__ import annotations
@@ -129,9 +130,10 @@ def plot(results: dict, path: Path) -> None:
         ns = [row["num_envs"] for row in rows["warp"]]
         ax.plot(ns, [row["frames_per_s"] for row in rows["warp"]], marker="o", color=f"C{index}",
                 label=f"Warp ({rom_name})")  # fmt: skip
-        ax.axhline(
-            rows["pyboy_frames_per_s"], linestyle="--", color=f"C{index}", label=f"PyBoy x1 ({rom_name})"
-        )
+        if rows["pyboy_frames_per_s"] is not None:
+            ax.axhline(
+                rows["pyboy_frames_per_s"], linestyle="--", color=f"C{index}", label=f"PyBoy x1 ({rom_name})"
+            )
     ax.set(xscale="log", yscale="log", xlabel="emulators per launch (N)", ylabel="aggregate frames/s",
            title=f"Game Boy throughput on {results['device']}")  # fmt: skip
     ax.legend(fontsize=8)
@@ -149,6 +151,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--press-frames", type=int, default=8)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--no-pyboy", action="store_true", help="time Warp alone (ratios to PyBoy are null)")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds; medians are reported")
     parser.add_argument(
         "--min-seconds", type=float, default=1.0, help="repeat each measurement at least this long"
@@ -178,9 +181,10 @@ def main(argv: list[str] | None = None) -> None:
         # Interleave PyBoy and Warp in rounds and keep medians: the cores are shared, so load drifts.
         pyboy_runs, warp_runs = [], {n: [] for n in args.num_envs}
         for _ in tqdm(range(args.rounds), desc=rom_name):
-            pyboy_runs.append(
-                bench_pyboy(rom, actions, args.frames_per_step, args.press_frames, args.min_seconds)
-            )
+            if not args.no_pyboy:
+                pyboy_runs.append(
+                    bench_pyboy(rom, actions, args.frames_per_step, args.press_frames, args.min_seconds)
+                )
             for n in args.num_envs:
                 warp_runs[n].append(
                     bench_warp(
@@ -193,7 +197,7 @@ def main(argv: list[str] | None = None) -> None:
                         args.min_seconds,
                     )
                 )
-        pyboy_fps = float(np.median(pyboy_runs))
+        pyboy_fps = float(np.median(pyboy_runs)) if pyboy_runs else None
         rows = []
         for n in args.num_envs:
             fps = float(np.median(warp_runs[n]))
@@ -202,7 +206,7 @@ def main(argv: list[str] | None = None) -> None:
                     "num_envs": n,
                     "frames_per_s": fps,
                     "env_steps_per_s": fps / args.frames_per_step,
-                    "ratio_to_pyboy": fps / pyboy_fps,
+                    "ratio_to_pyboy": fps / pyboy_fps if pyboy_fps else None,
                     "frames_per_s_runs": warp_runs[n],
                 }
             )
@@ -211,13 +215,17 @@ def main(argv: list[str] | None = None) -> None:
             "pyboy_frames_per_s_runs": pyboy_runs,
             "warp": rows,
         }
-        print(
-            f"\n{rom_name}: PyBoy x1 {pyboy_fps:,.0f} frames/s ({pyboy_fps / args.frames_per_step:,.0f} steps/s)"
+        baseline = (
+            "PyBoy not timed"
+            if pyboy_fps is None
+            else f"PyBoy x1 {pyboy_fps:,.0f} frames/s ({pyboy_fps / args.frames_per_step:,.0f} steps/s)"
         )
+        print(f"\n{rom_name}: {baseline}")
         for row in rows:
+            ratio = "" if row["ratio_to_pyboy"] is None else f"  {row['ratio_to_pyboy']:.2f}x PyBoy"
             print(
                 f"  N={row['num_envs']:>6}  {row['frames_per_s']:>12,.0f} frames/s  "
-                f"{row['env_steps_per_s']:>10,.0f} steps/s  {row['ratio_to_pyboy']:.2f}x PyBoy"
+                f"{row['env_steps_per_s']:>10,.0f} steps/s{ratio}"
             )
     results["load_average_1min_at_end"] = os.getloadavg()[0]
     out = results_dir(args) / f"gameboy_throughput_{args.device.replace(':', '')}"

@@ -170,6 +170,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parser.parse_args(argv)
     installed = install_missing(args.wheels)
     sys.path.insert(0, str(REPO))
+    import peft
     import torch
     import transformers
 
@@ -179,6 +180,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     results: dict[str, Any] = {
         "device": torch.cuda.get_device_name(0) if args.device.startswith("cuda") else platform.processor(),
         "torch": torch.__version__, "cuda": torch.version.cuda, "transformers": transformers.__version__,
+        "peft": peft.__version__,
         "bf16_supported": torch.cuda.is_bf16_supported() if args.device.startswith("cuda") else None,
         "python": platform.python_version(), "installed_from_wheels": installed, "phases": {},
     }

@@ -119,6 +119,15 @@ def test_gameboy_throughput(tmp_path: Path) -> None:
     assert (tmp_path / "gameboy_throughput_cpu.png").stat().st_size > 0
 
 
+def test_gameboy_throughput_without_pyboy(tmp_path: Path) -> None:
+    out = run("gameboy_throughput.py", "--no-pyboy", results=tmp_path)
+    data = load(tmp_path / "gameboy_throughput_cpu.json")
+    for rom in data["roms"].values():
+        assert rom["pyboy_frames_per_s"] is None and rom["pyboy_frames_per_s_runs"] == []
+        assert all(row["frames_per_s"] > 0 and row["ratio_to_pyboy"] is None for row in rom["warp"])
+    assert "PyBoy not timed" in out and (tmp_path / "gameboy_throughput_cpu.png").stat().st_size > 0
+
+
 def test_ztoken_ppo(tmp_path: Path) -> None:
     run("ztoken_ppo.py", results=tmp_path)
     data = load(tmp_path / "ztoken_ppo.json")
