@@ -10,6 +10,7 @@ Validation is greedy on validation-split companies (never seen in training), epi
     python benchmarks/csr_dual_lora_vs_dapo.py run --model tiny --mode separate --seed 0
     python benchmarks/csr_dual_lora_vs_dapo.py final-eval --difficulties 2   # last checkpoints at d2
     python benchmarks/csr_dual_lora_vs_dapo.py step-time --mode separate     # s per step, no validation
+    python benchmarks/csr_dual_lora_vs_dapo.py imagined-replies --mode separate-own-clip-imagined50
     python benchmarks/csr_dual_lora_vs_dapo.py demo-time                     # `make demo`'s wall time
     python benchmarks/csr_dual_lora_vs_dapo.py report
     python benchmarks/csr_dual_lora_vs_dapo.py run --model smollm2-135m --mode dapo --difficulty 3 \
@@ -62,9 +63,11 @@ import numpy as np
 
 import worldgym  # noqa: F401  (registers the ids)
 from worldgym.agents.dual_lora import DualLoRAConfig, DualLoRATrainer, wm_success_correlation
+from worldgym.agents.dual_lora.imagination import PhoneCallImagination
 from worldgym.agents.dual_lora.presets import dual_lora_config, engine, warm_start_config
 from worldgym.agents.grpo.trainer import EPISODE_SUCCESS_KEY
 from worldgym.agents.llm.allocator import release_free_heap
+from worldgym.agents.llm.engines import SamplingParams
 from worldgym.agents.llm.evaluation import VALIDATION_SEEDS_START
 from worldgym.agents.llm.warm_start import WarmStart
 from worldgym.checkpointing import latest_checkpoint, step_checkpoint
@@ -574,6 +577,72 @@ def step_time(args: argparse.Namespace) -> None:
     print(args.mode, row)
 
 
+def imagined_replies(args: argparse.Namespace) -> None:
+    """One round of a mode's imagined groups (the tasks and sampling seed of the trainer's first round), played
+    twice from the warm start: the imagined replies' engine prefilling each call's whole conversation
+    (``reuse_kv_cache=False``), then keeping each episode's KV between its calls (the trainer's engine). Records
+    each round's wall time, the seconds and tokens of its imagined replies, and whether both rounds played the
+    same episodes, in ``imagined_replies.json`` (one entry per setting, every timing kept)."""
+    ws = warm_start(args, args.model)
+    config = dual_lora_config(args.model, args.difficulty, **MODES[args.mode], max_turns=args.max_turns,
+                              eval_every=0, seed=args.seed, output_dir=str(runs_dir(args) / "imagined_replies"),
+                              **batch_settings(args) | (QUICK_CONFIG if args.quick else {"progress": False}))
+    if config.imagined_fraction == 0:
+        raise SystemExit(f"mode {args.mode!r} imagines no phone calls: pick one with imagined_fraction > 0")
+    trainer = DualLoRATrainer(config, model=ws.model, tokenizer=ws.tokenizer,
+                              make_engine=lambda policy: engine(args.model, policy, ws.tokenizer))
+    imagined = PhoneCallImagination(trainer.policy, ws.tokenizer, config, trainer.make_env().unwrapped.action_space,
+                                    trainer.dtype).count  # the first groups of each round
+    seeds = trainer.rng.integers(0, 2**31 - 1, size=config.prompts_per_step).tolist()[:imagined]
+    params = SamplingParams(config.temperature, config.top_p, config.max_new_tokens,
+                            seed=int(trainer.rng.integers(0, 2**31 - 1)))
+    rounds, played = [], []
+    for reuse in (False, True):
+        trainer.collector.step_override = imagination = PhoneCallImagination(
+            trainer.policy, ws.tokenizer, config, trainer.make_env().unwrapped.action_space, trainer.dtype,
+            reuse_kv_cache=reuse)
+        calls = _timed_calls(imagination)
+        trainer.engine.sync_weights()  # the round before leaves the policy's engine no stored KV to start from
+        start = time.perf_counter()
+        episodes = trainer.collector.collect(seeds, config.group_size, params)
+        wall = time.perf_counter() - start
+        played.append([episode.token_ids for episode in episodes])
+        rounds.append({"reuse_kv_cache": reuse, "wall_s": wall, "episodes": len(episodes),
+                       "imagined_calls": sum(rows for rows, _, _ in calls), "reply_batches": len(calls),
+                       "imagined_reply_s": sum(seconds for _, _, seconds in calls),
+                       "prompt_tokens": sum(tokens for _, tokens, _ in calls),
+                       "reused_tokens": imagination.engine.kv_cache.stats.reused_tokens if reuse else 0,
+                       "tokens_per_episode": float(np.mean([len(ids) for ids in played[-1]]))})
+        print(f"reuse_kv_cache={reuse}: {wall:.1f} s, imagined replies {rounds[-1]['imagined_reply_s']:.1f} s")
+    row = {"rounds": rounds, "same_episodes": played[0] == played[1],
+           "imagined_reply_speedup": rounds[0]["imagined_reply_s"] / max(rounds[1]["imagined_reply_s"], 1e-9),
+           "round_speedup": rounds[0]["wall_s"] / rounds[1]["wall_s"], "seeds": seeds, "started_at": time.time(),
+           "machine": machine_info()}
+    path = results_dir(args) / "imagined_replies.json"
+    key = step_time_key(args.model, args.mode, args.difficulty, args.temperature or 1.0, warm_start_suffix(args))
+    with JobFolder(path.parent).claimed(path.stem, wait=True):
+        table = json.loads(path.read_text()) if path.is_file() else {}
+        table[key] = {"runs": table.get(key, {}).get("runs", []) + [row]}
+        write_json(path, table)
+    print(f"imagined replies {row['imagined_reply_speedup']:.2f}x, round {row['round_speedup']:.2f}x, "
+          f"same episodes: {row['same_episodes']}")
+
+
+def _timed_calls(imagination: PhoneCallImagination) -> list[tuple[int, int, float]]:
+    """Wrap the imagined replies' engine: each of its calls appends (prompts, their tokens, seconds)."""
+    calls: list[tuple[int, int, float]] = []
+    generate = imagination.engine.generate
+
+    def timed(prompts: Any, params: SamplingParams, *rest: Any) -> Any:
+        start = time.perf_counter()
+        out = generate(prompts, params, *rest)
+        calls.append((len(prompts), sum(len(prompt) for prompt in prompts), time.perf_counter() - start))
+        return out
+
+    imagination.engine.generate = timed  # type: ignore[method-assign]
+    return calls
+
+
 def step_time_key(model: str, mode: str, difficulty: int, temperature: float, warm_start_name: str) -> str:
     """A mode's entry in ``csr_dual_lora_step_time.json``: ``tiny-dapo``, ``smollm2-135m-echo-d3-T0.5-...``."""
     return (f"{model}-{mode}" + (f"-d{difficulty}" if difficulty != 1 else "") + temperature_suffix(temperature)
@@ -926,6 +995,8 @@ def _apply_quick(args: argparse.Namespace) -> None:
         return
     if args.stage in ("run", "evaluate-aside", "warm-start", "step0", "step-time"):
         args.steps, args.max_turns = 2, 4
+    if args.stage == "imagined-replies":
+        args.max_turns = 4
     if args.stage in ("run", "evaluate-aside", "warm-start", "step0"):
         args.eval_every, args.episodes, args.iwm_steps = 2, 4, 1
     if args.stage == "final-eval":
@@ -984,6 +1055,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     timing.add_argument("--lora-dropout", type=float,
                         help="dropout on both adapters' inputs while training (default: DualLoRAConfig's)")
     add_batch_flags(timing)
+    replies = sub.add_parser("imagined-replies", help=("one round of an imagined mode's imagined groups, its "
+                                                       "replies' KV reused between calls and not"),
+                             parents=[*common, chosen])
+    replies.add_argument("--model", choices=["tiny", "smollm2-135m"], default="tiny")
+    replies.add_argument("--mode", choices=sorted(m for m, s in MODES.items() if s.get("imagined_fraction")),
+                         required=True)
+    replies.add_argument("--seed", type=int, default=0)
+    replies.add_argument("--difficulty", type=int, default=1)
+    replies.add_argument("--max-turns", type=int, default=8)
+    add_batch_flags(replies)
     sub.add_parser("demo-time", help="wall time of `make demo` (run it on an otherwise idle machine)",
                    parents=common)
     final = sub.add_parser("final-eval", help="evaluate every finished run's last checkpoint at more difficulties",
@@ -1011,7 +1092,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     set_torch_threads(1)
     stages = {"run": run, "evaluate-aside": evaluate_aside_stage, "warm-start": lambda args: warm_start(args, args.model), "step0": step0,
-              "step-time": step_time,
+              "step-time": step_time, "imagined-replies": imagined_replies,
               "demo-time": demo_time, "final-eval": final_eval, "report": report}
     stages[args.stage](args)
 

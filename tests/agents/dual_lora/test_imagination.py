@@ -7,6 +7,7 @@ import pytest
 from worldgym.agents.dual_lora import DualLoRAConfig, DualLoRATrainer
 from worldgym.agents.dual_lora.imagination import (
     UNRECOGNISED,
+    PhoneCallImagination,
     _imagined_step,
     _tool_turn_opening,
     imagined_groups,
@@ -58,6 +59,24 @@ def test_imagined_groups_phone_the_world_model_not_the_env(tmp_path, csr_tokeniz
     assert "rollout/imagined_type_accuracy" in metrics
     metrics = trainer.update(trainer.prepare(episodes))
     assert metrics["loss/total"] == metrics["loss/total"]  # a finite update on real and imagined episodes
+
+
+def test_imagined_replies_reuse_the_conversation_up_to_the_last_call(tmp_path, csr_tokenizer):
+    """From its second call on, an imagined episode's reply prefills only what came after its last call: the
+    same episodes as prefilling every call's conversation whole."""
+    runs = {}
+    for reuse in (False, True):
+        trainer = _trainer(tmp_path / str(reuse), csr_tokenizer, max_turns=4)
+        trainer.collector.step_override = imagination = PhoneCallImagination(
+            trainer.policy, csr_tokenizer, trainer.config, trainer.make_env().unwrapped.action_space,
+            trainer.dtype, reuse_kv_cache=reuse)
+        episodes, _ = trainer.collect_batch()
+        runs[reuse] = [e.token_ids for e in episodes if e.imagined], imagination.engine.kv_cache
+    assert runs[True][0] == runs[False][0] and runs[False][1] is None
+    calls = [len([t for t in e.turns if t.info.get("imagined")]) for e in episodes if e.imagined]
+    stats = runs[True][1].stats
+    assert min(calls) >= 2 and stats.hit_rows == sum(calls) - len(calls)  # every call but each episode's first
+    assert stats.reused_tokens > 0.8 * sum(len(t) for t in runs[True][0]) / 2
 
 
 def test_tool_turn_opening_is_what_precedes_a_tool_result_in_an_episode(tmp_path, csr_tokenizer):

@@ -145,6 +145,30 @@ def test_rows_with_and_without_a_stored_prefix_share_a_batch(csr_model, csr_toke
             assert torch.allclose(torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=1e-4)
 
 
+def test_a_prompt_branching_off_a_stored_sequence_reuses_their_shared_opening(csr_model, csr_tokenizer):
+    """A world model's pattern: a reply written after a marker, then a prompt that goes on from the turn before
+    the marker. With ``kv_cache_branches`` it prefills only what follows the shared opening, with the same
+    tokens and logprobs as prefilling it whole; without, the stored sequence serves nothing."""
+    turn = csr_tokenizer("Hello there, how can I help you today?")["input_ids"]
+    marker = csr_tokenizer(" Predict:")["input_ids"]
+    engines = {branches: _engine(csr_model, csr_tokenizer, reuse=True, kv_cache_branches=branches)
+               for branches in (False, True)}
+    for engine in engines.values():
+        engine.generate([turn + marker], GREEDY)
+    engines[True].generate([turn + marker], GREEDY)  # branches off its own entry, which it stores again
+    engines[False].generate([turn + marker], GREEDY)
+    later = turn + csr_tokenizer(" I would like to close my account.")["input_ids"] + marker
+    before = {branches: engine.kv_cache.stats.reused_tokens for branches, engine in engines.items()}
+    got = {branches: engine.generate([later], GREEDY)[0][0] for branches, engine in engines.items()}
+    reused = {branches: engine.kv_cache.stats.reused_tokens - before[branches] for branches, engine in engines.items()}
+    assert reused[False] == 0 and len(turn) <= reused[True] < len(later)
+    assert len(engines[True].kv_cache) == 1  # the entry branched off is used up, as an extended one is
+    (expected,), = _engine(csr_model, csr_tokenizer, reuse=False).generate([later], GREEDY)
+    for generation in got.values():
+        assert generation.token_ids == expected.token_ids
+        assert torch.allclose(torch.tensor(generation.logprobs), torch.tensor(expected.logprobs), atol=1e-4)
+
+
 def test_sync_weights_and_in_place_updates_drop_the_cache(csr_model, csr_tokenizer):
     engine = _engine(csr_model, csr_tokenizer, reuse=True)
     prompt = csr_tokenizer("Hello there")["input_ids"]
@@ -194,10 +218,27 @@ def test_store_evicts_the_least_recently_used_entry():
     store.put([7, 8], kv)
     assert store.longest_prefix([3, 4, 9]) is None and store.longest_prefix([1, 2, 9]) is not None
     store.put([1, 2, 3], torch.zeros(1, 2, 1, 3, 4))
-    assert store.longest_prefix([1, 2, 3, 4])[0] == (1, 2, 3)  # the longest stored opening wins
+    assert store.longest_prefix([1, 2, 3, 4]).tokens == (1, 2, 3)  # the longest stored opening wins
     assert store.num_tokens <= 6
     with pytest.raises(ValueError, match="2 tokens but KV for 3"):
         store.put([1, 2], torch.zeros(1, 2, 1, 3, 4))
+
+
+def test_branching_store_serves_the_longest_shared_opening():
+    store = PrefixKVCache(max_tokens=100, branching=True)
+    kv = torch.arange(5.0).reshape(1, 1, 1, 5, 1).expand(1, 2, 1, 5, 1)
+    store.put([1, 2, 3, 4, 5], kv)
+    store.put([1, 2, 9], torch.zeros(1, 2, 1, 3, 1))
+    hit = store.longest_prefix([1, 2, 3, 7, 7])
+    assert hit.tokens == (1, 2, 3) and hit.entry == (1, 2, 3, 4, 5)
+    assert hit.kv[0, 0, 0, :, 0].tolist() == [0.0, 1.0, 2.0]  # the entry's first three positions
+    assert store.longest_prefix([1, 2, 3, 4, 5]).tokens == (1, 2, 3, 4)  # one prompt token stays uncached
+    assert store.longest_prefix([1, 2, 9, 4]).entry == (1, 2, 9)  # a whole entry, when it is the longest
+    assert store.longest_prefix([8, 1, 2]) is None
+    store.discard((1, 2, 3, 4, 5))
+    assert store.longest_prefix([1, 2, 3, 7]).tokens == (1, 2)  # from the entry left
+    store.clear()
+    assert store.longest_prefix([1, 2, 3]) is None
 
 
 def _with_trainable_tokens(model, tokenizer):

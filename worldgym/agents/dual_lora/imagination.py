@@ -7,6 +7,11 @@ tool turn. The reply's meaning comes from :func:`worldgym.envs.csr_phone.classif
 ends with reward 1 on a predicted ``task_complete``. Imagined replies are never training targets of the world
 model (nor of the echo loss): they are its own output.
 
+The replies come from an engine of their own, which keeps each imagined episode's KV from one call to the next
+(``reuse_kv_cache`` with ``kv_cache_branches``: the next call reuses the conversation up to the last call and
+prefills only what came after it, not the whole episode again) and merges the world model's LoRA layers for
+generation under bf16 (``merge_lora``).
+
 To measure the imagined replies, a copy of the env taken at an episode's first phone call (the state a real
 episode would be in after the same calls) plays every later call of the episode unseen, until its own episode
 ends; the type of its reply is kept beside the imagined one as ``info["real_response_type"]``.
@@ -51,18 +56,22 @@ class PhoneCallImagination:
 
     Group ``g`` is imagined when ``g % prompts_per_step < imagined_groups(...)``: the first groups of each
     round of a step. Replies are sampled at ``config.temperature`` (seeded per call), at most
-    ``config.imagined_reply_tokens`` tokens.
+    ``config.imagined_reply_tokens`` tokens. ``reuse_kv_cache=False`` gives the engine no stored KV: every
+    call prefills its episodes whole (the same replies up to float rounding, slower).
     """
 
     def __init__(self, model: PeftModel, tokenizer: PreTrainedTokenizerBase, config: DualLoRAConfig,
-                 action_space: ToolCallSpace, dtype: torch.dtype | None = None):
+                 action_space: ToolCallSpace, dtype: torch.dtype | None = None, reuse_kv_cache: bool = True):
         if PHONE_TOOL not in action_space.tools:
             raise ValueError(f"imagined phone calls need an env with a {PHONE_TOOL!r} tool, got tools "
                              f"{list(action_space.tools)}")
         self.model, self.tokenizer, self.config, self.action_space = model, tokenizer, config, action_space
         self.count = imagined_groups(config.prompts_per_step, config.imagined_fraction)
         self.opening, stop = reply_opening(tokenizer, config)
-        self.engine = HFEngine(model, tokenizer.pad_token_id, [stop], dtype=dtype)  # its own KV caches
+        rows = self.count * config.group_size  # imagined episodes running at once (one round)
+        self.engine = HFEngine(model, tokenizer.pad_token_id, [stop], dtype=dtype, merge_lora=True,
+                               reuse_kv_cache=reuse_kv_cache, kv_cache_branches=True,
+                               kv_cache_max_tokens=max(rows, 1) * config.max_episode_tokens)
         self._calls = 0
         # per imagined episode (by id, with a weak reference to tell it from a later one): see _shadow_step
         self._shadows: dict[int, tuple[weakref.ref[Episode], gym.Env | None]] = {}

@@ -92,6 +92,13 @@ class DualLoRATrainer(GRPOTrainer):
         self._ratio_outside = False
         self._reply_engine: HFEngine | None = None  # the world model's replies in transcripts, built on first use
 
+    def _sync_weights(self) -> None:
+        """The GRPO sync; the imagined replies' engine also drops its stored KV, which the old weights
+        computed."""
+        super()._sync_weights()
+        if isinstance(self.collector.step_override, PhoneCallImagination):
+            self.collector.step_override.engine.sync_weights()
+
     def _make_optimizer(self) -> torch.optim.Optimizer:
         """One AdamW over both adapters; with ``wm_learning_rate`` the world model's tensors are a second
         parameter group with their own learning rate."""

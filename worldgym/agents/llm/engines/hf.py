@@ -31,14 +31,20 @@ from worldgym.agents.llm.engines.decode_attention import (
 )
 from worldgym.agents.llm.engines.growing_cache import growing_cache
 from worldgym.agents.llm.engines.merged_lora import MergedLoRA
-from worldgym.agents.llm.engines.prefix_cache import PrefixKVCache, batched_cache, row_kv, storable
+from worldgym.agents.llm.engines.prefix_cache import (
+    PrefixKVCache,
+    StoredOpening,
+    batched_cache,
+    row_kv,
+    storable,
+)
 from worldgym.agents.llm.engines.retiring_rows import DecodedRows, RetireFinishedRows
 from worldgym.agents.llm.engines.sampling import sampling_processors
 from worldgym.precision import compute_dtype, model_autocast
 
 __all__ = ["HFEngine", "PrefixGroups", "contiguous_head_input", "group_shared_prefixes"]
 
-_Hit = tuple[tuple[int, ...], torch.Tensor] | None  # a stored opening of a prompt and its KV
+_Hit = StoredOpening | None  # a stored opening of a prompt, its KV and the entry it comes from
 
 
 @dataclass
@@ -139,6 +145,11 @@ class HFEngine:
             (0 turns prefix sharing off).
         reuse_kv_cache: keep each row's KV across ``generate`` calls (multi-turn rollouts prefill only the new
             tokens).
+        kv_cache_branches: with ``reuse_kv_cache``, a prompt also reuses the opening it shares with a stored
+            sequence it branches off, not only a stored sequence that opens it whole
+            (:class:`~worldgym.agents.llm.engines.prefix_cache.PrefixKVCache`'s ``branching``): for callers whose
+            prompts leave earlier generations behind, such as a world model that writes a reply after each of an
+            episode's calls, which the next prompt replaces with the real conversation.
         kv_cache_max_tokens: most tokens stored in total (least recently used entries are evicted); memory is
             this times the KV bytes of a token (see :mod:`~worldgym.agents.llm.engines.prefix_cache`). Set it
             to at least the episodes run at once times their length, or early rows get evicted.
@@ -175,6 +186,7 @@ class HFEngine:
         batch_size: int = 64,
         min_shared_prefix: int = 16,
         reuse_kv_cache: bool = False,
+        kv_cache_branches: bool = False,
         kv_cache_max_tokens: int = 32768,
         cartridge: Cartridge | None = None,
         retire_stopped_rows: bool = True,
@@ -202,7 +214,7 @@ class HFEngine:
             # so its engine logprobs stay bit-equal to the learner's)
             use_fast_decode_attention(model, kernel=decode_attention or decode_kernel_of(model) or "flash")
         self.merged_lora = MergedLoRA(model, torch.bfloat16) if merge_lora else None
-        self.kv_cache = PrefixKVCache(kv_cache_max_tokens) if reuse_kv_cache else None
+        self.kv_cache = PrefixKVCache(kv_cache_max_tokens, branching=kv_cache_branches) if reuse_kv_cache else None
         self._kv_weight_versions: tuple[int, ...] = ()
         self.cartridge: Cartridge | None = None
         self.set_cartridge(cartridge)
@@ -253,7 +265,7 @@ class HFEngine:
         row_constraints = list(constraints) if constraints is not None else [None] * len(prompts)
         jobs = [(index, list(prompt)) for index, prompt in enumerate(prompts) for _ in range(params.n)]
         results: list[list[Generation]] = [[] for _ in prompts]
-        consumed: set[tuple[int, ...]] = set()  # stored openings extended in this call, dropped at its end
+        consumed: set[tuple[int, ...]] = set()  # stored entries used in this call, dropped at its end
         was_training = self.model.training
         self.model.eval()
         try:
@@ -307,7 +319,7 @@ class HFEngine:
         constraints: list[CopyConstraint | None],
     ) -> list[Generation]:
         hits = self.kv_cache.lookup(prompts) if self.kv_cache is not None else [None] * len(prompts)
-        consumed.update(hit[0] for hit in hits if hit is not None)
+        consumed.update(hit.entry for hit in hits if hit is not None)
         input_ids, attention_mask, cache = self._layout(prompts, hits)
         width = input_ids.shape[1]
         processor = None
@@ -350,10 +362,10 @@ class HFEngine:
                        else list(range(len(running))))
             for b in leaving:
                 finished[running[b]] = self._generation(decoded, running[b], processor)
-            if self.kv_cache is not None:
-                self._store(self.kv_cache, [(b, prompts[running[b]], finished[running[b]], attention_mask[running[b]])
-                                            for b in leaving], cache, width + decoded.steps - 1,
-                            skip=self._cartridge_tokens)
+            if self.kv_cache is not None:  # a sequence stored again is kept (a branch can repeat its entry)
+                consumed -= self._store(self.kv_cache, [(b, prompts[running[b]], finished[running[b]],
+                                                         attention_mask[running[b]]) for b in leaving],
+                                        cache, width + decoded.steps - 1, skip=self._cartridge_tokens)
             if len(leaving) < len(running):  # the rows that stopped leave the batch
                 stopped = set(leaving)
                 keep = [b for b in range(len(running)) if b not in stopped]
@@ -473,10 +485,10 @@ class HFEngine:
         hides), so ``generate`` prefills only the remainders. It derives position ids from the attention mask,
         so the padding between the parts does not shift any token's position (as in :meth:`_prefill_shared`).
         """
-        reused = [0 if hit is None else len(hit[0]) for hit in hits]
+        reused = [0 if hit is None else len(hit.tokens) for hit in hits]
         prefix_ids, prefix_mask = self._right_padded([prompt[:n] for prompt, n in zip(prompts, reused)])
         cache = batched_cache(
-            [None if hit is None else hit[1] for hit in hits], max(reused), self._base_model().config
+            [None if hit is None else hit.kv for hit in hits], max(reused), self._base_model().config
         )
         rest_ids, rest_mask = self._left_padded([prompt[n:] for prompt, n in zip(prompts, reused)])
         return self._behind_cartridge(
@@ -490,20 +502,23 @@ class HFEngine:
         cache: Cache | None,
         length: int,
         skip: int = 0,
-    ) -> None:
+    ) -> set[tuple[int, ...]]:
         """Store the KV of each ``(batch row, prompt, generation, prompt attention mask)`` of ``rows``, of its
         prompt and fed reply tokens (all but the last sampled one), cut out of ``generate``'s cache, ``length``
         positions long: the columns the attention mask marks real after the first ``skip`` (a cartridge's),
         then the row's first ``len(reply) - 1`` generated columns (later ones hold pad tokens fed after its
-        eos)."""
+        eos). Returns the stored sequences."""
         if not rows or not storable(cache, length):  # e.g. sliding-window layers: nothing to store
-            return
+            return set()
+        stored = set()
         for batch_row, prompt, generation, mask in rows:
             fed = generation.token_ids[:-1]
             width = len(mask)
             generated_columns = torch.arange(width, width + len(fed), device=mask.device)
             columns = torch.cat([mask[skip:].nonzero().squeeze(1) + skip, generated_columns])
             store.put([*prompt, *fed], row_kv(cache, batch_row, columns))
+            stored.add((*prompt, *fed))
+        return stored
 
     def _cut(
         self, tokens: list[int], logprobs: list[float], allowed: list[list[int] | None] | None

@@ -6,6 +6,12 @@ KV, one tensor ``[layers, 2 (keys, values), kv_heads, length, head_dim]`` holdin
 (no padding), so entries from different batches and layouts can be combined into a new batch. Entries are
 evicted least-recently-used beyond a bound on the total number of stored tokens; memory is that bound times
 ``layers * 2 * kv_heads * head_dim * dtype bytes`` (46 KB a token for SmolLM2-135M in float32).
+
+A prompt normally reuses an entry that opens it whole. With ``branching=True`` it may also reuse the opening it
+shares with a longer entry it branches off: a causal model's KV at a position depends only on the tokens up to
+it, so the first ``n`` positions of any sequence that starts with the same ``n`` tokens are that opening's KV.
+A world model that writes a reply after each of an episode's calls needs this: its stored sequence ends with
+its own reply, which the episode's next prompt replaces with the real conversation.
 """
 
 from __future__ import annotations
@@ -13,17 +19,28 @@ from __future__ import annotations
 from collections import Counter, OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TypeGuard
+from typing import NamedTuple, TypeGuard
 
+import numpy as np
 import torch
 from transformers import DynamicCache, PreTrainedConfig
 from transformers.cache_utils import DynamicLayer
 
 from worldgym.agents.llm.engines.growing_cache import GrowingLayer
 
-__all__ = ["KVCacheStats", "PrefixKVCache", "batched_cache", "row_kv", "storable"]
+__all__ = ["KVCacheStats", "PrefixKVCache", "StoredOpening", "batched_cache", "row_kv", "storable"]
 
 TokenKey = tuple[int, ...]
+
+
+class StoredOpening(NamedTuple):
+    """What a prompt reuses: its opening ``tokens``, their ``kv`` ``[layers, 2, kv_heads, len(tokens),
+    head_dim]``, and the stored ``entry`` they come from (``tokens`` itself, or a longer sequence the prompt
+    branches off)."""
+
+    tokens: TokenKey
+    kv: torch.Tensor
+    entry: TokenKey
 
 
 @dataclass
@@ -47,20 +64,27 @@ class PrefixKVCache:
 
     >>> store = PrefixKVCache(max_tokens=5)
     >>> store.put([1, 2, 3], torch.zeros(1, 2, 1, 3, 4))
-    >>> key, kv = store.longest_prefix([1, 2, 3, 4])
-    >>> key, tuple(kv.shape), store.longest_prefix([1, 2, 3]) is None  # >= 1 token must stay uncached
+    >>> hit = store.longest_prefix([1, 2, 3, 4])
+    >>> hit.tokens, tuple(hit.kv.shape), store.longest_prefix([1, 2, 3]) is None  # >= 1 token stays uncached
     ((1, 2, 3), (1, 2, 1, 3, 4), True)
     >>> store.put([7, 8, 9], torch.zeros(1, 2, 1, 3, 4))  # 6 tokens > 5: the least recently used goes
     >>> len(store), store.num_tokens, store.longest_prefix([1, 2, 3, 4]) is None
     (1, 3, True)
+    >>> branching = PrefixKVCache(max_tokens=8, branching=True)
+    >>> branching.put([1, 2, 3, 4], torch.zeros(1, 2, 1, 4, 4))
+    >>> hit = branching.longest_prefix([1, 2, 5])  # shares [1, 2] with the stored [1, 2, 3, 4]
+    >>> hit.tokens, tuple(hit.kv.shape), hit.entry
+    ((1, 2), (1, 2, 1, 2, 4), (1, 2, 3, 4))
     """
 
-    def __init__(self, max_tokens: int):
+    def __init__(self, max_tokens: int, branching: bool = False):
         if max_tokens < 1:
             raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
         self.max_tokens = max_tokens
+        self.branching = branching
         self.stats = KVCacheStats()
         self._entries: OrderedDict[TokenKey, torch.Tensor] = OrderedDict()
+        self._arrays: dict[TokenKey, np.ndarray] = {}  # the entries' tokens as arrays (branching only)
         self._lengths: Counter[int] = Counter()
         self.num_tokens = 0
 
@@ -70,29 +94,53 @@ class PrefixKVCache:
     def clear(self) -> None:
         """Drop every entry (the stats are kept)."""
         self._entries.clear()
+        self._arrays.clear()
         self._lengths.clear()
         self.num_tokens = 0
 
-    def lookup(self, prompts: Sequence[Sequence[int]]) -> list[tuple[TokenKey, torch.Tensor] | None]:
+    def lookup(self, prompts: Sequence[Sequence[int]]) -> list[StoredOpening | None]:
         """:meth:`longest_prefix` of each prompt, counted in :attr:`stats`."""
         hits = [self.longest_prefix(prompt) for prompt in prompts]
         self.stats.rows += len(prompts)
         self.stats.hit_rows += sum(hit is not None for hit in hits)
         self.stats.prompt_tokens += sum(len(prompt) for prompt in prompts)
-        self.stats.reused_tokens += sum(len(hit[0]) for hit in hits if hit is not None)
+        self.stats.reused_tokens += sum(len(hit.tokens) for hit in hits if hit is not None)
         return hits
 
-    def longest_prefix(self, prompt: Sequence[int]) -> tuple[TokenKey, torch.Tensor] | None:
-        """The longest entry whose tokens open ``prompt`` and leave at least one of its tokens uncached
-        (``generate`` needs an input token); it becomes the most recently used."""
+    def longest_prefix(self, prompt: Sequence[int]) -> StoredOpening | None:
+        """The longest stored opening of ``prompt`` that leaves at least one of its tokens uncached (``generate``
+        needs an input token): a whole entry, or with ``branching`` the shared opening of any entry. The entry
+        it comes from becomes the most recently used."""
         prompt = tuple(prompt)
+        hit = None
         for length in sorted((n for n in self._lengths if n < len(prompt)), reverse=True):
             key = prompt[:length]
             kv = self._entries.get(key)
             if kv is not None:
-                self._entries.move_to_end(key)
-                return key, kv
-        return None
+                hit = StoredOpening(key, kv, key)
+                break
+        if self.branching:
+            hit = self._longest_branch(prompt, hit)
+        if hit is not None:
+            self._entries.move_to_end(hit.entry)
+        return hit
+
+    def _longest_branch(self, prompt: TokenKey, best: StoredOpening | None) -> StoredOpening | None:
+        """``best``, or the longest opening ``prompt`` shares with an entry, if longer (cut to leave one prompt
+        token uncached)."""
+        tokens = np.asarray(prompt, dtype=np.int64)
+        longest, entry = 0 if best is None else len(best.tokens), None
+        for key, array in self._arrays.items():
+            width = min(len(array), len(tokens) - 1)
+            if width <= longest:
+                continue
+            differ = np.flatnonzero(array[:width] != tokens[:width])
+            shared = int(differ[0]) if differ.size else width
+            if shared > longest:
+                longest, entry = shared, key
+        if entry is None:
+            return best
+        return StoredOpening(prompt[:longest], self._entries[entry][:, :, :, :longest], entry)
 
     def put(self, tokens: Sequence[int], kv: torch.Tensor) -> None:
         """Store ``kv`` (``[layers, 2, kv_heads, len(tokens), head_dim]``) for ``tokens``, evicting the least
@@ -104,6 +152,8 @@ class PrefixKVCache:
             return
         self.discard(key)
         self._entries[key] = kv
+        if self.branching:
+            self._arrays[key] = np.asarray(key, dtype=np.int64)
         self._lengths[len(key)] += 1
         self.num_tokens += len(key)
         while self.num_tokens > self.max_tokens:
@@ -112,6 +162,7 @@ class PrefixKVCache:
     def discard(self, key: TokenKey) -> None:
         """Remove an entry if present."""
         if self._entries.pop(key, None) is not None:
+            self._arrays.pop(key, None)
             self._lengths[len(key)] -= 1
             if not self._lengths[len(key)]:
                 del self._lengths[len(key)]
