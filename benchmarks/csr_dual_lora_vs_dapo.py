@@ -578,68 +578,77 @@ def step_time(args: argparse.Namespace) -> None:
 
 
 def imagined_replies(args: argparse.Namespace) -> None:
-    """One round of a mode's imagined groups (the tasks and sampling seed of the trainer's first round), played
-    twice from the warm start: the imagined replies' engine prefilling each call's whole conversation
-    (``reuse_kv_cache=False``), then keeping each episode's KV between its calls (the trainer's engine). Records
-    each round's wall time, the seconds and tokens of its imagined replies, and whether both rounds played the
-    same episodes, in ``imagined_replies.json`` (one entry per setting, every timing kept)."""
+    """One round of a mode's imagined groups (the tasks and sampling seed of the trainer's first round) from the
+    warm start, its world-model replies recorded; then those very calls (the same prompts, in order) replayed
+    by two fresh reply engines: one prefilling each call's whole conversation (``reuse_kv_cache=False``), one
+    keeping each episode's KV between its calls (what the trainer uses), in the order ``--replay-order`` gives.
+    Records the round's wall time and its replies' share, each replay's seconds and tokens, and how many replies
+    the two replays wrote alike, in ``imagined_replies.json`` (one entry per setting, every timing kept)."""
     ws = warm_start(args, args.model)
     config = dual_lora_config(args.model, args.difficulty, **MODES[args.mode], max_turns=args.max_turns,
                               eval_every=0, seed=args.seed, output_dir=str(runs_dir(args) / "imagined_replies"),
                               **batch_settings(args) | (QUICK_CONFIG if args.quick else {"progress": False}))
     if config.imagined_fraction == 0:
         raise SystemExit(f"mode {args.mode!r} imagines no phone calls: pick one with imagined_fraction > 0")
+    if sorted(args.replay_order) != ["plain", "reuse"]:
+        raise SystemExit(f"--replay-order names each engine once, got {args.replay_order}")
     trainer = DualLoRATrainer(config, model=ws.model, tokenizer=ws.tokenizer,
                               make_engine=lambda policy: engine(args.model, policy, ws.tokenizer))
-    imagined = PhoneCallImagination(trainer.policy, ws.tokenizer, config, trainer.make_env().unwrapped.action_space,
-                                    trainer.dtype).count  # the first groups of each round
-    seeds = trainer.rng.integers(0, 2**31 - 1, size=config.prompts_per_step).tolist()[:imagined]
+    action_space = trainer.make_env().unwrapped.action_space
+    imagination = trainer.collector.step_override
+    assert isinstance(imagination, PhoneCallImagination)
+    seeds = trainer.rng.integers(0, 2**31 - 1, size=config.prompts_per_step).tolist()[: imagination.count]
     params = SamplingParams(config.temperature, config.top_p, config.max_new_tokens,
                             seed=int(trainer.rng.integers(0, 2**31 - 1)))
-    rounds, played = [], []
-    for reuse in (False, True):
-        trainer.collector.step_override = imagination = PhoneCallImagination(
-            trainer.policy, ws.tokenizer, config, trainer.make_env().unwrapped.action_space, trainer.dtype,
-            reuse_kv_cache=reuse)
-        calls = _timed_calls(imagination)
-        trainer.engine.sync_weights()  # the round before leaves the policy's engine no stored KV to start from
+    calls = _recorded_replies(imagination)
+    start = time.perf_counter()
+    episodes = trainer.collector.collect(seeds, config.group_size, params)
+    wall = time.perf_counter() - start
+    row: dict[str, Any] = {
+        "round": {"wall_s": wall, "episodes": len(episodes), "reply_batches": len(calls),
+                  "imagined_calls": sum(len(prompts) for prompts, _, _ in calls),
+                  "imagined_reply_s": sum(seconds for *_, seconds in calls),
+                  "tokens_per_episode": float(np.mean([len(e.token_ids) for e in episodes]))},
+        "replays": {}}
+    replies = {}
+    for reuse in [order == "reuse" for order in args.replay_order]:
+        replay = PhoneCallImagination(trainer.policy, ws.tokenizer, config, action_space, trainer.dtype,
+                                      reuse_kv_cache=reuse)
         start = time.perf_counter()
-        episodes = trainer.collector.collect(seeds, config.group_size, params)
-        wall = time.perf_counter() - start
-        played.append([episode.token_ids for episode in episodes])
-        rounds.append({"reuse_kv_cache": reuse, "wall_s": wall, "episodes": len(episodes),
-                       "imagined_calls": sum(rows for rows, _, _ in calls), "reply_batches": len(calls),
-                       "imagined_reply_s": sum(seconds for _, _, seconds in calls),
-                       "prompt_tokens": sum(tokens for _, tokens, _ in calls),
-                       "reused_tokens": imagination.engine.kv_cache.stats.reused_tokens if reuse else 0,
-                       "tokens_per_episode": float(np.mean([len(ids) for ids in played[-1]]))})
-        print(f"reuse_kv_cache={reuse}: {wall:.1f} s, imagined replies {rounds[-1]['imagined_reply_s']:.1f} s")
-    row = {"rounds": rounds, "same_episodes": played[0] == played[1],
-           "imagined_reply_speedup": rounds[0]["imagined_reply_s"] / max(rounds[1]["imagined_reply_s"], 1e-9),
-           "round_speedup": rounds[0]["wall_s"] / rounds[1]["wall_s"], "seeds": seeds, "started_at": time.time(),
-           "machine": machine_info()}
+        replies[reuse] = [replay.replies(prompts, call_params) for prompts, call_params, _ in calls]
+        seconds = time.perf_counter() - start
+        stats = replay.engine.kv_cache.stats if reuse else None
+        row["replays"]["reuse" if reuse else "plain"] = {
+            "seconds": seconds, "prompt_tokens": sum(sum(map(len, prompts)) for prompts, *_ in calls),
+            "reused_tokens": stats.reused_tokens if stats else 0,
+            "reply_tokens": sum(len(g.token_ids) for batch in replies[reuse] for g in batch)}
+        print(f"replay {'reusing KV' if reuse else 'plain'}: {seconds:.1f} s")
+    pairs = [(a.token_ids, b.token_ids) for x, y in zip(replies[False], replies[True]) for a, b in zip(x, y)]
+    row |= {"same_replies": sum(a == b for a, b in pairs), "replies": len(pairs),
+            "replay_speedup": row["replays"]["plain"]["seconds"] / row["replays"]["reuse"]["seconds"],
+            "replay_order": args.replay_order, "seeds": seeds, "started_at": time.time(), "machine": machine_info()}
     path = results_dir(args) / "imagined_replies.json"
     key = step_time_key(args.model, args.mode, args.difficulty, args.temperature or 1.0, warm_start_suffix(args))
     with JobFolder(path.parent).claimed(path.stem, wait=True):
         table = json.loads(path.read_text()) if path.is_file() else {}
         table[key] = {"runs": table.get(key, {}).get("runs", []) + [row]}
         write_json(path, table)
-    print(f"imagined replies {row['imagined_reply_speedup']:.2f}x, round {row['round_speedup']:.2f}x, "
-          f"same episodes: {row['same_episodes']}")
+    print(f"replies reusing KV {row['replay_speedup']:.2f}x faster, {row['same_replies']} of {row['replies']} "
+          f"alike; the round's replies took {row['round']['imagined_reply_s']:.0f} of its {wall:.0f} s")
 
 
-def _timed_calls(imagination: PhoneCallImagination) -> list[tuple[int, int, float]]:
-    """Wrap the imagined replies' engine: each of its calls appends (prompts, their tokens, seconds)."""
-    calls: list[tuple[int, int, float]] = []
-    generate = imagination.engine.generate
+def _recorded_replies(imagination: PhoneCallImagination) -> list[tuple[list[list[int]], SamplingParams, float]]:
+    """Wrap ``imagination.replies``: each call appends (its prompts, its sampling, its seconds)."""
+    calls: list[tuple[list[list[int]], SamplingParams, float]] = []
+    replies = imagination.replies
 
-    def timed(prompts: Any, params: SamplingParams, *rest: Any) -> Any:
+    def recorded(prompts: list[list[int]], params: SamplingParams) -> Any:
         start = time.perf_counter()
-        out = generate(prompts, params, *rest)
-        calls.append((len(prompts), sum(len(prompt) for prompt in prompts), time.perf_counter() - start))
+        out = replies(prompts, params)
+        calls.append(([list(p) for p in prompts], params, time.perf_counter() - start))
         return out
 
-    imagination.engine.generate = timed  # type: ignore[method-assign]
+    imagination.replies = recorded  # type: ignore[method-assign]
     return calls
 
 
@@ -1064,6 +1073,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     replies.add_argument("--seed", type=int, default=0)
     replies.add_argument("--difficulty", type=int, default=1)
     replies.add_argument("--max-turns", type=int, default=8)
+    replies.add_argument("--replay-order", nargs=2, choices=["plain", "reuse"], default=["plain", "reuse"],
+                         help="which reply engine replays the round's calls first")
     add_batch_flags(replies)
     sub.add_parser("demo-time", help="wall time of `make demo` (run it on an otherwise idle machine)",
                    parents=common)

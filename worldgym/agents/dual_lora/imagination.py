@@ -32,7 +32,7 @@ from transformers import PreTrainedTokenizerBase
 from worldgym.agents.dual_lora.config import DualLoRAConfig
 from worldgym.agents.dual_lora.world_model import wm_token_ids
 from worldgym.agents.llm.adapters import using_adapters
-from worldgym.agents.llm.engines import HFEngine, SamplingParams
+from worldgym.agents.llm.engines import Generation, HFEngine, SamplingParams
 from worldgym.agents.llm.rollout import Episode, StepResult, content_token_range
 from worldgym.envs.csr_phone import classify_reply
 from worldgym.envs.csr_phone.phrases import TASK_COMPLETE
@@ -95,17 +95,21 @@ class PhoneCallImagination:
         params = SamplingParams(temperature=self.config.temperature, max_new_tokens=self.config.imagined_reply_tokens,
                                 seed=self.config.seed * 100_003 + self._calls)
         self._calls += 1
+        for index, generation in zip(calls, self.replies(prompts, params)):
+            text = self.tokenizer.decode(generation.token_ids, skip_special_tokens=True).strip()
+            results[index] = _imagined_step(text, len(episodes[index].turns) + 1, truth.get(index))
+        return results
+
+    def replies(self, prompts: list[list[int]], params: SamplingParams) -> list[Generation]:
+        """The world model's reply to each prompt (a conversation up to a phone call, then the reply's
+        opening), generated in eval mode with its adapter alone active."""
         was_training = self.model.training
         self.model.eval()
         try:
             with using_adapters(self.model, [self.config.world_model_adapter], self.config.adapter_names):
-                generations = self.engine.generate(prompts, params)
+                return [generation for (generation,) in self.engine.generate(prompts, params)]
         finally:
             self.model.train(was_training)
-        for index, (generation,) in zip(calls, generations):
-            text = self.tokenizer.decode(generation.token_ids, skip_special_tokens=True).strip()
-            results[index] = _imagined_step(text, len(episodes[index].turns) + 1, truth.get(index))
-        return results
 
     def _shadow_step(self, episode: Episode, action: str, env: gym.Env, phone_call: bool) -> str | None:
         """Step the episode's unseen copy of the env (made at its first phone call) with ``action``; the
