@@ -159,6 +159,12 @@ def _dreamer_cartpole(data: Results) -> str:
             f"~{mean(r['wall_s'] for r in runs['ppo']):.0f} s per run")
 
 
+def _intervals_overlap(row: Results, dapo: Results) -> bool:
+    """Whether a mode's and DAPO's bootstrap 95% intervals of final success overlap (False where either has none)."""
+    mode_ci, dapo_ci = row.get("final_success_ci95"), dapo.get("final_success_ci95")
+    return bool(mode_ci and dapo_ci) and mode_ci[0] <= dapo_ci[1] and dapo_ci[0] <= mode_ci[1]
+
+
 def _csr_dual_lora(data: Results, demo: Results | None) -> str:
     parts = []
     for key, rows in data["runs"].items():
@@ -181,7 +187,11 @@ def _csr_dual_lora(data: Results, demo: Results | None) -> str:
         elif dapo is not None:
             better = [m for m, row in rows.items() if m != "dapo"
                       and row["final_success_mean"] > dapo["final_success_mean"]]
-            verdict = f"; beat DAPO on the mean: {', '.join(better)}" if better else "; no mode beats DAPO"
+            overlapping = [m for m in better if _intervals_overlap(rows[m], dapo)]
+            verdict = "; no mode beats DAPO" if not better else "; " + "; ".join(
+                f"{label}: {', '.join(names)}" for label, names in (
+                    ("beat DAPO on the mean", [m for m in better if m not in overlapping]),
+                    ("above DAPO on the mean, their 95% intervals overlapping", overlapping)) if names)
         parts.append(f"{key} ({_plural(seeds, 'seed')}), last validation success: {', '.join(modes)}{verdict}")
     text = "; ".join(parts)
     if demo is not None and not demo["quick"]:

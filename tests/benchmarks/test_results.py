@@ -137,3 +137,6 @@ def test_the_dual_lora_headline_names_no_winner_while_dapo_ran_alone() -> None:
     assert "no other mode finished yet" in alone and "beats" not in alone
     compared = _csr_dual_lora({"runs": {"smollm2": {"dapo": row(0.25), "echo": row(0.5)}}}, None)
     assert "beat DAPO on the mean: echo" in compared
+    dapo, echo = row(0.25) | {"final_success_ci95": [0.1, 0.4]}, row(0.3) | {"final_success_ci95": [0.2, 0.45]}
+    close = _csr_dual_lora({"runs": {"smollm2": {"dapo": dapo, "echo": echo}}}, None)
+    assert "above DAPO on the mean, their 95% intervals overlapping: echo" in close and "beat" not in close
