@@ -11,6 +11,8 @@ from worldgym.agents.dual_lora.imagination import (
     _imagined_step,
     _tool_turn_opening,
     imagined_groups,
+    reply_opening,
+    reply_stops,
 )
 from worldgym.agents.dual_lora.world_model import phone_call_examples
 from worldgym.agents.llm.models import build_tiny_model
@@ -77,6 +79,19 @@ def test_imagined_replies_reuse_the_conversation_up_to_the_last_call(tmp_path, c
     stats = runs[True][1].stats
     assert min(calls) >= 2 and stats.hit_rows == sum(calls) - len(calls)  # every call but each episode's first
     assert stats.reused_tokens > 0.8 * sum(len(t) for t in runs[True][0]) / 2
+
+
+@pytest.mark.parametrize("transfer", ["separate", "echo"])
+def test_a_reply_ends_at_its_end_marker_or_any_other_special_token(tmp_path, csr_tokenizer, transfer):
+    """A reply is plain text: one that opens a chat turn instead has left the reply, and its engine stops."""
+    trainer = _trainer(tmp_path, csr_tokenizer, transfer=transfer)
+    opening, end = reply_opening(csr_tokenizer, trainer.config)
+    stops = reply_stops(csr_tokenizer, trainer.config)
+    assert stops[0] == end and csr_tokenizer.eos_token_id in stops
+    assert csr_tokenizer.convert_tokens_to_ids("<|im_start|>") in stops
+    if transfer == "separate":  # the markers that open the reply are the world model's input, not a stop
+        assert not set(opening) & set(stops)
+    assert trainer.collector.step_override.engine.eos_token_ids == stops
 
 
 def test_tool_turn_opening_is_what_precedes_a_tool_result_in_an_episode(tmp_path, csr_tokenizer):

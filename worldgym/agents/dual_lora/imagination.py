@@ -10,7 +10,8 @@ model (nor of the echo loss): they are its own output.
 The replies come from an engine of their own, which keeps each imagined episode's KV from one call to the next
 (``reuse_kv_cache`` with ``kv_cache_branches``: the next call reuses the conversation up to the last call and
 prefills only what came after it, not the whole episode again) and merges the world model's LoRA layers for
-generation under bf16 (``merge_lora``).
+generation under bf16 (``merge_lora``). A reply ends at its end marker or at any other special token
+(:func:`reply_stops`).
 
 To measure the imagined replies, a copy of the env taken at an episode's first phone call (the state a real
 episode would be in after the same calls) plays every later call of the episode unseen, until its own episode
@@ -39,7 +40,7 @@ from worldgym.envs.csr_phone.phrases import TASK_COMPLETE
 from worldgym.spaces import ToolCall, ToolCallSpace
 from worldgym.wrappers.tool_call_text import parse_tool_call
 
-__all__ = ["UNRECOGNISED", "PhoneCallImagination", "imagined_groups", "reply_opening"]
+__all__ = ["UNRECOGNISED", "PhoneCallImagination", "imagined_groups", "reply_opening", "reply_stops"]
 
 PHONE_TOOL = "make_phone_call"
 UNRECOGNISED = "unrecognised"  # response type of an imagined reply that follows no template
@@ -67,9 +68,9 @@ class PhoneCallImagination:
                              f"{list(action_space.tools)}")
         self.model, self.tokenizer, self.config, self.action_space = model, tokenizer, config, action_space
         self.count = imagined_groups(config.prompts_per_step, config.imagined_fraction)
-        self.opening, stop = reply_opening(tokenizer, config)
+        self.opening, _ = reply_opening(tokenizer, config)
         rows = self.count * config.group_size  # imagined episodes running at once (one round)
-        self.engine = HFEngine(model, tokenizer.pad_token_id, [stop], dtype=dtype, merge_lora=True,
+        self.engine = HFEngine(model, tokenizer.pad_token_id, reply_stops(tokenizer, config), dtype=dtype, merge_lora=True,
                                reuse_kv_cache=reuse_kv_cache, kv_cache_branches=True,
                                kv_cache_max_tokens=max(rows, 1) * config.max_episode_tokens)
         self._calls = 0
@@ -155,6 +156,16 @@ def reply_opening(tokenizer: PreTrainedTokenizerBase, config: DualLoRAConfig) ->
         return _tool_turn_opening(tokenizer), tokenizer.eos_token_id
     predict, start, stop = wm_token_ids(tokenizer)
     return [predict, start], stop
+
+
+def reply_stops(tokenizer: PreTrainedTokenizerBase, config: DualLoRAConfig) -> list[int]:
+    """The tokens that end a written reply: its own end (:func:`reply_opening`'s) first, then every other special
+    token but the opening markers. A reply is plain text, so a model that writes a special token (opens a chat
+    turn, say, as an untrained world-model adapter does) has left the reply."""
+    opening, stop = reply_opening(tokenizer, config)
+    markers = set() if config.transfer == "echo" else set(opening)
+    special = {i for i, token in tokenizer.added_tokens_decoder.items() if token.special}
+    return [stop, *sorted((special | set(tokenizer.all_special_ids)) - markers - {stop})]
 
 
 def _tool_turn_opening(tokenizer: PreTrainedTokenizerBase) -> list[int]:

@@ -19,7 +19,7 @@ from peft import PeftModel
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from worldgym.agents.dual_lora.config import WM_SPECIAL_TOKENS, DualLoRAConfig
-from worldgym.agents.dual_lora.imagination import PhoneCallImagination, reply_opening
+from worldgym.agents.dual_lora.imagination import PhoneCallImagination, reply_stops
 from worldgym.agents.dual_lora.objective import WorldModelObjective
 from worldgym.agents.dual_lora.transcripts import add_predicted_replies
 from worldgym.agents.grpo.rewards import EpisodeRewardFn
@@ -165,8 +165,8 @@ class DualLoRATrainer(GRPOTrainer):
         beside it (greedy, from the conversation up to the call)."""
         records = super().transcript_records(episodes)
         if self._reply_engine is None:  # its own KV caches, stopping at the end of a reply
-            stop = reply_opening(self.tokenizer, self.config)[1]
-            self._reply_engine = HFEngine(self.policy, self.tokenizer.pad_token_id, [stop], dtype=self.dtype)
+            stops = reply_stops(self.tokenizer, self.config)
+            self._reply_engine = HFEngine(self.policy, self.tokenizer.pad_token_id, stops, dtype=self.dtype)
         add_predicted_replies(records, episodes, self.policy, self.tokenizer, self.config, self._reply_engine)
         return records
 
