@@ -597,9 +597,8 @@ def imagined_replies(args: argparse.Namespace) -> None:
     action_space = trainer.make_env().unwrapped.action_space
     imagination = trainer.collector.step_override
     assert isinstance(imagination, PhoneCallImagination)
-    seeds = trainer.rng.integers(0, 2**31 - 1, size=config.prompts_per_step).tolist()[: imagination.count]
-    params = SamplingParams(config.temperature, config.top_p, config.max_new_tokens,
-                            seed=int(trainer.rng.integers(0, 2**31 - 1)))
+    first_round = trainer._draw_round(0, config.prompts_per_step)  # the trainer's own first draw
+    seeds, params = first_round.seeds[: imagination.count], first_round.params
     calls = _recorded_replies(imagination)
     start = time.perf_counter()
     episodes = trainer.collector.collect(seeds, config.group_size, params)

@@ -188,10 +188,11 @@ def _csr_dual_lora(data: Results, demo: Results | None) -> str:
             better = [m for m, row in rows.items() if m != "dapo"
                       and row["final_success_mean"] > dapo["final_success_mean"]]
             overlapping = [m for m in better if _intervals_overlap(rows[m], dapo)]
-            verdict = "; no mode beats DAPO" if not better else "; " + "; ".join(
-                f"{label}: {', '.join(names)}" for label, names in (
-                    ("beat DAPO on the mean", [m for m in better if m not in overlapping]),
-                    ("above DAPO on the mean, their 95% intervals overlapping", overlapping)) if names)
+            apart = [m for m in better if m not in overlapping]
+            notes = ([f"beat DAPO on the mean: {', '.join(apart)}"] if apart else []) + (
+                [f"above DAPO on the mean, their 95% intervals overlapping: {', '.join(overlapping)}"]
+                if overlapping else [])
+            verdict = "; " + "; ".join(notes) if notes else "; no mode beats DAPO"
         parts.append(f"{key} ({_plural(seeds, 'seed')}), last validation success: {', '.join(modes)}{verdict}")
     text = "; ".join(parts)
     if demo is not None and not demo["quick"]:

@@ -70,8 +70,8 @@ class PhoneCallImagination:
         self.count = imagined_groups(config.prompts_per_step, config.imagined_fraction)
         self.opening, _ = reply_opening(tokenizer, config)
         rows = self.count * config.group_size  # imagined episodes running at once (one round)
-        self.engine = HFEngine(model, tokenizer.pad_token_id, reply_stops(tokenizer, config), dtype=dtype, merge_lora=True,
-                               reuse_kv_cache=reuse_kv_cache, kv_cache_branches=True,
+        self.engine = HFEngine(model, tokenizer.pad_token_id, reply_stops(tokenizer, config), dtype=dtype,
+                               merge_lora=True, reuse_kv_cache=reuse_kv_cache, kv_cache_branches=True,
                                kv_cache_max_tokens=max(rows, 1) * config.max_episode_tokens)
         self._calls = 0
         # per imagined episode (by id, with a weak reference to tell it from a later one): see _shadow_step

@@ -511,12 +511,16 @@ class GRPOTrainer:
 
     def _submit_round(self, first_group_id: int, prompts: int) -> _Round:
         """Draw ``prompts`` tasks and a sampling seed, and submit their groups to the runtime."""
+        return self._submit(self._draw_round(first_group_id, prompts))
+
+    def _draw_round(self, first_group_id: int, prompts: int) -> _Round:
+        """A round of ``prompts`` tasks and a sampling seed drawn from the trainer's generator (not submitted)."""
         config = self.config
         seeds = self.rng.integers(0, 2**31 - 1, size=prompts).tolist()
         params = SamplingParams(
             config.temperature, config.top_p, config.max_new_tokens, seed=int(self.rng.integers(0, 2**31 - 1))
         )
-        return self._submit(_Round(seeds, params, first_group_id))
+        return _Round(seeds, params, first_group_id)
 
     def _submit(self, round_: _Round) -> _Round:
         """Submit (or submit again) a round's groups to the runtime, with the newest synced weights."""

@@ -516,8 +516,9 @@ class HFEngine:
             width = len(mask)
             generated_columns = torch.arange(width, width + len(fed), device=mask.device)
             columns = torch.cat([mask[skip:].nonzero().squeeze(1) + skip, generated_columns])
-            store.put([*prompt, *fed], row_kv(cache, batch_row, columns))
-            stored.add((*prompt, *fed))
+            key = (*prompt, *fed)
+            store.put(key, row_kv(cache, batch_row, columns))
+            stored.add(key)
         return stored
 
     def _cut(
