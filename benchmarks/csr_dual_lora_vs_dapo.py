@@ -130,7 +130,10 @@ MODES: dict[str, dict[str, Any]] = {
     "separate-imagined50": {"transfer": "separate", "imagined_fraction": 0.5},
     "shared-capped-0.1-imagined50": {"transfer": "shared", "auxiliary_grad_ratio": 0.1, "imagined_fraction": 0.5},
     # the imagined calls of the one mode whose policy and world model both rose on the tiny model (make demo's)
-    "separate-own-clip-imagined50": {"transfer": "separate", "clip_per_adapter": True, "imagined_fraction": 0.5},
+    # the world model's adapter trains its markers' rows (wm_token_rows): without them SmolLM2's world model, even
+    # trained 8 steps, wrote no <|/csr|> and ran every imagined reply on to the token cap (0 of 48 replies typed)
+    "separate-own-clip-imagined50": {"transfer": "separate", "clip_per_adapter": True, "imagined_fraction": 0.5,
+                                     "wm_token_rows": True},
 }
 
 # The validation success a run must reach, per model, each fixed before that model's comparison ran:
@@ -142,6 +145,10 @@ THRESHOLDS: dict[str, float] = {"tiny": 0.30, "smollm2-135m": 0.40}
 # the config fields that make two runs of one name the same run (a part made with other values is stale)
 SETTING_FIELDS = ("num_steps", "eval_every", "eval_episodes", "max_turns", "temperature", "prompts_per_step",
                   "group_size", "iwm_steps", "lora_dropout")
+# the fields the modes set: a part made before its mode's definition changed is stale too (a field the part's
+# config lacks, written before the field existed, had its default)
+MODE_FIELDS = tuple(sorted({name for fields in MODES.values() for name in fields}))
+_CONFIG_DEFAULTS = {field.name: field.default for field in dataclasses.fields(DualLoRAConfig)}
 
 
 # --quick: batch and episode sizes on top of the preset (the step counts are set in _apply_quick)
@@ -209,12 +216,14 @@ def is_finished(part: dict[str, Any], difficulties: tuple[int, ...] = ()) -> boo
 
 
 def stale_part(path: Path, config: DualLoRAConfig) -> dict[str, Any] | None:
-    """The settings (``{field: [part's, this run's]}``) where the part at ``path`` was made otherwise than
-    ``config`` says; None when it is this run's or there is none."""
+    """The settings and mode fields (``{field: [part's, this run's]}``) where the part at ``path`` was made
+    otherwise than ``config`` says; None when it is this run's or there is none."""
     if not path.is_file():
         return None
-    theirs, ours = run_setting(json.loads(path.read_text())["config"]), run_setting(config.to_dict())
-    differ = {name: [theirs[name], ours[name]] for name in SETTING_FIELDS if theirs[name] != ours[name]}
+    theirs, ours = json.loads(path.read_text())["config"], config.to_dict()
+    differ = {name: [theirs.get(name), ours[name]] for name in SETTING_FIELDS if theirs.get(name) != ours[name]}
+    differ |= {name: [theirs.get(name, _CONFIG_DEFAULTS[name]), ours[name]] for name in MODE_FIELDS
+               if theirs.get(name, _CONFIG_DEFAULTS[name]) != ours[name]}
     return differ or None
 
 

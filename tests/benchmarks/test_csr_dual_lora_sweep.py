@@ -293,3 +293,16 @@ def test_report_helpers_on_constructed_parts() -> None:
     assert second_round_share(rounds) == 0.5
     assert second_round_share({**rounds, "config": {**rounds["config"], "first_round_prompts": 4}}) == 0.0
     assert second_round_share({"config": rounds["config"]}) is None
+
+
+def test_a_part_made_before_its_modes_definition_changed_is_stale(tmp_path: Path) -> None:
+    """A mode field a part's config lacks had its default: the same run for modes that keep it, a stale one for
+    a mode that now sets it."""
+    settings = {"num_steps": 8, "eval_every": 2, "eval_episodes": 64, "max_turns": 6, "temperature": 0.5,
+                "prompts_per_step": 4, "group_size": 8, "iwm_steps": 4, "lora_dropout": 0.0}
+    path = tmp_path / "part.json"
+    for mode, expected in (("separate-own-clip", None), ("separate-own-clip-imagined50", {"wm_token_rows": [False, True]})):
+        config = bench.dual_lora_config("tiny", 1, **bench.MODES[mode], **settings)
+        made_before = {key: value for key, value in config.to_dict().items() if key != "wm_token_rows"}
+        path.write_text(json.dumps({"config": made_before}))
+        assert bench.stale_part(path, config) == expected

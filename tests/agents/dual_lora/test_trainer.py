@@ -212,3 +212,29 @@ def test_a_shared_step0_validation_sets_the_adaptive_baseline(tmp_path, csr_toke
     trainer.log_initial_validation({"eval/success_rate": 0.5, "eval/wm_token_accuracy": 0.25})
     assert trainer.world_model.schedule.baseline_accuracy == 0.25  # as if it had validated itself
     assert trainer.history == [{"eval/success_rate": 0.5, "eval/wm_token_accuracy": 0.25, "step": 0}]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_wm_token_rows_train_the_markers_in_the_world_models_adapter_alone(tmp_path, csr_tokenizer, dtype):
+    from worldgym.agents.dual_lora.world_model import wm_token_ids
+
+    trainer = _trainer(tmp_path, csr_tokenizer, wm_token_rows=True, wm_learning_rate=5e-3, dtype=dtype)
+    rows = [n for n in trainer.trainable if "trainable_tokens" in n]
+    assert rows == ["base_model.model.model.embed_tokens.token_adapter.trainable_tokens_delta.world_model"]
+    policy, world_model = trainer._adapter_groups()
+    assert any(p is trainer.trainable[rows[0]] for p in world_model) and trainer.optimizer.param_groups[1]["lr"] == 5e-3
+    markers = list(wm_token_ids(csr_tokenizer))
+    assert trainer.policy.base_model.model.model.embed_tokens.token_adapter.token_indices["world_model"] == markers
+    before = trainer.trainable[rows[0]].detach().clone()
+    metrics = trainer.train_step()
+    assert metrics["loss/world_model"] > 0
+    moved = (trainer.trainable[rows[0]] - before).abs().sum(dim=-1)
+    assert moved[markers.index(markers[2])] > 0  # <|/csr|>, a target of every reply, moved
+    path = trainer.save(tmp_path / "ckpt")
+    other = _trainer(tmp_path / "other", csr_tokenizer, wm_token_rows=True, wm_learning_rate=5e-3, dtype=dtype)
+    other.load(path)
+    assert torch.equal(other.trainable[rows[0]], trainer.trainable[rows[0]])
+    with pytest.raises(CheckpointError, match="does not fit"):  # a checkpoint without the rows
+        _trainer(tmp_path / "plain", csr_tokenizer, wm_learning_rate=5e-3, dtype=dtype).load(path)
+    with pytest.raises(ValueError, match="wm_token_rows"):
+        _config(tmp_path, transfer="echo", wm_token_rows=True)

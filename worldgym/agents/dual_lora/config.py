@@ -54,6 +54,11 @@ class DualLoRAConfig(GRPOConfig):
             env (the world_model adapter, or the policy under "echo"; lookups stay the env's; reward 1 when the
             imagined reply completes the task): :mod:`worldgym.agents.dual_lora.imagination`. 0 = none.
         imagined_reply_tokens: longest imagined reply, in tokens.
+        wm_token_rows: the world model's adapter trains its own embedding rows (and tied LM-head rows) of its
+            three markers, ``<|predict_csr|>``, ``<|csr|>`` and ``<|/csr|>`` (LoRA's ``trainable_token_indices``).
+            Added tokens start at the mean of the pieces their text split into, and LoRA layers alone barely
+            make the model write an untrained ``<|/csr|>``: it writes the pieces instead and runs on past the
+            reply's end. Imagined replies need it; a teacher-forced world model learns without it.
         iwm_steps: world-model-only steps of "iwm".
         lambda_schedule: "constant"; "step": lambda_steps; "adaptive": λ shrinks by lambda_adapt_rate after a
             step whose world-model token accuracy beats the first validation's by lambda_adapt_margin and grows
@@ -88,6 +93,7 @@ class DualLoRAConfig(GRPOConfig):
     echo_tools: tuple[str, ...] = ("make_phone_call",)
     imagined_fraction: float = 0.0
     imagined_reply_tokens: int = 96
+    wm_token_rows: bool = False
     iwm_steps: int = 4
     lambda_schedule: LambdaSchedule = "constant"
     lambda_steps: tuple[tuple[int, float], ...] = ((0, 1.0), (10, 0.5), (20, 0.3))
@@ -142,6 +148,8 @@ class DualLoRAConfig(GRPOConfig):
                     self.clip_per_adapter, f"use False with transfer={self.transfer!r} (one adapter)")
         check_range("imagined_fraction", self.imagined_fraction, 0.0, 1.0)
         check_positive_int("imagined_reply_tokens", self.imagined_reply_tokens)
+        check_field(not self.wm_token_rows or self.transfer != "echo", "wm_token_rows", self.wm_token_rows,
+                    "use False with transfer='echo' (its replies need no markers)")
         if self.imagined_fraction > 0:
             check_field(self.vectorization_mode == "none" and self.runtime == "local", "imagined_fraction",
                         self.imagined_fraction, "use 0 with vectorization_mode != 'none' or runtime='ray' "

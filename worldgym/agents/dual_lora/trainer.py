@@ -19,6 +19,7 @@ from peft import PeftModel
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from worldgym.agents.dual_lora.config import WM_SPECIAL_TOKENS, DualLoRAConfig
+from worldgym.agents.dual_lora.world_model import wm_token_ids
 from worldgym.agents.dual_lora.imagination import PhoneCallImagination, reply_stops
 from worldgym.agents.dual_lora.objective import WorldModelObjective
 from worldgym.agents.dual_lora.transcripts import add_predicted_replies
@@ -33,14 +34,21 @@ __all__ = ["DualLoRATrainer", "attach_adapters", "wm_success_correlation"]
 logger = logging.getLogger(__name__)
 
 
-def attach_adapters(model: PreTrainedModel, config: DualLoRAConfig) -> PeftModel:
+def attach_adapters(model: PreTrainedModel, config: DualLoRAConfig,
+                    tokenizer: PreTrainedTokenizerBase | None = None) -> PeftModel:
     """Freeze ``model`` and put the config's adapters on it (a ``PeftModel`` warm start's adapter is merged into
-    the base first), the policy's adapters active, every adapter trainable. Seeded by ``config.seed``."""
+    the base first), the policy's adapters active, every adapter trainable. Seeded by ``config.seed``. With
+    ``config.wm_token_rows`` the world model's adapter trains the rows of the markers (``tokenizer``'s ids)."""
     if isinstance(model, PeftModel):
         model = model.merge_and_unload()
+    options = {}
+    if config.wm_token_rows:
+        if tokenizer is None:
+            raise ValueError("wm_token_rows needs the tokenizer, to find the world model's markers")
+        options[config.world_model_adapter] = {"trainable_token_indices": list(wm_token_ids(tokenizer))}
     peft_model = seeded_lora(model, config.seed, rank=config.lora_rank, alpha=config.lora_alpha,
                              target_modules=config.lora_target_modules, dropout=config.lora_dropout,
-                             adapter_names=config.adapter_names)
+                             adapter_names=config.adapter_names, adapter_options=options)
     activate_adapters(peft_model, config.policy_adapters, trainable=config.adapter_names)
     return peft_model
 
@@ -135,12 +143,12 @@ class DualLoRATrainer(GRPOTrainer):
 
     def _adapter_groups(self) -> list[list[torch.Tensor]]:
         """The trainable tensors of the policy's adapter and of the world model's."""
-        world_model = [p for name, p in self.trainable.items() if ".world_model." in name]
-        policy = [p for name, p in self.trainable.items() if ".world_model." not in name]
+        world_model = [p for name, p in self.trainable.items() if _of_world_model(name)]
+        policy = [p for name, p in self.trainable.items() if not _of_world_model(name)]
         return [policy, world_model]
 
     def _with_adapter(self, model: PreTrainedModel) -> PeftModel:
-        return attach_adapters(model, self.config)
+        return attach_adapters(model, self.config, self.tokenizer)
 
     def train_step(self) -> dict[str, Any]:
         """One DAPO step with the world-model loss; logs ``wm/loss_ratio`` = L_wm / |L_policy| and warns when it
@@ -174,6 +182,12 @@ class DualLoRATrainer(GRPOTrainer):
         """The policy adapter alone, as a flat PEFT folder (what a vLLM ``LoRARequest`` or
         ``PeftModel.from_pretrained`` loads). ``"stacked"`` rollouts also need the world-model adapter."""
         return save_adapter_flat(self.policy, "policy", path)
+
+
+def _of_world_model(parameter_name: str) -> bool:
+    """Whether a trainable tensor belongs to the ``world_model`` adapter (a LoRA layer's ``...world_model.weight``
+    or its token rows' ``...trainable_tokens_delta.world_model``)."""
+    return ".world_model." in parameter_name or parameter_name.endswith(".world_model")
 
 
 def wm_success_correlation(history: list[dict[str, Any]]) -> float | None:

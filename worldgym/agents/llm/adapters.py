@@ -20,7 +20,7 @@ from __future__ import annotations
 import copy
 import shutil
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
@@ -60,13 +60,15 @@ def seeded_lora(
     target_modules: Sequence[str] | str,
     dropout: float = 0.0,
     adapter_names: Sequence[str] = ("default",),
+    adapter_options: Mapping[str, Mapping[str, Any]] | None = None,
     **options: Any,
 ) -> PeftModel:
     """``model`` with the causal-LM LoRA adapters ``adapter_names``, all of one shape; their initial weights are
     drawn from ``seed``, in order, and the caller's global torch RNG is untouched (the draw runs inside
     ``torch.random.fork_rng``). ``options`` are further :class:`peft.LoraConfig` fields (e.g.
-    ``trainable_token_indices``, ``init_lora_weights``). The first adapter is active; PEFT adds the others
-    frozen (:func:`activate_adapters` switches and re-enables them).
+    ``trainable_token_indices``, ``init_lora_weights``); ``adapter_options[name]`` adds fields for adapter
+    ``name`` alone. The first adapter is active; PEFT adds the others frozen (:func:`activate_adapters` switches
+    and re-enables them).
 
     >>> from worldgym.agents.llm.models import model_from_config, tiny_model_config
     >>> base = lambda: model_from_config(tiny_model_config(64, pad_token_id=0))
@@ -75,14 +77,20 @@ def seeded_lora(
     True
     """
     check_field(bool(adapter_names), "adapter_names", adapter_names, "name at least one adapter")
-    lora = LoraConfig(r=rank, lora_alpha=alpha, lora_dropout=dropout, task_type="CAUSAL_LM",
-                      target_modules=target_modules if isinstance(target_modules, str) else list(target_modules),
-                      **options)
+    adapter_options = adapter_options or {}
+    unknown = sorted(set(adapter_options) - set(adapter_names))
+    check_field(not unknown, "adapter_options", unknown, f"name adapters of {list(adapter_names)}")
+    targets = target_modules if isinstance(target_modules, str) else list(target_modules)
+
+    def lora(name: str) -> LoraConfig:
+        return LoraConfig(r=rank, lora_alpha=alpha, lora_dropout=dropout, task_type="CAUSAL_LM",
+                          target_modules=targets, **options | dict(adapter_options.get(name, {})))
+
     with torch.random.fork_rng(devices=[]), peft_deprecation_notices_hidden():
         torch.manual_seed(seed)
-        peft_model = get_peft_model(model, lora, adapter_name=adapter_names[0])
+        peft_model = get_peft_model(model, lora(adapter_names[0]), adapter_name=adapter_names[0])
         for name in adapter_names[1:]:
-            peft_model.add_adapter(name, lora)
+            peft_model.add_adapter(name, lora(name))
     return peft_model
 
 
