@@ -83,6 +83,9 @@ _SMOLLM2_CONTINUED = ("warm-start", "--model", "smollm2-135m", "--decodings", "f
 _SMOLLM2_ROLLOUTS = ("--model", "smollm2-135m", "--warm-start", "--difficulties", "3", "--batch-sizes", "16",
                      "--max-new-tokens", "192", "--max-episode-tokens", "8192", "--threads", "1")
 _SHEEPRL = ("--size", "XS", "--steps", "4")
+# the dual-LoRA sweep's SmolLM2 setting: d3 from the warm start continued at d3 with mistakes, 12 turns, T 0.5
+_SMOLLM2_D3 = ("--model", "smollm2-135m", "--difficulty", "3", "--max-turns", "12", "--mistake-rate", "0.2",
+               "--continue-on", "3", "--temperature", "0.5")
 
 
 # The full commands are the ones behind the committed results (see each results file's "command" / "settings"
@@ -110,6 +113,9 @@ SUITE: tuple[Benchmark, ...] = (
               (*_dual_lora_runs(), ("final-eval", "--difficulties", "2", "--episodes", "32"),
                ("report",), ("demo-time",)),
               (("run", "--mode", "dapo"), ("run", "--mode", "separate"), ("report",), ("demo-time",))),
+    Benchmark("world_model_replies.py",
+              ((*_SMOLLM2_D3, "--held-out", "4", "--episodes", "36", "--variants", "with rows", "without rows"),),
+              ((),)),
     Benchmark("csr_rollout_speed.py",
               (("--threads", "1"),
                ("--model", "smollm2-135m", "--warm-start", "--difficulties", "1", "3", "--batch-sizes", "16",

@@ -1,0 +1,204 @@
+"""Can the world model write a phone call's reply on its own? Its adapter trained alone on real phone calls, with
+and without its own embedding rows of its markers (``DualLoRAConfig.wm_token_rows``), and its free replies to
+held-out calls read by the env's ``classify_reply``, as an imagined call's reply is read.
+
+From the dual-LoRA benchmark's warm start, the policy plays ``--episodes`` real episodes (train-split tasks, one
+each, at the rollout temperature). Their phone calls are the data: the calls of the last ``--held-out`` episodes
+are held out, the others train the world-model adapter alone (the ``separate-own-clip`` modes' adapter, learning
+rate and clip), ``--calls-per-update`` calls per AdamW update, taken in the order the episodes made them (a
+training step's minibatch gives the world model 8 recent calls and 2 replayed ones, 4 minibatches a step). Before
+the first update and every ``--eval-every`` updates, the adapter writes a reply to each held-out call with the
+imagined calls' own engine (sampled at the rollout temperature, at most ``imagined_reply_tokens`` tokens, ending
+at ``<|/csr|>`` or another special token). Figures per evaluation: the share of replies whose type matches the
+env's reply (``type_accuracy``), the share that closed with ``<|/csr|>`` (``closed``), the mean reply tokens,
+and the teacher-forced token accuracy on the held-out replies.
+
+    OMP_WAIT_POLICY=PASSIVE python benchmarks/world_model_replies.py --model smollm2-135m --difficulty 3 \\
+        --mistake-rate 0.2 --continue-on 3 --temperature 0.5 --results-dir benchmarks/results/machines/<cpu>
+    python benchmarks/world_model_replies.py --quick     # the tiny model, a minute (its figures mean nothing)
+
+Writes ``world_model_replies.json`` (one entry per model and setting, every run kept) and a PNG of the type
+accuracy and closed share against updates.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+import worldgym  # noqa: F401  (registers the ids)
+from worldgym.agents.dual_lora import DualLoRATrainer
+from worldgym.agents.dual_lora.imagination import UNRECOGNISED, PhoneCallImagination, reply_opening
+from worldgym.agents.dual_lora.presets import dual_lora_config, engine
+from worldgym.agents.dual_lora.world_model import PhoneCallExample, phone_call_examples, score_packed
+from worldgym.agents.llm.adapters import using_adapters
+from worldgym.agents.llm.allocator import release_free_heap
+from worldgym.agents.llm.engines import SamplingParams
+from worldgym.envs.csr_phone import classify_reply
+from worldgym.machine import machine_info
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a file: find the benchmarks package
+from benchmarks.common import add_batch_flags, batch_settings, results_dir, results_parser, set_torch_threads, write_json
+from benchmarks.csr_dual_lora_vs_dapo import MODES, QUICK_CONFIG, warm_start
+from benchmarks.csr_warm_starts import warm_start_flags, warm_start_suffix
+from benchmarks.evaluation_jobs import JobFolder
+
+MODE = "separate-own-clip"  # the world model's adapter, learning rate and clip of the benchmark's modes
+VARIANTS = {"without rows": False, "with rows": True}
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     parents=[results_parser(), warm_start_flags()])
+    parser.add_argument("--model", choices=["tiny", "smollm2-135m"], default="tiny")
+    parser.add_argument("--difficulty", type=int, default=1)
+    parser.add_argument("--max-turns", type=int, default=8)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--episodes", type=int, default=40, help="real episodes played for their phone calls")
+    parser.add_argument("--held-out", type=int, default=8, help="the last episodes, whose calls are held out")
+    parser.add_argument("--updates", type=int, default=32, help="world-model updates (8 steps of 4 minibatches)")
+    parser.add_argument("--calls-per-update", type=int, default=10)
+    parser.add_argument("--eval-every", type=int, default=8, help="updates between evaluations")
+    parser.add_argument("--variants", nargs="+", choices=sorted(VARIANTS), default=list(VARIANTS))
+    add_batch_flags(parser)
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.episodes, args.held_out, args.updates, args.eval_every, args.max_turns = 4, 1, 2, 1, 4
+    if not 0 < args.held_out < args.episodes:
+        parser.error(f"--held-out must be between 1 and --episodes - 1, got {args.held_out}")
+    return args
+
+
+def make_trainer(args: argparse.Namespace, token_rows: bool) -> DualLoRATrainer:
+    """A dual-LoRA trainer of the benchmark's world-model mode on a freshly loaded warm start."""
+    ws = warm_start(args, args.model)
+    quick = QUICK_CONFIG if args.quick else {"progress": False}
+    config = dual_lora_config(args.model, args.difficulty, **MODES[MODE], wm_token_rows=token_rows,
+                              max_turns=args.max_turns, eval_every=0, seed=args.seed,
+                              output_dir=str(Path("runs") / "world_model_replies"), **batch_settings(args) | quick)
+    return DualLoRATrainer(config, model=ws.model, tokenizer=ws.tokenizer,
+                           make_engine=lambda policy: engine(args.model, policy, ws.tokenizer))
+
+
+def real_calls(trainer: DualLoRATrainer, args: argparse.Namespace
+               ) -> tuple[list[PhoneCallExample], list[PhoneCallExample]]:
+    """The phone calls of ``args.episodes`` real episodes of the warm start: (training calls, held-out calls)."""
+    first = trainer._draw_round(0, args.episodes)  # train-split tasks from the trainer's own generator
+    episodes = trainer.collector.collect(first.seeds, 1, first.params)
+    rows = phone_call_examples(episodes, trainer.tokenizer, trainer.config.wm_max_context_tokens)
+    cut = len(rows) - args.held_out
+    return [e for row in rows[:cut] for e in row], [e for row in rows[cut:] for e in row]
+
+
+def evaluate(trainer: DualLoRATrainer, held_out: list[PhoneCallExample], update: int) -> dict[str, Any]:
+    """The adapter's free replies to the held-out calls, and its teacher-forced token accuracy on them."""
+    config, tokenizer = trainer.config, trainer.tokenizer
+    imagination = PhoneCallImagination(trainer.policy, tokenizer, config,
+                                       trainer.make_env().unwrapped.action_space, trainer.dtype)
+    _, close = reply_opening(tokenizer, config)
+    params = SamplingParams(temperature=config.temperature, max_new_tokens=config.imagined_reply_tokens,
+                            seed=config.seed * 100_003)
+    start = time.perf_counter()
+    prompts = [list(example.token_ids[: example.target_start]) for example in held_out]  # ends in the opening
+    replies = [g for i in range(0, len(prompts), 8) for g in imagination.replies(prompts[i : i + 8], params)]
+    seconds = time.perf_counter() - start
+    texts = [tokenizer.decode(g.token_ids, skip_special_tokens=True).strip() for g in replies]
+    typed = [(classify_reply(text) or UNRECOGNISED) == e.response_type for text, e in zip(texts, held_out)]
+    trainer.policy.eval()
+    with torch.no_grad(), using_adapters(trainer.policy, [config.world_model_adapter], config.adapter_names):
+        scores = score_packed(trainer.policy, held_out)
+    trainer.policy.train()
+    return {"update": update, "type_accuracy": float(np.mean(typed)),
+            "closed": float(np.mean([bool(g.token_ids) and g.token_ids[-1] == close for g in replies])),
+            "reply_tokens_mean": float(np.mean([len(g.token_ids) for g in replies])),
+            "token_accuracy": float(scores.token_accuracy.mean()), "reply_s": seconds,
+            "examples": [{"reply": text, "real_type": e.response_type} for text, e in zip(texts[:3], held_out)]}
+
+
+def train_and_evaluate(trainer: DualLoRATrainer, train: list[PhoneCallExample], held_out: list[PhoneCallExample],
+                       args: argparse.Namespace) -> list[dict[str, Any]]:
+    """``args.updates`` world-model-only AdamW updates over ``train`` (in order, wrapping round), evaluated
+    every ``args.eval_every``."""
+    _, world_model = trainer._adapter_groups()
+    config, curve, losses = trainer.config, [], []
+    for update in range(args.updates + 1):
+        if update % args.eval_every == 0 or update == args.updates:
+            curve.append(evaluate(trainer, held_out, update) | {"loss_mean": float(np.mean(losses or [np.nan]))})
+            losses = []
+            print(json.dumps({k: v for k, v in curve[-1].items() if k != "examples"}), flush=True)
+        if update == args.updates:
+            return curve
+        first = update * args.calls_per_update
+        batch = [train[(first + i) % len(train)] for i in range(args.calls_per_update)]
+        with using_adapters(trainer.policy, [config.world_model_adapter], config.adapter_names):
+            loss = score_packed(trainer.policy, batch).loss.mean()
+        trainer.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(world_model, config.grad_clip)
+        trainer.optimizer.step()
+        trainer.optimizer.zero_grad(set_to_none=True)
+        losses.append(loss.item())
+    return curve
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    set_torch_threads(1)
+    start = time.perf_counter()
+    trainer = make_trainer(args, VARIANTS[args.variants[0]])
+    train, held_out = real_calls(trainer, args)
+    print(f"{len(train)} training calls, {len(held_out)} held out ({time.perf_counter() - start:.0f} s)")
+    if not train or not held_out:
+        raise SystemExit("the episodes made no phone call to train on or hold out: play more (--episodes)")
+    curves = {}
+    for name in args.variants:
+        if trainer is None:
+            trainer = make_trainer(args, VARIANTS[name])
+        curves[name] = train_and_evaluate(trainer, train, held_out, args)
+        trainer = None
+        release_free_heap()
+    row = {"curves": curves, "training_calls": len(train), "held_out_calls": len(held_out), "quick": args.quick,
+           "settings": {k: getattr(args, k) for k in ("episodes", "held_out", "updates", "calls_per_update",
+                                                      "eval_every", "max_turns", "seed")},
+           "wall_s": time.perf_counter() - start, "started_at": time.time(), "machine": machine_info()}
+    key = f"{args.model}-d{args.difficulty}-T{args.temperature or 1.0:g}{warm_start_suffix(args)}"
+    path = results_dir(args) / "world_model_replies.json"
+    with JobFolder(path.parent).claimed(path.stem, wait=True):
+        table = json.loads(path.read_text()) if path.is_file() else {}
+        table[key] = {"runs": table.get(key, {}).get("runs", []) + [row]}
+        write_json(path, table)
+    plot(curves, path.with_suffix(".png"), key)
+
+
+def plot(curves: dict[str, list[dict[str, Any]]], path: Path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    for name, curve in curves.items():
+        updates = [row["update"] for row in curve]
+        line, = ax.plot(updates, [row["type_accuracy"] for row in curve], marker="o", label=f"{name}: type right")
+        ax.plot(updates, [row["closed"] for row in curve], linestyle="--", color=line.get_color(),
+                label=f"{name}: closed with <|/csr|>")
+    ax.set_xlabel("world-model updates")
+    ax.set_ylabel("share of held-out replies")
+    ax.set_ylim(-0.02, 1.02)
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
