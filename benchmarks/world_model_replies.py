@@ -45,7 +45,14 @@ from worldgym.envs.csr_phone import classify_reply
 from worldgym.machine import machine_info
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a file: find the benchmarks package
-from benchmarks.common import add_batch_flags, batch_settings, results_dir, results_parser, set_torch_threads, write_json
+from benchmarks.common import (
+    add_batch_flags,
+    batch_settings,
+    results_dir,
+    results_parser,
+    set_torch_threads,
+    write_json,
+)
 from benchmarks.csr_dual_lora_vs_dapo import MODES, QUICK_CONFIG, warm_start
 from benchmarks.csr_warm_starts import warm_start_flags, warm_start_suffix
 from benchmarks.evaluation_jobs import JobFolder

@@ -19,10 +19,10 @@ from peft import PeftModel
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from worldgym.agents.dual_lora.config import WM_SPECIAL_TOKENS, DualLoRAConfig
-from worldgym.agents.dual_lora.world_model import wm_token_ids
 from worldgym.agents.dual_lora.imagination import PhoneCallImagination, reply_stops
 from worldgym.agents.dual_lora.objective import WorldModelObjective
 from worldgym.agents.dual_lora.transcripts import add_predicted_replies
+from worldgym.agents.dual_lora.world_model import wm_token_ids
 from worldgym.agents.grpo.rewards import EpisodeRewardFn
 from worldgym.agents.grpo.trainer import GRPOTrainer
 from worldgym.agents.llm.adapters import activate_adapters, save_adapter_flat, seeded_lora
