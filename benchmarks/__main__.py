@@ -114,7 +114,7 @@ SUITE: tuple[Benchmark, ...] = (
                ("report",), ("demo-time",)),
               (("run", "--mode", "dapo"), ("run", "--mode", "separate"), ("report",), ("demo-time",))),
     Benchmark("world_model_replies.py",
-              ((*_SMOLLM2_D3, "--held-out", "4", "--episodes", "36", "--variants", "with rows", "without rows"),),
+              ((*_SMOLLM2_D3, "--held-out", "4", "--episodes", "36", "--variants", "with-rows", "without-rows"),),
               ((),)),
     Benchmark("csr_rollout_speed.py",
               (("--threads", "1"),

@@ -58,7 +58,7 @@ from benchmarks.csr_warm_starts import warm_start_flags, warm_start_suffix
 from benchmarks.evaluation_jobs import JobFolder
 
 MODE = "separate-own-clip"  # the world model's adapter, learning rate and clip of the benchmark's modes
-VARIANTS = {"without rows": False, "with rows": True}
+VARIANTS = {"without-rows": False, "with-rows": True}
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
