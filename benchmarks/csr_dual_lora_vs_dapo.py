@@ -130,8 +130,9 @@ MODES: dict[str, dict[str, Any]] = {
     "separate-imagined50": {"transfer": "separate", "imagined_fraction": 0.5},
     "shared-capped-0.1-imagined50": {"transfer": "shared", "auxiliary_grad_ratio": 0.1, "imagined_fraction": 0.5},
     # the imagined calls of the one mode whose policy and world model both rose on the tiny model (make demo's)
-    # the world model's adapter trains its markers' rows (wm_token_rows): without them SmolLM2's world model, even
-    # trained 8 steps, wrote no <|/csr|> and ran every imagined reply on to the token cap (0 of 48 replies typed)
+    # the world model's adapter trains its markers' rows (wm_token_rows), added after the first run of this mode
+    # imagined no reply of the right type in 4 steps: without the rows, SmolLM2's world model trained alone for 32
+    # updates closed 12% of its replies with <|/csr|>, with them 100% (benchmarks/world_model_replies.py)
     "separate-own-clip-imagined50": {"transfer": "separate", "clip_per_adapter": True, "imagined_fraction": 0.5,
                                      "wm_token_rows": True},
 }
