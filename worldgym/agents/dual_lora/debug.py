@@ -35,7 +35,7 @@ from worldgym.agents.dual_lora.world_model import (
     wm_token_ids,
 )
 from worldgym.agents.grpo.presets import GRPOPreset, grpo_preset
-from worldgym.agents.llm.adapters import using_adapters
+from worldgym.agents.llm.adapters import of_adapter, using_adapters
 from worldgym.agents.llm.checkpoint import CheckpointError, load_checkpoint
 from worldgym.agents.llm.engines import GenerationEngine, HFEngine, SamplingParams
 from worldgym.agents.llm.envs import make_text_env
@@ -411,7 +411,7 @@ def inspect_predictions(checkpoint: str | Path, base: Base | None = None, episod
 
 # ---------------------------------------------------------------- check-gradients
 def _adapter_of(name: str, adapters: Sequence[str]) -> str | None:
-    return next((adapter for adapter in adapters if f".{adapter}." in name), None)
+    return next((adapter for adapter in adapters if of_adapter(name, adapter)), None)
 
 
 def _expected_to_train(config: DualLoRAConfig, policy_weight: float, wm_lambda: float,

@@ -25,7 +25,7 @@ from worldgym.agents.dual_lora.transcripts import add_predicted_replies
 from worldgym.agents.dual_lora.world_model import wm_token_ids
 from worldgym.agents.grpo.rewards import EpisodeRewardFn
 from worldgym.agents.grpo.trainer import GRPOTrainer
-from worldgym.agents.llm.adapters import activate_adapters, save_adapter_flat, seeded_lora
+from worldgym.agents.llm.adapters import activate_adapters, of_adapter, save_adapter_flat, seeded_lora
 from worldgym.agents.llm.engines import GenerationEngine, HFEngine
 from worldgym.agents.llm.rollout import Episode
 
@@ -143,8 +143,8 @@ class DualLoRATrainer(GRPOTrainer):
 
     def _adapter_groups(self) -> list[list[torch.Tensor]]:
         """The trainable tensors of the policy's adapter and of the world model's."""
-        world_model = [p for name, p in self.trainable.items() if _of_world_model(name)]
-        policy = [p for name, p in self.trainable.items() if not _of_world_model(name)]
+        world_model = [p for name, p in self.trainable.items() if of_adapter(name, "world_model")]
+        policy = [p for name, p in self.trainable.items() if not of_adapter(name, "world_model")]
         return [policy, world_model]
 
     def _with_adapter(self, model: PreTrainedModel) -> PeftModel:
@@ -182,12 +182,6 @@ class DualLoRATrainer(GRPOTrainer):
         """The policy adapter alone, as a flat PEFT folder (what a vLLM ``LoRARequest`` or
         ``PeftModel.from_pretrained`` loads). ``"stacked"`` rollouts also need the world-model adapter."""
         return save_adapter_flat(self.policy, "policy", path)
-
-
-def _of_world_model(parameter_name: str) -> bool:
-    """Whether a trainable tensor belongs to the ``world_model`` adapter (a LoRA layer's ``...world_model.weight``
-    or its token rows' ``...trainable_tokens_delta.world_model``)."""
-    return ".world_model." in parameter_name or parameter_name.endswith(".world_model")
 
 
 def wm_success_correlation(history: list[dict[str, Any]]) -> float | None:

@@ -35,7 +35,7 @@ from worldgym.config import check_field
 
 __all__ = [
     "activate_adapters", "activation_checkpointing_paused", "active_adapters", "disable_activation_checkpointing",
-    "enable_activation_checkpointing", "merged_trainable_tokens", "peft_deprecation_notices_hidden",
+    "enable_activation_checkpointing", "merged_trainable_tokens", "of_adapter", "peft_deprecation_notices_hidden",
     "recompute_under_active_adapters", "save_adapter_flat", "seeded_lora", "using_adapters",
 ]
 
@@ -148,12 +148,18 @@ def _recomputing_under(model: PeftModel, names: tuple[str, ...]) -> Iterator[Non
         yield
 
 
+def of_adapter(parameter_name: str, adapter: str) -> bool:
+    """Whether a PEFT parameter belongs to ``adapter``: a LoRA layer's ``...lora_A.<adapter>.weight`` or a
+    trainable-token layer's ``...trainable_tokens_delta.<adapter>``."""
+    return f".{adapter}." in parameter_name or parameter_name.endswith(f".{adapter}")
+
+
 def trainable_adapters(model: PeftModel) -> list[str]:
     """The adapters with at least one trainable tensor."""
     names = set()
     for parameter_name, parameter in model.named_parameters():
         if parameter.requires_grad:
-            names.update(name for name in model.peft_config if f".{name}." in parameter_name)
+            names.update(name for name in model.peft_config if of_adapter(parameter_name, name))
     return sorted(names)
 
 
