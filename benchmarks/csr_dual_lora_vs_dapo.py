@@ -69,7 +69,7 @@ from worldgym.agents.grpo.trainer import EPISODE_SUCCESS_KEY
 from worldgym.agents.llm.allocator import release_free_heap
 from worldgym.agents.llm.engines import SamplingParams
 from worldgym.agents.llm.evaluation import VALIDATION_SEEDS_START
-from worldgym.agents.llm.warm_start import WarmStart
+from worldgym.agents.llm.warm_start import WarmStart, WarmStartConfig, expert_chats
 from worldgym.checkpointing import latest_checkpoint, step_checkpoint
 from worldgym.jsonl import read_jsonl
 from worldgym.machine import machine_info, machine_label
@@ -174,7 +174,12 @@ def warm_start(args: argparse.Namespace, model: str) -> WarmStart:
 
 def warm_start_key(args: argparse.Namespace) -> str:
     """The cache key of the warm start :func:`warm_start` loads (nothing is loaded)."""
-    return selected_config(warm_start_config(args.model), args, **_quick_warm_start(args)).key()
+    return warm_start_chosen_config(args, args.model).key()
+
+
+def warm_start_chosen_config(args: argparse.Namespace, model: str) -> WarmStartConfig:
+    """The config of the warm start :func:`warm_start` loads (nothing is loaded)."""
+    return selected_config(warm_start_config(model), args, **_quick_warm_start(args))
 
 
 def _quick_warm_start(args: argparse.Namespace) -> dict[str, Any]:
@@ -249,8 +254,7 @@ def run(args: argparse.Namespace) -> None:
     ws = warm_start(args, args.model)
     # validating aside, the trainer itself never validates: its config says so, the part's keeps eval_every
     training_config = dataclasses.replace(config, eval_every=0) if args.evaluate_aside else config
-    trainer = DualLoRATrainer(training_config, model=ws.model, tokenizer=ws.tokenizer,
-                              make_engine=lambda policy: engine(args.model, policy, ws.tokenizer))
+    trainer = make_trainer(args, training_config, ws)
     resumed = trainer.resume_latest()
     step0_from = _start(args, trainer) if resumed is None else None
     if resumed is not None:
@@ -571,8 +575,7 @@ def step_time(args: argparse.Namespace) -> None:
                               output_dir=str(runs_dir(args) / "csr_dual_lora_step_time" / args.mode),
                               **({"lora_dropout": args.lora_dropout} if args.lora_dropout is not None else {}),
                               **batch_settings(args) | (QUICK_CONFIG if args.quick else {"progress": False}))
-    trainer = DualLoRATrainer(config, model=ws.model, tokenizer=ws.tokenizer,
-                              make_engine=lambda policy: engine(args.model, policy, ws.tokenizer))
+    trainer = make_trainer(args, config, ws)
     steps = [trainer.train_step() for _ in range(args.steps)]
     row = {key: float(np.mean([m[key] for m in steps])) for key in STEP_TIMES}
     row |= {"episodes_sampled": [m["rollout/real_episodes_sampled"] for m in steps], "started_at": started_at}
@@ -602,8 +605,7 @@ def imagined_replies(args: argparse.Namespace) -> None:
         raise SystemExit(f"mode {args.mode!r} imagines no phone calls: pick one with imagined_fraction > 0")
     if sorted(args.replay_order) != ["plain", "reuse"]:
         raise SystemExit(f"--replay-order names each engine once, got {args.replay_order}")
-    trainer = DualLoRATrainer(config, model=ws.model, tokenizer=ws.tokenizer,
-                              make_engine=lambda policy: engine(args.model, policy, ws.tokenizer))
+    trainer = make_trainer(args, config, ws)
     action_space = trainer.make_env().unwrapped.action_space
     imagination = trainer.collector.step_override
     assert isinstance(imagination, PhoneCallImagination)
@@ -761,8 +763,14 @@ def final_eval(args: argparse.Namespace) -> None:
 
 def _fresh_trainer(args: argparse.Namespace, config: DualLoRAConfig) -> DualLoRATrainer:
     """A trainer on a freshly loaded warm start (attaching adapters changes the base model in place)."""
-    ws = warm_start(args, args.model)
-    return DualLoRATrainer(config, model=ws.model, tokenizer=ws.tokenizer,
+    return make_trainer(args, config, warm_start(args, args.model))
+
+
+def make_trainer(args: argparse.Namespace, config: DualLoRAConfig, ws: WarmStart) -> DualLoRATrainer:
+    """A trainer of ``config`` on the warm start ``ws``, the preset's engine; a world-model warm-up
+    (``wm_warmup_updates``) learns the phone calls of the chats the warm start imitated."""
+    chats = expert_chats(warm_start_chosen_config(args, args.model)) if config.wm_warmup_updates else None
+    return DualLoRATrainer(config, model=ws.model, tokenizer=ws.tokenizer, world_model_chats=chats,
                            make_engine=lambda policy: engine(args.model, policy, ws.tokenizer))
 
 

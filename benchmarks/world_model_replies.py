@@ -1,12 +1,16 @@
 """Can the world model write a phone call's reply on its own? Its adapter trained alone on real phone calls, with
-and without its own embedding rows of its markers (``DualLoRAConfig.wm_token_rows``), and its free replies to
-held-out calls read by the env's ``classify_reply``, as an imagined call's reply is read.
+and without its own embedding rows of its markers (``DualLoRAConfig.wm_token_rows``), or (with the rows) on the
+calls of the chats the warm start imitated (``expert-chats``: the warm-up ``DualLoRAConfig.wm_warmup_updates``
+runs), and its free replies to held-out calls read by the env's ``classify_reply``, as an imagined call's reply
+is read.
 
 From the dual-LoRA benchmark's warm start, the policy plays ``--episodes`` real episodes (train-split tasks, one
 each, at the rollout temperature). Their phone calls are the data: the calls of the last ``--held-out`` episodes
 are held out, the others train the world-model adapter alone (the ``separate-own-clip`` modes' adapter, learning
 rate and clip), ``--calls-per-update`` calls per AdamW update, taken in the order the episodes made them (a
-training step's minibatch gives the world model 8 recent calls and 2 replayed ones, 4 minibatches a step). Before
+training step's minibatch gives the world model 8 recent calls and 2 replayed ones, 4 minibatches a step); the
+``expert-chats`` variant's updates each take every call of ``--chats-per-update`` of the warm start's expert
+chats (the warm-up's batches: :func:`~worldgym.agents.dual_lora.warmup.chat_batches`). Before
 the first update and every ``--eval-every`` updates, the adapter writes a reply to each held-out call with the
 imagined calls' own engine (sampled at the rollout temperature, at most ``imagined_reply_tokens`` tokens, ending
 at ``<|/csr|>`` or another special token). Figures per evaluation: the share of replies whose type matches the
@@ -24,9 +28,11 @@ accuracy and closed share against updates.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -37,10 +43,12 @@ import worldgym  # noqa: F401  (registers the ids)
 from worldgym.agents.dual_lora import DualLoRATrainer
 from worldgym.agents.dual_lora.imagination import UNRECOGNISED, PhoneCallImagination, reply_opening
 from worldgym.agents.dual_lora.presets import dual_lora_config, engine
+from worldgym.agents.dual_lora.warmup import chat_batches, chat_phone_calls, world_model_update
 from worldgym.agents.dual_lora.world_model import PhoneCallExample, phone_call_examples, score_packed
 from worldgym.agents.llm.adapters import using_adapters
 from worldgym.agents.llm.allocator import release_free_heap
 from worldgym.agents.llm.engines import SamplingParams
+from worldgym.agents.llm.warm_start import expert_chats
 from worldgym.envs.csr_phone import classify_reply
 from worldgym.machine import machine_info
 
@@ -53,12 +61,13 @@ from benchmarks.common import (
     set_torch_threads,
     write_json,
 )
-from benchmarks.csr_dual_lora_vs_dapo import MODES, QUICK_CONFIG, warm_start
+from benchmarks.csr_dual_lora_vs_dapo import MODES, QUICK_CONFIG, warm_start, warm_start_chosen_config
 from benchmarks.csr_warm_starts import warm_start_flags, warm_start_suffix
 from benchmarks.evaluation_jobs import JobFolder
 
 MODE = "separate-own-clip"  # the world model's adapter, learning rate and clip of the benchmark's modes
-VARIANTS = {"without-rows": False, "with-rows": True}
+VARIANTS = {"without-rows": False, "with-rows": True, "expert-chats": True}  # name: wm_token_rows
+EXPERT = "expert-chats"  # the variant that trains on the warm start's expert chats
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -72,8 +81,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--held-out", type=int, default=8, help="the last episodes, whose calls are held out")
     parser.add_argument("--updates", type=int, default=32, help="world-model updates (8 steps of 4 minibatches)")
     parser.add_argument("--calls-per-update", type=int, default=10)
+    parser.add_argument("--chats-per-update", type=int, default=4, help=f"the {EXPERT} variant's")
     parser.add_argument("--eval-every", type=int, default=8, help="updates between evaluations")
-    parser.add_argument("--variants", nargs="+", choices=sorted(VARIANTS), default=list(VARIANTS))
+    parser.add_argument("--variants", nargs="+", choices=sorted(VARIANTS), default=["without-rows", "with-rows"])
     add_batch_flags(parser)
     args = parser.parse_args(argv)
     if args.quick:
@@ -129,10 +139,23 @@ def evaluate(trainer: DualLoRATrainer, held_out: list[PhoneCallExample], update:
             "examples": [{"reply": text, "real_type": e.response_type} for text, e in zip(texts[:3], held_out)]}
 
 
-def train_and_evaluate(trainer: DualLoRATrainer, train: list[PhoneCallExample], held_out: list[PhoneCallExample],
-                       args: argparse.Namespace) -> list[dict[str, Any]]:
-    """``args.updates`` world-model-only AdamW updates over ``train`` (in order, wrapping round), evaluated
-    every ``args.eval_every``."""
+def batches(trainer: DualLoRATrainer, name: str, train: list[PhoneCallExample], args: argparse.Namespace
+            ) -> Iterator[list[PhoneCallExample]]:
+    """The variant's training batches: ``train``'s calls in order (wrapping round), or the expert chats'."""
+    if name == EXPERT:
+        chats = expert_chats(warm_start_chosen_config(args, args.model))
+        examples = chat_phone_calls(chats, trainer.tokenizer, trainer.config.wm_max_context_tokens)
+        print(f"{sum(map(len, examples))} calls in {len(chats)} expert chats", flush=True)
+        yield from chat_batches(examples, args.chats_per_update, trainer.config.seed)  # endless
+        return
+    for update in itertools.count():
+        first = update * args.calls_per_update
+        yield [train[(first + i) % len(train)] for i in range(args.calls_per_update)]
+
+
+def train_and_evaluate(trainer: DualLoRATrainer, batches: Iterator[list[PhoneCallExample]],
+                       held_out: list[PhoneCallExample], args: argparse.Namespace) -> list[dict[str, Any]]:
+    """``args.updates`` world-model-only AdamW updates over ``batches``, evaluated every ``args.eval_every``."""
     _, world_model = trainer._adapter_groups()
     config, curve, losses = trainer.config, [], []
     for update in range(args.updates + 1):
@@ -142,16 +165,9 @@ def train_and_evaluate(trainer: DualLoRATrainer, train: list[PhoneCallExample], 
             print(json.dumps({k: v for k, v in curve[-1].items() if k != "examples"}), flush=True)
         if update == args.updates:
             return curve
-        first = update * args.calls_per_update
-        batch = [train[(first + i) % len(train)] for i in range(args.calls_per_update)]
-        with using_adapters(trainer.policy, [config.world_model_adapter], config.adapter_names):
-            loss = score_packed(trainer.policy, batch).loss.mean()
-        trainer.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(world_model, config.grad_clip)
-        trainer.optimizer.step()
-        trainer.optimizer.zero_grad(set_to_none=True)
-        losses.append(loss.item())
+        losses.append(world_model_update(
+            trainer.policy, config.world_model_adapter, config.adapter_names, next(batches), trainer.optimizer,
+            lambda: torch.nn.utils.clip_grad_norm_(world_model, config.grad_clip)))
     return curve
 
 
@@ -168,12 +184,12 @@ def main(argv: list[str] | None = None) -> None:
     for name in args.variants:
         if trainer is None:
             trainer = make_trainer(args, VARIANTS[name])
-        curves[name] = train_and_evaluate(trainer, train, held_out, args)
+        curves[name] = train_and_evaluate(trainer, batches(trainer, name, train, args), held_out, args)
         trainer = None
         release_free_heap()
     row = {"curves": curves, "training_calls": len(train), "held_out_calls": len(held_out), "quick": args.quick,
            "settings": {k: getattr(args, k) for k in ("episodes", "held_out", "updates", "calls_per_update",
-                                                      "eval_every", "max_turns", "seed")},
+                                                      "chats_per_update", "eval_every", "max_turns", "seed")},
            "wall_s": time.perf_counter() - start, "started_at": time.time(), "machine": machine_info()}
     key = f"{args.model}-d{args.difficulty}-T{args.temperature or 1.0:g}{warm_start_suffix(args)}"
     path = results_dir(args) / "world_model_replies.json"

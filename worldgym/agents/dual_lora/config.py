@@ -59,6 +59,11 @@ class DualLoRAConfig(GRPOConfig):
             Added tokens start at the mean of the pieces their text split into, and LoRA layers alone barely
             make the model write an untrained ``<|/csr|>``: it writes the pieces instead and runs on past the
             reply's end. Imagined replies need it; a teacher-forced world model learns without it.
+        wm_warmup_updates: before the first step, this many optimizer updates of the world model's adapter alone
+            on the phone calls of recorded chats (the trainer's ``world_model_chats``, by default the env's
+            expert's): :mod:`worldgym.agents.dual_lora.warmup`. An imagined call needs a world model that already
+            writes replies. 0 = none.
+        wm_warmup_chats_per_update: chats whose phone calls one warm-up update trains on.
         iwm_steps: world-model-only steps of "iwm".
         lambda_schedule: "constant"; "step": lambda_steps; "adaptive": λ shrinks by lambda_adapt_rate after a
             step whose world-model token accuracy beats the first validation's by lambda_adapt_margin and grows
@@ -94,6 +99,8 @@ class DualLoRAConfig(GRPOConfig):
     imagined_fraction: float = 0.0
     imagined_reply_tokens: int = 96
     wm_token_rows: bool = False
+    wm_warmup_updates: int = 0
+    wm_warmup_chats_per_update: int = 4
     iwm_steps: int = 4
     lambda_schedule: LambdaSchedule = "constant"
     lambda_steps: tuple[tuple[int, float], ...] = ((0, 1.0), (10, 0.5), (20, 0.3))
@@ -123,7 +130,7 @@ class DualLoRAConfig(GRPOConfig):
                     "use 'lora': both adapters sit on one frozen base")
         check_range("lora_dropout", self.lora_dropout, 0.0, 1.0, high_open=True)
         check_range("wm_replay_fraction", self.wm_replay_fraction, 0.0, 1.0, high_open=True)
-        for name in ("wm_coef", "iwm_steps", "wm_replay_capacity", "lambda_min"):
+        for name in ("wm_coef", "iwm_steps", "wm_replay_capacity", "lambda_min", "wm_warmup_updates"):
             check_range(name, getattr(self, name), 0, None)
         if self.wm_learning_rate is not None:
             check_range("wm_learning_rate", self.wm_learning_rate, 0, None, low_open=True)
@@ -156,6 +163,12 @@ class DualLoRAConfig(GRPOConfig):
                         "(imagined calls are answered in this process, in a pool of single envs)")
             check_field(self.transfer != "iwm", "imagined_fraction", self.imagined_fraction,
                         "use 0 with transfer='iwm' (its world model trains on the policy adapter first)")
+        check_positive_int("wm_warmup_chats_per_update", self.wm_warmup_chats_per_update)
+        if self.wm_warmup_updates:
+            check_field("world_model" in self.adapter_names, "wm_warmup_updates", self.wm_warmup_updates,
+                        f"use 0 with transfer={self.transfer!r} (it has no world-model adapter of its own)")
+            check_field(self.learner == "single", "wm_warmup_updates", self.wm_warmup_updates,
+                        f"use 0 with learner={self.learner!r} (the warm-up runs in one process)")
         check_field(self.transfer != "iwm" or self.iwm_steps < self.num_steps, "iwm_steps", self.iwm_steps,
                     f"use fewer than num_steps={self.num_steps}, or no DAPO step would run")
         check_field(self.learner == "single" or self.lambda_schedule != "adaptive", "lambda_schedule",

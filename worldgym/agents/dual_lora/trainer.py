@@ -8,7 +8,8 @@ adapters, one backward, one grad-norm clip over every trainable tensor).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,12 +23,16 @@ from worldgym.agents.dual_lora.config import WM_SPECIAL_TOKENS, DualLoRAConfig
 from worldgym.agents.dual_lora.imagination import PhoneCallImagination, reply_stops
 from worldgym.agents.dual_lora.objective import WorldModelObjective
 from worldgym.agents.dual_lora.transcripts import add_predicted_replies
+from worldgym.agents.dual_lora.warmup import chat_phone_calls, warm_up_world_model
 from worldgym.agents.dual_lora.world_model import wm_token_ids
 from worldgym.agents.grpo.rewards import EpisodeRewardFn
 from worldgym.agents.grpo.trainer import GRPOTrainer
 from worldgym.agents.llm.adapters import activate_adapters, of_adapter, save_adapter_flat, seeded_lora
 from worldgym.agents.llm.engines import GenerationEngine, HFEngine
 from worldgym.agents.llm.rollout import Episode
+from worldgym.agents.llm.sft import Chat
+from worldgym.agents.llm.warm_start import demonstrations
+from worldgym.env_training import expert_spec
 
 __all__ = ["DualLoRATrainer", "attach_adapters", "wm_success_correlation"]
 
@@ -66,6 +71,10 @@ class DualLoRATrainer(GRPOTrainer):
         make_engine: as for :class:`GRPOTrainer`; the engine gets the policy model with only the policy's
             adapters active.
         reward_fn: as for :class:`GRPOTrainer`.
+        world_model_chats: the chats whose phone calls ``config.wm_warmup_updates`` warm the world model up on
+            (e.g. :func:`~worldgym.agents.llm.warm_start.expert_chats` of the warm start: calls of tasks the
+            policy has already seen). Default: the env's registered expert on as many train-split tasks as the
+            warm-up uses chats.
 
     >>> trainer = DualLoRATrainer(DualLoRAConfig(env_id="CSRPhone-v1", max_turns=2,
     ...     env_kwargs={"difficulty": 1}, num_steps=1, prompts_per_step=1, group_size=2, max_new_tokens=8,
@@ -86,6 +95,7 @@ class DualLoRATrainer(GRPOTrainer):
         make_eval_env: Callable[[], gym.Env] | None = None,
         make_engine: Callable[[PreTrainedModel], GenerationEngine] | None = None,
         reward_fn: EpisodeRewardFn | None = None,
+        world_model_chats: Sequence[Chat] | None = None,
     ):
         if not isinstance(config, DualLoRAConfig):
             raise TypeError(f"DualLoRATrainer needs a DualLoRAConfig, got {type(config).__name__}")
@@ -99,6 +109,7 @@ class DualLoRATrainer(GRPOTrainer):
                 self.policy, self.tokenizer, config, self.make_env().unwrapped.action_space, self.dtype)
         self._ratio_outside = False
         self._reply_engine: HFEngine | None = None  # the world model's replies in transcripts, built on first use
+        self.world_model_chats = world_model_chats
 
     def _sync_weights(self) -> None:
         """The GRPO sync; the imagined replies' engine also drops its stored KV, which the old weights
@@ -155,7 +166,8 @@ class DualLoRATrainer(GRPOTrainer):
         leaves ``config.loss_ratio_band`` while nothing else bounds the world model's share of the gradient (not
         with ``clip_per_adapter``, where each adapter is clipped on its own, nor with ``auxiliary_grad_ratio``,
         which caps the world model's gradient against the policy's)."""
-        metrics = super().train_step()
+        warmup = self.warm_up_world_model() if self.step == 0 and self.config.wm_warmup_updates else {}
+        metrics = super().train_step() | warmup
         if "loss/world_model" in metrics and metrics.get("loss/policy") and self.world_model.policy_weight > 0:
             ratio = metrics["loss/world_model"] / max(abs(metrics["loss/policy"]), 1e-8)
             metrics["wm/loss_ratio"] = ratio
@@ -167,6 +179,29 @@ class DualLoRATrainer(GRPOTrainer):
                                "gradient clip (tune wm_coef or the schedule)", self.step, ratio, low, high)
             self._ratio_outside = outside
         return metrics
+
+    def warm_up_world_model(self) -> dict[str, float]:
+        """``config.wm_warmup_updates`` updates of the world model's adapter alone on the phone calls of
+        ``world_model_chats`` (:mod:`worldgym.agents.dual_lora.warmup`); its metrics for the first step's row."""
+        config = self.config
+        start = time.perf_counter()
+        chats = self.world_model_chats
+        if chats is None:
+            spec = expert_spec(config.env_id)
+            first = config.seed * 10**6
+            chats = demonstrations(config.env_id, {**config.env_kwargs, "split": "train"},
+                                   range(first, first + config.wm_warmup_updates * config.wm_warmup_chats_per_update),
+                                   max_turns=config.max_turns, **({"seed": config.seed} if "seed" in spec.options
+                                                                  else {}))
+        examples = chat_phone_calls(chats, self.tokenizer, config.wm_max_context_tokens)
+        world_model = self._adapter_groups()[1]
+        losses = warm_up_world_model(
+            self.policy, config.world_model_adapter, config.adapter_names, examples, self.optimizer,
+            lambda: torch.nn.utils.clip_grad_norm_(world_model, config.grad_clip), config.wm_warmup_updates,
+            config.wm_warmup_chats_per_update, config.seed)
+        self._sync_weights()
+        return {"wm_warmup/loss_first": losses[0], "wm_warmup/loss_last": losses[-1],
+                "wm_warmup/calls": float(sum(map(len, examples))), "time/wm_warmup_s": time.perf_counter() - start}
 
     def transcript_records(self, episodes: list[Episode]) -> list[dict[str, Any]]:
         """The GRPO transcript lines, each real phone call's answer with the world model's ``predicted_reply``

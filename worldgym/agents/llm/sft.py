@@ -25,11 +25,13 @@ ExpertPolicy = Callable[[gym.Env, str, dict[str, Any]], str]
 
 @dataclass
 class Chat:
-    """One conversation (OpenAI-style messages) and the tools its template shows."""
+    """One conversation (OpenAI-style messages) and the tools its template shows; ``final_observation``: what
+    the env answered the last message with (the episode's end, which no later turn shows)."""
 
     messages: list[dict[str, str]]
     tools: list[dict] | None = None
     reward: float = 0.0
+    final_observation: str = ""
 
 
 @dataclass
@@ -91,8 +93,8 @@ def collect_expert_chats(
     max_turns: int = 16,
     system_prompt: str | None = None,
 ) -> list[Chat]:
-    """Run ``policy`` once per seed and record each episode as a chat (tool results as ``tool`` turns; an
-    :class:`Untrained` action's message is marked ``"train": False``)."""
+    """Run ``policy`` once per seed and record each episode as a chat (tool results as ``tool`` turns, the last
+    one as ``Chat.final_observation``; an :class:`Untrained` action's message is marked ``"train": False``)."""
     env = make_env()
     chats = []
     for seed in env_seeds:
@@ -112,7 +114,7 @@ def collect_expert_chats(
             if terminated or truncated:
                 break
             messages.append({"role": "tool" if tools else "user", "content": str(observation)})
-        chats.append(Chat(messages, tools, total))
+        chats.append(Chat(messages, tools, total, str(observation)))
     env.close()
     return chats
 
