@@ -204,20 +204,22 @@ def test_lora_dropout(tmp_path: Path) -> None:
 
 
 def test_world_model_replies(tmp_path: Path) -> None:
-    run("world_model_replies.py", results=tmp_path)
+    out = run("world_model_replies.py", "--variants", "without-rows", "with-rows", "expert-chats", results=tmp_path)
+    assert " calls in " in out and " expert chats" in out  # the expert-chats variant read the warm start's chats
     data = load(tmp_path / "world_model_replies.json")
     (entry,) = [value for key, value in data.items() if key != "machine"]
     (row,) = entry["runs"]
     assert row["quick"] is True and row["training_calls"] > 0 and row["held_out_calls"] > 0
-    assert list(row["curves"]) == ["without-rows", "with-rows"]
+    assert list(row["curves"]) == ["without-rows", "with-rows", "expert-chats"]
     for curve in row["curves"].values():
         assert [point["update"] for point in curve] == [0, 1, 2]
         for point in curve:
             assert 0 <= point["type_accuracy"] <= 1 and 0 <= point["closed"] <= 1 and point["reply_tokens_mean"] >= 0
         assert curve[1]["loss_mean"] > 0 and curve[0]["examples"]
-    # the same calls, the same warm start: the two variants start from the same replies
+    # the same calls, the same warm start: the variants start from the same replies
     first = [curve[0] for curve in row["curves"].values()]
-    assert first[0]["examples"] == first[1]["examples"] and first[0]["token_accuracy"] == first[1]["token_accuracy"]
+    assert all(point["examples"] == first[0]["examples"] for point in first)
+    assert all(point["token_accuracy"] == first[0]["token_accuracy"] for point in first)
     assert (tmp_path / "world_model_replies.png").is_file()
 
 
