@@ -21,7 +21,8 @@ and the teacher-forced token accuracy on the held-out replies.
         --mistake-rate 0.2 --continue-on 3 --temperature 0.5 --results-dir benchmarks/results/machines/<cpu>
     python benchmarks/world_model_replies.py --quick     # the tiny model, a minute (its figures mean nothing)
 
-Writes ``world_model_replies.json`` (one entry per model and setting, every run kept) and a PNG of the type
+Writes ``world_model_replies.json`` (one entry per model and setting, every run kept; a run's row after every
+evaluation, ``finished`` once all its variants are done) and a PNG of the type
 accuracy and closed share against updates.
 """
 
@@ -32,7 +33,7 @@ import itertools
 import json
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -154,21 +155,23 @@ def batches(trainer: DualLoRATrainer, name: str, train: list[PhoneCallExample], 
 
 
 def train_and_evaluate(trainer: DualLoRATrainer, batches: Iterator[list[PhoneCallExample]],
-                       held_out: list[PhoneCallExample], args: argparse.Namespace) -> list[dict[str, Any]]:
-    """``args.updates`` world-model-only AdamW updates over ``batches``, evaluated every ``args.eval_every``."""
+                       held_out: list[PhoneCallExample], args: argparse.Namespace, curve: list[dict[str, Any]],
+                       evaluated: Callable[[], None]) -> None:
+    """``args.updates`` world-model-only AdamW updates over ``batches``, evaluated every ``args.eval_every`` (each
+    evaluation appended to ``curve``, then ``evaluated()`` called)."""
     _, world_model = trainer._adapter_groups()
-    config, curve, losses = trainer.config, [], []
+    config, losses = trainer.config, []
     for update in range(args.updates + 1):
         if update % args.eval_every == 0 or update == args.updates:
             curve.append(evaluate(trainer, held_out, update) | {"loss_mean": float(np.mean(losses or [np.nan]))})
             losses = []
             print(json.dumps({k: v for k, v in curve[-1].items() if k != "examples"}), flush=True)
+            evaluated()
         if update == args.updates:
-            return curve
+            return
         losses.append(world_model_update(
             trainer.policy, config.world_model_adapter, config.adapter_names, next(batches), trainer.optimizer,
             lambda: torch.nn.utils.clip_grad_norm_(world_model, config.grad_clip)))
-    return curve
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -180,23 +183,35 @@ def main(argv: list[str] | None = None) -> None:
     print(f"{len(train)} training calls, {len(held_out)} held out ({time.perf_counter() - start:.0f} s)")
     if not train or not held_out:
         raise SystemExit("the episodes made no phone call to train on or hold out: play more (--episodes)")
-    curves = {}
+    curves: dict[str, list[dict[str, Any]]] = {}
+    key = f"{args.model}-d{args.difficulty}-T{args.temperature or 1.0:g}{warm_start_suffix(args)}"
+    path = results_dir(args) / "world_model_replies.json"
+    settings = {k: getattr(args, k) for k in ("episodes", "held_out", "updates", "calls_per_update",
+                                              "chats_per_update", "eval_every", "max_turns", "seed")}
+    started_at, index = time.time(), None
+
+    def save(finished: bool) -> None:
+        """This run's row as it stands (written after every evaluation, so a stopped run keeps its figures)."""
+        nonlocal index
+        row = {"curves": curves, "training_calls": len(train), "held_out_calls": len(held_out),
+               "quick": args.quick, "settings": settings, "finished": finished,
+               "wall_s": time.perf_counter() - start, "started_at": started_at, "machine": machine_info()}
+        with JobFolder(path.parent).claimed(path.stem, wait=True):
+            table = json.loads(path.read_text()) if path.is_file() else {}
+            runs = table.setdefault(key, {"runs": []})["runs"]
+            index = len(runs) if index is None else index
+            runs[index:index + 1] = [row]
+            write_json(path, table)
+
     for name in args.variants:
         if trainer is None:
             trainer = make_trainer(args, VARIANTS[name])
-        curves[name] = train_and_evaluate(trainer, batches(trainer, name, train, args), held_out, args)
+        curves[name] = []
+        train_and_evaluate(trainer, batches(trainer, name, train, args), held_out, args, curves[name],
+                           lambda: save(finished=False))
         trainer = None
         release_free_heap()
-    row = {"curves": curves, "training_calls": len(train), "held_out_calls": len(held_out), "quick": args.quick,
-           "settings": {k: getattr(args, k) for k in ("episodes", "held_out", "updates", "calls_per_update",
-                                                      "chats_per_update", "eval_every", "max_turns", "seed")},
-           "wall_s": time.perf_counter() - start, "started_at": time.time(), "machine": machine_info()}
-    key = f"{args.model}-d{args.difficulty}-T{args.temperature or 1.0:g}{warm_start_suffix(args)}"
-    path = results_dir(args) / "world_model_replies.json"
-    with JobFolder(path.parent).claimed(path.stem, wait=True):
-        table = json.loads(path.read_text()) if path.is_file() else {}
-        table[key] = {"runs": table.get(key, {}).get("runs", []) + [row]}
-        write_json(path, table)
+    save(finished=True)
     plot(curves, path.with_suffix(".png"), key)
 
 

@@ -209,7 +209,8 @@ def test_world_model_replies(tmp_path: Path) -> None:
     data = load(tmp_path / "world_model_replies.json")
     (entry,) = [value for key, value in data.items() if key != "machine"]
     (row,) = entry["runs"]
-    assert row["quick"] is True and row["training_calls"] > 0 and row["held_out_calls"] > 0
+    assert row["quick"] is True and row["finished"] is True
+    assert row["training_calls"] > 0 and row["held_out_calls"] > 0
     assert list(row["curves"]) == ["without-rows", "with-rows", "expert-chats"]
     for curve in row["curves"].values():
         assert [point["update"] for point in curve] == [0, 1, 2]
