@@ -323,6 +323,10 @@ def _part(args: argparse.Namespace, history: list[dict[str, Any]], steps_done: i
         "imagined_type_accuracy_by_step": [m.get("rollout/imagined_type_accuracy") for m in steps],
         "device": args.device,
         "step_seconds": [m["time/step_s"] for m in steps],
+        # the world model's warm-up before step 1 (wm_warmup_updates; 0 s without one): not in any step's time
+        "wm_warmup_seconds": sum(m.get("time/wm_warmup_s", 0.0) for m in steps),
+        "wm_warmup_loss": next(([m["wm_warmup/loss_first"], m["wm_warmup/loss_last"]] for m in steps
+                                if "wm_warmup/loss_first" in m), None),
         "wm_success_correlation": wm_success_correlation(history),
         "aux_grad_norm_ratio_range": _range(m.get("aux/grad_norm_ratio") for m in steps),
         "aux_grad_scale_range": _range(m.get("aux/grad_scale") for m in steps),
@@ -949,6 +953,7 @@ def report(args: argparse.Namespace) -> None:
                 **_final_test_rows(runs),
                 "step_time_vs_dapo_by_machine": step_time_by_machine(runs, [p for p in chosen if p["mode"] == "dapo"]),
                 "seconds_per_step": float(np.mean(seconds)),
+                "wm_warmup_seconds": [p.get("wm_warmup_seconds", 0.0) for p in runs],
                 "step_time_vs_dapo": float(np.mean(seconds) / np.mean(dapo_seconds)) if dapo_seconds else None,
                 "machines": [machine_label(p.get("machine")) for p in runs],
                 "step_time_machines_differ": len(machines) > 1,

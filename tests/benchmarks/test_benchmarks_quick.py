@@ -376,6 +376,7 @@ def test_csr_dual_lora_vs_dapo_run_and_report(tmp_path: Path) -> None:
     assert part["command"].endswith("--quick") and part["config"]["output_dir"] == "tiny-separate-d1-s0"  # no tmp path
     assert [step for step, _ in part["curve"]] == [0, 2] and len(part["step_seconds"]) == 2
     assert part["tasks_by_step"][0] == 0 and part["tasks_by_step"] == sorted(part["tasks_by_step"])
+    assert part["wm_warmup_seconds"] == 0 and part["wm_warmup_loss"] is None  # the mode warms nothing up
     data = load(tmp_path / "csr_dual_lora_vs_dapo.json")
     rows = data["runs"]["tiny-d1"]
     assert list(rows) == ["dapo", "separate"] and data["quick"] is True
@@ -392,6 +393,7 @@ def test_csr_dual_lora_vs_dapo_run_and_report(tmp_path: Path) -> None:
         low, high = row["final_success_ci95"]  # the last validation's 4 episodes, resampled
         assert 0 <= low <= row["final_success_mean"] <= high <= 1 and row["finished"] == [True]
         assert list(row["step_time_vs_dapo_by_machine"].values()) == [pytest.approx(row["step_time_vs_dapo"])]
+        assert row["wm_warmup_seconds"] == [0.0]
     assert len(part["episode_success_curve"][-1][1]) == 4 and part["finished"] is True
     assert (tmp_path / "csr_dual_lora_vs_dapo.png").stat().st_size > 0
 
