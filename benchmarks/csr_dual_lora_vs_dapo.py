@@ -132,9 +132,12 @@ MODES: dict[str, dict[str, Any]] = {
     # the imagined calls of the one mode whose policy and world model both rose on the tiny model (make demo's)
     # the world model's adapter trains its markers' rows (wm_token_rows), added after the first run of this mode
     # imagined no reply of the right type in 4 steps: without the rows, SmolLM2's world model trained alone for 32
-    # updates closed 12% of its replies with <|/csr|>, with them 100% (benchmarks/world_model_replies.py)
+    # updates closed 12% of its replies with <|/csr|>, with them 100% (benchmarks/world_model_replies.py); and,
+    # added after that world model still typed only 16% of its replies right after those 32 updates, a warm-up
+    # before step 1 on the phone calls of the chats the warm start imitated (no new task): 32 updates of 2 chats'
+    # calls (64 of its 128 d3 chats, ~500 of their 1,020 calls), once per run
     "separate-own-clip-imagined50": {"transfer": "separate", "clip_per_adapter": True, "imagined_fraction": 0.5,
-                                     "wm_token_rows": True},
+                                     "wm_token_rows": True, "wm_warmup_updates": 32, "wm_warmup_chats_per_update": 2},
 }
 
 # The validation success a run must reach, per model, each fixed before that model's comparison ran:
