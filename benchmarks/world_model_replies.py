@@ -1,8 +1,8 @@
 """Can the world model write a phone call's reply on its own? Its adapter trained alone on real phone calls, with
 and without its own embedding rows of its markers (``DualLoRAConfig.wm_token_rows``), or (with the rows) on the
 calls of the chats the warm start imitated (``expert-chats``: the warm-up ``DualLoRAConfig.wm_warmup_updates``
-runs), and its free replies to held-out calls read by the env's ``classify_reply``, as an imagined call's reply
-is read.
+runs), and its free replies to held-out calls read by the env's ``classify_reply`` and ``nearest_reply_type``, as
+an imagined call's reply is read.
 
 From the dual-LoRA benchmark's warm start, the policy plays ``--episodes`` real episodes (train-split tasks, one
 each, at the rollout temperature). Their phone calls are the data: the calls of the last ``--held-out`` episodes
@@ -14,8 +14,9 @@ chats (the warm-up's batches: :func:`~worldgym.agents.dual_lora.warmup.chat_batc
 the first update and every ``--eval-every`` updates, the adapter writes a reply to each held-out call with the
 imagined calls' own engine (sampled at the rollout temperature, at most ``imagined_reply_tokens`` tokens, ending
 at ``<|/csr|>`` or another special token). Figures per evaluation: the share of replies whose type matches the
-env's reply (``type_accuracy``), the share that closed with ``<|/csr|>`` (``closed``), the mean reply tokens,
-and the teacher-forced token accuracy on the held-out replies.
+env's reply (``type_accuracy``; ``nearest_type_accuracy`` reads them with ``nearest_reply_type``, as
+``imagined_reply_reading="nearest"`` does), the share that closed with ``<|/csr|>`` (``closed``), the mean reply
+tokens, and the teacher-forced token accuracy on the held-out replies; every reply is kept (``replies``).
 
     OMP_WAIT_POLICY=PASSIVE python benchmarks/world_model_replies.py --model smollm2-135m --difficulty 3 \\
         --mistake-rate 0.2 --continue-on 3 --temperature 0.5 --results-dir benchmarks/results/machines/<cpu>
@@ -23,7 +24,7 @@ and the teacher-forced token accuracy on the held-out replies.
 
 Writes ``world_model_replies.json`` (one entry per model and setting, every run kept; a run's row after every
 evaluation, ``finished`` once all its variants are done) and a PNG of the type
-accuracy and closed share against updates.
+accuracy and closed share against updates, every finished run of the setting.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ import torch
 
 import worldgym  # noqa: F401  (registers the ids)
 from worldgym.agents.dual_lora import DualLoRATrainer
-from worldgym.agents.dual_lora.imagination import UNRECOGNISED, PhoneCallImagination, reply_opening
+from worldgym.agents.dual_lora.imagination import PhoneCallImagination, read_reply, reply_opening
 from worldgym.agents.dual_lora.presets import dual_lora_config, engine
 from worldgym.agents.dual_lora.warmup import chat_batches, chat_phone_calls, world_model_update
 from worldgym.agents.dual_lora.world_model import PhoneCallExample, phone_call_examples, score_packed
@@ -50,7 +51,6 @@ from worldgym.agents.llm.adapters import using_adapters
 from worldgym.agents.llm.allocator import release_free_heap
 from worldgym.agents.llm.engines import SamplingParams
 from worldgym.agents.llm.warm_start import expert_chats
-from worldgym.envs.csr_phone import classify_reply
 from worldgym.machine import machine_info
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a file: find the benchmarks package
@@ -128,16 +128,19 @@ def evaluate(trainer: DualLoRATrainer, held_out: list[PhoneCallExample], update:
     replies = [g for i in range(0, len(prompts), 8) for g in imagination.replies(prompts[i : i + 8], params)]
     seconds = time.perf_counter() - start
     texts = [tokenizer.decode(g.token_ids, skip_special_tokens=True).strip() for g in replies]
-    typed = [(classify_reply(text) or UNRECOGNISED) == e.response_type for text, e in zip(texts, held_out)]
+    read = {reading: [read_reply(text, reading) for text in texts] for reading in ("exact", "nearest")}
     trainer.policy.eval()
     with torch.no_grad(), using_adapters(trainer.policy, [config.world_model_adapter], config.adapter_names):
         scores = score_packed(trainer.policy, held_out)
     trainer.policy.train()
-    return {"update": update, "type_accuracy": float(np.mean(typed)),
+    real = [example.response_type for example in held_out]
+    return {"update": update, "type_accuracy": float(np.mean(np.array(read["exact"]) == real)),
+            "nearest_type_accuracy": float(np.mean(np.array(read["nearest"]) == real)),
             "closed": float(np.mean([bool(g.token_ids) and g.token_ids[-1] == close for g in replies])),
             "reply_tokens_mean": float(np.mean([len(g.token_ids) for g in replies])),
             "token_accuracy": float(scores.token_accuracy.mean()), "reply_s": seconds,
-            "examples": [{"reply": text, "real_type": e.response_type} for text, e in zip(texts[:3], held_out)]}
+            "replies": [{"reply": text, "real_type": real_type, "exact": exact, "nearest": nearest}
+                        for text, real_type, exact, nearest in zip(texts, real, read["exact"], read["nearest"])]}
 
 
 def batches(trainer: DualLoRATrainer, name: str, train: list[PhoneCallExample], args: argparse.Namespace
@@ -165,7 +168,7 @@ def train_and_evaluate(trainer: DualLoRATrainer, batches: Iterator[list[PhoneCal
         if update % args.eval_every == 0 or update == args.updates:
             curve.append(evaluate(trainer, held_out, update) | {"loss_mean": float(np.mean(losses or [np.nan]))})
             losses = []
-            print(json.dumps({k: v for k, v in curve[-1].items() if k != "examples"}), flush=True)
+            print(json.dumps({k: v for k, v in curve[-1].items() if k != "replies"}), flush=True)
             evaluated()
         if update == args.updates:
             return
@@ -212,26 +215,43 @@ def main(argv: list[str] | None = None) -> None:
         trainer = None
         release_free_heap()
     save(finished=True)
-    plot(curves, path.with_suffix(".png"), key)
+    runs = json.loads(path.read_text())[key]["runs"]
+    plot([run for run in runs if run.get("finished", True) and run.get("quick") == args.quick],
+         path.with_suffix(".png"), key)
 
 
-def plot(curves: dict[str, list[dict[str, Any]]], path: Path, title: str) -> None:
+def run_label(name: str, run: dict[str, Any]) -> str:
+    """A curve's legend label: the variant, with the updates and batch size that tell runs of it apart."""
+    settings = run["settings"]
+    batch = (f"{settings['chats_per_update']} chats" if name == EXPERT else
+             f"{settings['calls_per_update']} calls")
+    return f"{name} ({batch}/update)"
+
+
+def plot(runs: list[dict[str, Any]], path: Path, title: str) -> None:
+    """Type accuracy (read exactly, and by nearest template where measured) and closed share against updates,
+    one colour per curve of every run in ``runs``."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6, 3.6))
-    for name, curve in curves.items():
-        updates = [row["update"] for row in curve]
-        line, = ax.plot(updates, [row["type_accuracy"] for row in curve], marker="o", label=f"{name}: type right")
-        ax.plot(updates, [row["closed"] for row in curve], linestyle="--", color=line.get_color(),
-                label=f"{name}: closed with <|/csr|>")
+    fig, ax = plt.subplots(figsize=(6.4, 3.9))
+    for run in runs:
+        for name, curve in run["curves"].items():
+            label, updates = run_label(name, run), [row["update"] for row in curve]
+            line, = ax.plot(updates, [row["type_accuracy"] for row in curve], marker="o",
+                            label=f"{label}: type right")
+            if all("nearest_type_accuracy" in row for row in curve):
+                ax.plot(updates, [row["nearest_type_accuracy"] for row in curve], marker="x", linestyle=":",
+                        color=line.get_color(), label=f"{label}: type right, nearest template")
+            ax.plot(updates, [row["closed"] for row in curve], linestyle="--", color=line.get_color(),
+                    label=f"{label}: closed with <|/csr|>")
     ax.set_xlabel("world-model updates")
     ax.set_ylabel("share of held-out replies")
     ax.set_ylim(-0.02, 1.02)
     ax.set_title(title, fontsize=9)
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=6)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

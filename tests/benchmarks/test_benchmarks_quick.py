@@ -215,11 +215,15 @@ def test_world_model_replies(tmp_path: Path) -> None:
     for curve in row["curves"].values():
         assert [point["update"] for point in curve] == [0, 1, 2]
         for point in curve:
-            assert 0 <= point["type_accuracy"] <= 1 and 0 <= point["closed"] <= 1 and point["reply_tokens_mean"] >= 0
-        assert curve[1]["loss_mean"] > 0 and curve[0]["examples"]
+            assert 0 <= point["type_accuracy"] <= point["nearest_type_accuracy"] <= 1  # nearest reads more
+            assert 0 <= point["closed"] <= 1 and point["reply_tokens_mean"] >= 0
+            assert len(point["replies"]) == row["held_out_calls"]
+            for reply in point["replies"]:  # an exactly read reply reads the same by nearest template
+                assert reply["exact"] == "unrecognised" or reply["nearest"] == reply["exact"]
+        assert curve[1]["loss_mean"] > 0
     # the same calls, the same warm start: the variants start from the same replies
     first = [curve[0] for curve in row["curves"].values()]
-    assert all(point["examples"] == first[0]["examples"] for point in first)
+    assert all(point["replies"] == first[0]["replies"] for point in first)
     assert all(point["token_accuracy"] == first[0]["token_accuracy"] for point in first)
     assert (tmp_path / "world_model_replies.png").is_file()
 

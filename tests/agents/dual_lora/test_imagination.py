@@ -11,6 +11,7 @@ from worldgym.agents.dual_lora.imagination import (
     _imagined_step,
     _tool_turn_opening,
     imagined_groups,
+    read_reply,
     reply_opening,
     reply_stops,
 )
@@ -39,6 +40,19 @@ def test_imagined_step_reads_the_reply():
     garbled = _imagined_step("blah blah", 2, None)
     assert garbled[1:3] == (0.0, False) and garbled[4]["response_type"] == UNRECOGNISED
     assert "real_response_type" not in garbled[4]
+
+
+def test_imagined_step_reads_a_loose_reply_only_by_nearest_template():
+    loose = "Great news, I was able to cancel the plan. Is there anything I can do?"  # no template whole
+    assert _imagined_step(loose, 4, None)[4]["response_type"] == UNRECOGNISED
+    done = _imagined_step(loose, 4, None, "nearest")
+    assert done[1:3] == (1.0, True) and done[4]["response_type"] == "task_complete"
+    assert read_reply("blah blah", "nearest") == UNRECOGNISED
+
+
+def test_imagined_reply_reading_is_checked():
+    with pytest.raises(ValueError, match="imagined_reply_reading"):
+        DualLoRAConfig(imagined_reply_reading="fuzzy")
 
 
 @pytest.mark.parametrize("transfer", ["separate", "echo"])

@@ -10,10 +10,12 @@ from worldgym.agents.grpo.config import GRPOConfig
 from worldgym.agents.llm.tokenizer import WORLD_MODEL_TOKENS
 from worldgym.config import check_choice, check_field, check_positive_int, check_range
 
-__all__ = ["ADAPTER_TARGETS", "WM_SPECIAL_TOKENS", "DualLoRAConfig", "LambdaSchedule", "Transfer"]
+__all__ = ["ADAPTER_TARGETS", "WM_SPECIAL_TOKENS", "DualLoRAConfig", "ImaginedReplyReading", "LambdaSchedule",
+           "Transfer"]
 
 Transfer = Literal["separate", "stacked", "shared", "iwm", "echo"]
 LambdaSchedule = Literal["constant", "step", "adaptive"]
+ImaginedReplyReading = Literal["exact", "nearest"]
 
 # The world model reads ``conversation + phone call + <|predict_csr|>`` and writes ``<|csr|> reply <|/csr|>``.
 WM_SPECIAL_TOKENS = WORLD_MODEL_TOKENS
@@ -54,6 +56,9 @@ class DualLoRAConfig(GRPOConfig):
             env (the world_model adapter, or the policy under "echo"; lookups stay the env's; reward 1 when the
             imagined reply completes the task): :mod:`worldgym.agents.dual_lora.imagination`. 0 = none.
         imagined_reply_tokens: longest imagined reply, in tokens.
+        imagined_reply_reading: how an imagined reply's type is read: "exact" (``classify_reply``: the reply
+            follows one template whole) or "nearest" (``nearest_reply_type``: else the type of the template whose
+            fixed words it covers best, in order, when it covers at least 75% of them).
         wm_token_rows: the world model's adapter trains its own embedding rows (and tied LM-head rows) of its
             three markers, ``<|predict_csr|>``, ``<|csr|>`` and ``<|/csr|>`` (LoRA's ``trainable_token_indices``).
             Added tokens start at the mean of the pieces their text split into, and LoRA layers alone barely
@@ -98,6 +103,7 @@ class DualLoRAConfig(GRPOConfig):
     echo_tools: tuple[str, ...] = ("make_phone_call",)
     imagined_fraction: float = 0.0
     imagined_reply_tokens: int = 96
+    imagined_reply_reading: ImaginedReplyReading = "exact"
     wm_token_rows: bool = False
     wm_warmup_updates: int = 0
     wm_warmup_chats_per_update: int = 4
@@ -126,6 +132,7 @@ class DualLoRAConfig(GRPOConfig):
         check_choice("adapter_targets", self.adapter_targets, ("qvo", "all-linear", "custom"))
         check_choice("transfer", self.transfer, ("separate", "stacked", "shared", "iwm", "echo"))
         check_choice("lambda_schedule", self.lambda_schedule, ("constant", "step", "adaptive"))
+        check_choice("imagined_reply_reading", self.imagined_reply_reading, ("exact", "nearest"))
         check_field(self.finetune == "lora", "finetune", self.finetune,
                     "use 'lora': both adapters sit on one frozen base")
         check_range("lora_dropout", self.lora_dropout, 0.0, 1.0, high_open=True)

@@ -3,7 +3,8 @@
 In an imagined group the env still answers ``search_company`` and ``auth_info_form`` (deterministic lookups),
 but every valid phone call is answered by a reply the world model writes: the ``world_model`` adapter behind
 the ``<|predict_csr|> <|csr|>`` markers, or, under ``transfer="echo"``, the policy itself in the chat's own
-tool turn. The reply's meaning comes from :func:`worldgym.envs.csr_phone.classify_reply`; an imagined episode
+tool turn. The reply's meaning comes from :func:`worldgym.envs.csr_phone.classify_reply` (or, with
+``imagined_reply_reading="nearest"``, :func:`~worldgym.envs.csr_phone.nearest_reply_type`); an imagined episode
 ends with reward 1 on a predicted ``task_complete``. Imagined replies are never training targets of the world
 model (nor of the echo loss): they are its own output.
 
@@ -35,12 +36,12 @@ from worldgym.agents.dual_lora.world_model import wm_token_ids
 from worldgym.agents.llm.adapters import using_adapters
 from worldgym.agents.llm.engines import Generation, HFEngine, SamplingParams
 from worldgym.agents.llm.rollout import Episode, StepResult, content_token_range
-from worldgym.envs.csr_phone import classify_reply
+from worldgym.envs.csr_phone import classify_reply, nearest_reply_type
 from worldgym.envs.csr_phone.phrases import TASK_COMPLETE
 from worldgym.spaces import ToolCall, ToolCallSpace
 from worldgym.wrappers.tool_call_text import parse_tool_call
 
-__all__ = ["UNRECOGNISED", "PhoneCallImagination", "imagined_groups", "reply_opening", "reply_stops"]
+__all__ = ["UNRECOGNISED", "PhoneCallImagination", "imagined_groups", "read_reply", "reply_opening", "reply_stops"]
 
 PHONE_TOOL = "make_phone_call"
 UNRECOGNISED = "unrecognised"  # response type of an imagined reply that follows no template
@@ -98,7 +99,8 @@ class PhoneCallImagination:
         self._calls += 1
         for index, generation in zip(calls, self.replies(prompts, params)):
             text = self.tokenizer.decode(generation.token_ids, skip_special_tokens=True).strip()
-            results[index] = _imagined_step(text, len(episodes[index].turns) + 1, truth.get(index))
+            results[index] = _imagined_step(text, len(episodes[index].turns) + 1, truth.get(index),
+                                            self.config.imagined_reply_reading)
         return results
 
     def replies(self, prompts: list[list[int]], params: SamplingParams) -> list[Generation]:
@@ -137,9 +139,16 @@ class PhoneCallImagination:
         return isinstance(call, ToolCall) and call.name == PHONE_TOOL and not self.action_space.validate(call)
 
 
-def _imagined_step(text: str, turn: int, real_response_type: str | None) -> StepResult:
-    """The env step an imagined reply stands for: its classified type, reward 1 and the end on completion."""
-    response_type = classify_reply(text) or UNRECOGNISED
+def read_reply(text: str, reading: str = "exact") -> str:
+    """An imagined reply's response type under ``reading`` (``DualLoRAConfig.imagined_reply_reading``),
+    :data:`UNRECOGNISED` when it is read as none."""
+    return (nearest_reply_type(text) if reading == "nearest" else classify_reply(text)) or UNRECOGNISED
+
+
+def _imagined_step(text: str, turn: int, real_response_type: str | None, reading: str = "exact") -> StepResult:
+    """The env step an imagined reply stands for: its type read by ``reading``, reward 1 and the end on
+    completion."""
+    response_type = read_reply(text, reading)
     complete = response_type == TASK_COMPLETE
     info: dict[str, Any] = {"tool": PHONE_TOOL, "response_type": response_type, "imagined": True,
                             "success": complete, "task_complete": complete, "turn": turn}

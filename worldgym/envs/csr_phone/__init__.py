@@ -13,7 +13,7 @@ from worldgym.envs.csr_phone.env import CSR_TOOLS, CSRPhoneEnv
 from worldgym.envs.csr_phone.evaluation import EpisodeResult, PolicyStats, evaluate_policy, run_episode
 from worldgym.envs.csr_phone.policies import ExpertPolicy, RandomPolicy, TextPolicy
 from worldgym.envs.csr_phone.presets import PRESETS
-from worldgym.envs.csr_phone.replies import classify_reply
+from worldgym.envs.csr_phone.replies import classify_reply, nearest_reply_type
 from worldgym.envs.csr_phone.text_expert import CSRTextExpert
 from worldgym.envs.csr_phone.world import DIFFICULTIES
 
@@ -35,5 +35,6 @@ __all__ = [
     "TextPolicy",
     "classify_reply",
     "evaluate_policy",
+    "nearest_reply_type",
     "run_episode",
 ]

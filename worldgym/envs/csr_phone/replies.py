@@ -4,18 +4,24 @@ Every reply the env speaks is an optional greeting followed by one paraphrase of
 (:mod:`worldgym.envs.csr_phone.phrases`). Each template becomes a regular expression whose slots (company,
 department, agent, phone number, ...) match any text on one line, so a reply, the env's own or a model's
 prediction of one, is classified exactly when it follows a template and is ``None`` otherwise.
+
+``nearest_reply_type`` reads a reply more leniently, for a model's free text that paraphrases a template
+loosely: the type of the template whose fixed words the reply covers best, in order.
 """
 
 from __future__ import annotations
 
 import re
 import string
+from difflib import SequenceMatcher
 from functools import lru_cache
 
 from worldgym.envs.csr_phone.phrases import GREETINGS, INVALID_NUMBER, PARAPHRASES
 
-__all__ = ["classify_reply"]
+__all__ = ["NEAREST_MIN_COVERAGE", "classify_reply", "nearest_reply_type"]
 
+NEAREST_MIN_COVERAGE = 0.75  # share of a template's fixed words a reply must hold, in order, to be read as it
+_WORD = re.compile(r"[a-z0-9']+")
 _SLOT = "[^\n]+?"  # a slot's value: any text on one line, as short as the rest of the template allows
 
 
@@ -59,3 +65,43 @@ def classify_reply(text: str) -> str | None:
     text = text.strip()
     matches = {response_type for response_type, pattern in _patterns() if pattern.fullmatch(text)}
     return matches.pop() if len(matches) == 1 else None
+
+
+def _words(text: str) -> list[str]:
+    """Lower-case words of ``text`` (apostrophes kept: "can't" is one word)."""
+    return _WORD.findall(text.lower())
+
+
+@lru_cache(maxsize=1)
+def _template_words() -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """Each paraphrase's fixed words (its slots left out), with its response type."""
+    return tuple((response_type, tuple(word for literal, _, _, _ in string.Formatter().parse(template)
+                                       for word in _words(literal)))
+                 for response_type, family in PARAPHRASES.items() for template in family)
+
+
+def nearest_reply_type(text: str, min_coverage: float = NEAREST_MIN_COVERAGE) -> str | None:
+    """The response type of ``text`` read leniently: :func:`classify_reply`'s type when the reply follows a
+    template, else the type of the paraphrase whose fixed words ``text`` holds the largest share of, in order
+    (words, not characters; slots and any greeting are free text), when that share is at least ``min_coverage``
+    and no other type's paraphrase is covered as well. ``None`` otherwise.
+
+    >>> nearest_reply_type("Great news, I was able to cancel the plan. Is there anything else I can do?")
+    'task_complete'
+    >>> nearest_reply_type("Thank you for calling, I can't access your account without your billing number.") is None
+    True
+    """
+    if not 0.0 < min_coverage <= 1.0:
+        raise ValueError(f"min_coverage must be in (0, 1], got {min_coverage}")
+    exact = classify_reply(text)
+    if exact is not None:
+        return exact
+    words = _words(text)
+    best: dict[str, float] = {}
+    for response_type, fixed in _template_words():
+        matcher = SequenceMatcher(None, fixed, words, autojunk=False)
+        covered = sum(block.size for block in matcher.get_matching_blocks()) / len(fixed)
+        best[response_type] = max(best.get(response_type, 0.0), covered)
+    top = max(best.values())
+    winners = [response_type for response_type, covered in best.items() if covered == top]
+    return winners[0] if top >= min_coverage and len(winners) == 1 else None
