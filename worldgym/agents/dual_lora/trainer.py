@@ -31,8 +31,7 @@ from worldgym.agents.llm.adapters import activate_adapters, of_adapter, save_ada
 from worldgym.agents.llm.engines import GenerationEngine, HFEngine
 from worldgym.agents.llm.rollout import Episode
 from worldgym.agents.llm.sft import Chat
-from worldgym.agents.llm.warm_start import demonstrations
-from worldgym.env_training import expert_spec
+from worldgym.agents.llm.warm_start import demonstrations, expert_options
 
 __all__ = ["DualLoRATrainer", "attach_adapters", "wm_success_correlation"]
 
@@ -187,12 +186,10 @@ class DualLoRATrainer(GRPOTrainer):
         start = time.perf_counter()
         chats = self.world_model_chats
         if chats is None:
-            spec = expert_spec(config.env_id)
             first = config.seed * 10**6
             chats = demonstrations(config.env_id, {**config.env_kwargs, "split": "train"},
                                    range(first, first + config.wm_warmup_updates * config.wm_warmup_chats_per_update),
-                                   max_turns=config.max_turns, **({"seed": config.seed} if "seed" in spec.options
-                                                                  else {}))
+                                   max_turns=config.max_turns, **expert_options(config.env_id, config.seed))
         examples = chat_phone_calls(chats, self.tokenizer, config.wm_max_context_tokens)
         world_model = self._adapter_groups()[1]
         losses = warm_up_world_model(

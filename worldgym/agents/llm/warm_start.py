@@ -37,7 +37,6 @@ from worldgym.checkpointing import (
 )
 from worldgym.config import check_field, check_positive_int, check_range
 from worldgym.env_training import (
-    ExpertSpec,
     current_env_id,
     expert_spec,
     has_expert,
@@ -47,7 +46,8 @@ from worldgym.errors import CheckpointError, CheckpointNotFoundError, ConfigErro
 from worldgym.precision import Precision, check_precision, resolve_dtype
 
 __all__ = [
-    "WarmStart", "WarmStartConfig", "demonstrations", "expert_chats", "is_cached", "load_or_train_warm_start",
+    "WarmStart", "WarmStartConfig", "demonstrations", "expert_chats", "expert_options", "is_cached",
+    "load_or_train_warm_start",
     "read_warm_start_config",
 ]
 
@@ -173,10 +173,11 @@ class WarmStart:
     summary: dict[str, Any]
 
 
-def expert_options(config: WarmStartConfig, spec: ExpertSpec) -> dict[str, Any]:
-    """The options ``config`` gives its env's expert: ``seed`` and a set ``mistake_rate``, those it takes."""
-    options = {"seed": config.seed} if "seed" in spec.options else {}
-    return options | ({"mistake_rate": config.mistake_rate} if config.mistake_rate else {})
+def expert_options(env_id: str, seed: int, mistake_rate: float = 0.0) -> dict[str, Any]:
+    """The options ``env_id``'s registered expert is made with: ``seed`` where it takes one, and
+    ``mistake_rate`` when set."""
+    options = {"seed": seed} if "seed" in expert_spec(env_id).options else {}
+    return options | ({"mistake_rate": mistake_rate} if mistake_rate else {})
 
 
 def demonstrations(
@@ -207,7 +208,7 @@ def expert_chats(config: WarmStartConfig, expert: ExpertPolicy | None = None) ->
     """The expert's train-split episodes at each difficulty, as chats (each episode to its end: a tool env's
     within :func:`collect_expert_chats`'s turn limit, an answer env's after its one step); ``expert``: a policy
     to imitate instead of the env's registered one."""
-    options = {} if expert is not None else expert_options(config, expert_spec(config.env_id))
+    options = {} if expert is not None else expert_options(config.env_id, config.seed, config.mistake_rate)
     chats: list[Chat] = []
     levels: tuple[int | None, ...] = config.difficulties or (None,)  # () : an env without difficulty levels
     for difficulty in levels:
