@@ -135,9 +135,13 @@ MODES: dict[str, dict[str, Any]] = {
     # updates closed 12% of its replies with <|/csr|>, with them 100% (benchmarks/world_model_replies.py); and,
     # added after that world model still typed only 16% of its replies right after those 32 updates, a warm-up
     # before step 1 on the phone calls of the chats the warm start imitated (no new task): 32 updates of 2 chats'
-    # calls (64 of its 128 d3 chats, ~500 of their 1,020 calls), once per run
+    # calls, once per run; then, after that warm-up's world model wrote closed replies that mixed template pieces
+    # (none typed by classify_reply after 32 updates; 10% after 48, 23% read by the nearest template), the
+    # imagined replies are read by their nearest template and the warm-up makes one whole pass over the warm
+    # start's 128 d3 chats (64 updates of 2 chats' calls, 1,020 calls)
     "separate-own-clip-imagined50": {"transfer": "separate", "clip_per_adapter": True, "imagined_fraction": 0.5,
-                                     "wm_token_rows": True, "wm_warmup_updates": 32, "wm_warmup_chats_per_update": 2},
+                                     "wm_token_rows": True, "wm_warmup_updates": 64, "wm_warmup_chats_per_update": 2,
+                                     "imagined_reply_reading": "nearest"},
 }
 
 # The validation success a run must reach, per model, each fixed before that model's comparison ran:

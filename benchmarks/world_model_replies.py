@@ -24,7 +24,7 @@ tokens, and the teacher-forced token accuracy on the held-out replies; every rep
 
 Writes ``world_model_replies.json`` (one entry per model and setting, every run kept; a run's row after every
 evaluation, ``finished`` once all its variants are done) and a PNG of the type
-accuracy and closed share against updates, every finished run of the setting.
+accuracy and closed share against updates, every run of the setting (``--plot-only`` redraws it).
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ import itertools
 import json
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -85,6 +86,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--chats-per-update", type=int, default=4, help=f"the {EXPERT} variant's")
     parser.add_argument("--eval-every", type=int, default=8, help="updates between evaluations")
     parser.add_argument("--variants", nargs="+", choices=sorted(VARIANTS), default=["without-rows", "with-rows"])
+    parser.add_argument("--plot-only", action="store_true", help="redraw the PNG from the JSON's runs of the setting")
     add_batch_flags(parser)
     args = parser.parse_args(argv)
     if args.quick:
@@ -136,6 +138,7 @@ def evaluate(trainer: DualLoRATrainer, held_out: list[PhoneCallExample], update:
     real = [example.response_type for example in held_out]
     return {"update": update, "type_accuracy": float(np.mean(np.array(read["exact"]) == real)),
             "nearest_type_accuracy": float(np.mean(np.array(read["nearest"]) == real)),
+            "commonest_type_share": commonest_share(real),
             "closed": float(np.mean([bool(g.token_ids) and g.token_ids[-1] == close for g in replies])),
             "reply_tokens_mean": float(np.mean([len(g.token_ids) for g in replies])),
             "token_accuracy": float(scores.token_accuracy.mean()), "reply_s": seconds,
@@ -179,6 +182,11 @@ def train_and_evaluate(trainer: DualLoRATrainer, batches: Iterator[list[PhoneCal
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
+    key = f"{args.model}-d{args.difficulty}-T{args.temperature or 1.0:g}{warm_start_suffix(args)}"
+    path = results_dir(args) / "world_model_replies.json"
+    if args.plot_only:
+        plot_setting(path, key, args.quick)
+        return
     set_torch_threads(1)
     start = time.perf_counter()
     trainer = make_trainer(args, VARIANTS[args.variants[0]])
@@ -187,8 +195,6 @@ def main(argv: list[str] | None = None) -> None:
     if not train or not held_out:
         raise SystemExit("the episodes made no phone call to train on or hold out: play more (--episodes)")
     curves: dict[str, list[dict[str, Any]]] = {}
-    key = f"{args.model}-d{args.difficulty}-T{args.temperature or 1.0:g}{warm_start_suffix(args)}"
-    path = results_dir(args) / "world_model_replies.json"
     settings = {k: getattr(args, k) for k in ("episodes", "held_out", "updates", "calls_per_update",
                                               "chats_per_update", "eval_every", "max_turns", "seed")}
     started_at, index = time.time(), None
@@ -215,17 +221,27 @@ def main(argv: list[str] | None = None) -> None:
         trainer = None
         release_free_heap()
     save(finished=True)
-    runs = json.loads(path.read_text())[key]["runs"]
-    plot([run for run in runs if run.get("finished", True) and run.get("quick") == args.quick],
-         path.with_suffix(".png"), key)
+    plot_setting(path, key, args.quick)
+
+
+def plot_setting(path: Path, key: str, quick: bool) -> None:
+    """Draw every run of setting ``key`` in ``path`` (the quick ones or the others) into its PNG."""
+    runs = [run for run in json.loads(path.read_text())[key]["runs"] if bool(run.get("quick")) == quick]
+    plot(runs, path.with_suffix(".png"), key)
 
 
 def run_label(name: str, run: dict[str, Any]) -> str:
-    """A curve's legend label: the variant, with the updates and batch size that tell runs of it apart."""
+    """A curve's legend label: the variant and its batch size, and "stopped" for a run that did not finish."""
     settings = run["settings"]
     batch = (f"{settings['chats_per_update']} chats" if name == EXPERT else
              f"{settings['calls_per_update']} calls")
-    return f"{name} ({batch}/update)"
+    return f"{name} ({batch}/update{'' if run.get('finished', True) else ', stopped'})"
+
+
+def commonest_share(types: list[str]) -> float:
+    """The share of the commonest value in ``types``: what a constant guess of the commonest real type gets
+    right."""
+    return max(Counter(types).values()) / len(types)
 
 
 def plot(runs: list[dict[str, Any]], path: Path, title: str) -> None:
@@ -236,7 +252,7 @@ def plot(runs: list[dict[str, Any]], path: Path, title: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6.4, 3.9))
+    fig, ax = plt.subplots(figsize=(7.2, 3.9))
     for run in runs:
         for name, curve in run["curves"].items():
             label, updates = run_label(name, run), [row["update"] for row in curve]
@@ -247,13 +263,17 @@ def plot(runs: list[dict[str, Any]], path: Path, title: str) -> None:
                         color=line.get_color(), label=f"{label}: type right, nearest template")
             ax.plot(updates, [row["closed"] for row in curve], linestyle="--", color=line.get_color(),
                     label=f"{label}: closed with <|/csr|>")
+            if curve and "replies" in curve[-1]:  # the share a constant guess of the commonest type gets right
+                share = commonest_share([reply["real_type"] for reply in curve[-1]["replies"]])
+                ax.axhline(share, color=line.get_color(), linewidth=0.8, alpha=0.5,
+                           label=f"{label}: commonest real type's share")
     ax.set_xlabel("world-model updates")
     ax.set_ylabel("share of held-out replies")
     ax.set_ylim(-0.02, 1.02)
     ax.set_title(title, fontsize=9)
-    ax.legend(fontsize=6)
+    ax.legend(fontsize=6, loc="center left", bbox_to_anchor=(1.01, 0.5))
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
     print(f"wrote {path}")
 

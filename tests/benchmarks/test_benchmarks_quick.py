@@ -217,7 +217,7 @@ def test_world_model_replies(tmp_path: Path) -> None:
         for point in curve:
             assert 0 <= point["type_accuracy"] <= point["nearest_type_accuracy"] <= 1  # nearest reads more
             assert 0 <= point["closed"] <= 1 and point["reply_tokens_mean"] >= 0
-            assert len(point["replies"]) == row["held_out_calls"]
+            assert len(point["replies"]) == row["held_out_calls"] and 0 < point["commonest_type_share"] <= 1
             for reply in point["replies"]:  # an exactly read reply reads the same by nearest template
                 assert reply["exact"] == "unrecognised" or reply["nearest"] == reply["exact"]
         assert curve[1]["loss_mean"] > 0
@@ -225,7 +225,11 @@ def test_world_model_replies(tmp_path: Path) -> None:
     first = [curve[0] for curve in row["curves"].values()]
     assert all(point["replies"] == first[0]["replies"] for point in first)
     assert all(point["token_accuracy"] == first[0]["token_accuracy"] for point in first)
-    assert (tmp_path / "world_model_replies.png").is_file()
+    png = tmp_path / "world_model_replies.png"
+    assert png.is_file()
+    png.unlink()
+    run("world_model_replies.py", "--plot-only", results=tmp_path)  # redrawn from the JSON, nothing trained
+    assert png.is_file() and load(tmp_path / "world_model_replies.json") == data
 
 
 def test_token_sampling(tmp_path: Path) -> None:
