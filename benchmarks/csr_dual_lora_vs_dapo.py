@@ -378,8 +378,9 @@ def _final_tests(args: argparse.Namespace, trainer: DualLoRATrainer, path: Path)
 # ---------------------------------------------------------------- evaluation beside training
 TRAINING_LOCK = "training"  # held by a run's trainer while it trains (evaluation_jobs.JobFolder.claimed)
 PART_LOCK = "part"  # held while a process rewrites the part file
-# final tests from this difficulty on run one at a time: two SmolLM2 workers testing d4 and d5 at once held 17.8 GB
-# of a 24 GB machine and were still growing (their KV caches hold the longest episodes)
+# final tests from this difficulty on run one at a time, among all the runs of a runs folder: two SmolLM2 workers
+# testing d4 and d5 at once held 17.8 GB of a 24 GB machine and were still growing (their KV caches hold the
+# longest episodes); two runs' d5 tests at once ran it out of memory (one of them held 13.9 GB)
 ONE_LONG_TEST_FROM = 4
 TRAINER_START_S = 120.0  # a worker waits this long for the trainer to take its lock before it counts it gone
 
@@ -432,7 +433,7 @@ def evaluate_aside(args: argparse.Namespace, config: DualLoRAConfig, command: st
     """Take a run's evaluation jobs whose checkpoint exists (``wait``: also wait for the others while the
     trainer runs); rewrite the part after each. Returns the jobs this process did."""
     out = Path(config.output_dir)
-    folder = JobFolder(out / "evaluations")
+    folder = JobFolder(out / "evaluations", groups=out.parent)  # long tests: one at a time among the runs
     jobs = evaluation_jobs(args)
     evaluator = CheckpointEvaluator(args, config, out)
     start = time.monotonic()

@@ -42,10 +42,13 @@ class Job:
 
 
 class JobFolder:
-    """The results and locks of a run's jobs, in one folder (created on first use)."""
+    """The results and locks of a run's jobs, in one folder (created on first use). The locks of job groups are
+    in ``groups`` (default: the same folder): runs whose folders share it run their groups' jobs one at a time
+    between them too."""
 
-    def __init__(self, folder: Path):
+    def __init__(self, folder: Path, groups: Path | None = None):
         self.folder = folder
+        self.groups = JobFolder(groups) if groups is not None else self
 
     def result(self, job: Job) -> dict[str, Any] | None:
         """The job's result, or None when it has none yet."""
@@ -111,8 +114,8 @@ def work(folder: JobFolder, jobs: Sequence[Job], ready: Callable[[Job], bool],
             with contextlib.ExitStack() as held:
                 if not held.enter_context(folder.claimed(job.name)) or finished(job):
                     continue  # another worker has it, or finished it since the look above
-                if job.group is not None and not held.enter_context(folder.claimed(f"group-{job.group}")):
-                    continue  # a job of its group runs elsewhere
+                if job.group is not None and not held.enter_context(folder.groups.claimed(f"group-{job.group}")):
+                    continue  # a job of its group runs elsewhere (in this run, or in one sharing its groups)
                 folder.save(job, run_job(job))
             count, took = count + 1, True
             after()

@@ -96,3 +96,20 @@ def test_jobs_of_one_group_run_one_at_a_time(tmp_path: Path) -> None:
     assert done == ["validation-step-4"]
     assert work(folder, jobs, ready=lambda job: True, run_job=run_job, after=lambda: None) == 2
     assert done == ["validation-step-4", "test-d4", "test-d5"]
+
+
+def test_runs_sharing_a_groups_folder_run_their_groups_jobs_one_at_a_time(tmp_path: Path) -> None:
+    first = JobFolder(tmp_path / "run-a" / "evaluations", groups=tmp_path)
+    second = JobFolder(tmp_path / "run-b" / "evaluations", groups=tmp_path)
+    jobs = [Job("validation-step-4", 4), Job("test-d5", 4, "long-tests")]
+    done: list[str] = []
+
+    def run_job(job: Job) -> dict[str, int]:
+        done.append(job.name)
+        return {"step": job.step}
+
+    with first.groups.claimed("group-long-tests"):  # the other run is testing d5
+        assert work(second, jobs, ready=lambda job: True, run_job=run_job, after=lambda: None) == 1
+    assert done == ["validation-step-4"] and (tmp_path / "group-long-tests.lock").is_file()
+    assert work(second, jobs, ready=lambda job: True, run_job=run_job, after=lambda: None) == 1
+    assert done == ["validation-step-4", "test-d5"]
