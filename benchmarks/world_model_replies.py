@@ -264,7 +264,9 @@ def plot(runs: list[dict[str, Any]], path: Path, title: str) -> None:
             ax.plot(updates, [row["closed"] for row in curve], linestyle="--", color=line.get_color(),
                     label=f"{label}: closed with <|/csr|>")
             if curve and "replies" in curve[-1]:  # the share a constant guess of the commonest type gets right
-                share = commonest_share([reply["real_type"] for reply in curve[-1]["replies"]])
+                share = curve[-1].get("commonest_type_share")  # recorded since; computed from the replies before
+                if share is None:
+                    share = commonest_share([reply["real_type"] for reply in curve[-1]["replies"]])
                 ax.axhline(share, color=line.get_color(), linewidth=0.8, alpha=0.5,
                            label=f"{label}: commonest real type's share")
     ax.set_xlabel("world-model updates")
