@@ -54,13 +54,16 @@ def test_a_call_without_a_reply_and_other_tools_are_left_out(csr_tokenizer):
     assert chat_phone_calls([chat], csr_tokenizer, max_context_tokens=4)[0][1].target_start == 6
 
 
-def test_the_warm_up_trains_the_world_model_alone_before_the_first_step(tmp_path, csr_tokenizer, expert_chats):
+def test_the_warm_up_trains_the_world_model_alone_before_the_first_step(tmp_path, csr_tokenizer, expert_chats,
+                                                                         capsys):
     trainer = _trainer(tmp_path, csr_tokenizer, wm_warmup_updates=3, wm_warmup_chats_per_update=2,
-                       wm_learning_rate=5e-3)
+                       wm_learning_rate=5e-3, progress=True)
     trainer.world_model_chats = expert_chats
     policy = _adapter_weights(trainer, "policy")
     world_model = _adapter_weights(trainer, "world_model")
     warmup = trainer.warm_up_world_model()
+    shown = capsys.readouterr().err  # the progress bar, at its last update
+    assert "world-model warm-up" in shown and "3/3" in shown
     assert warmup["wm_warmup/calls"] == sum(map(len, chat_phone_calls(expert_chats, csr_tokenizer)))
     assert warmup["wm_warmup/loss_last"] < warmup["wm_warmup/loss_first"]
     assert all(torch.equal(p, policy[n]) for n, p in _adapter_weights(trainer, "policy").items())

@@ -195,7 +195,7 @@ class DualLoRATrainer(GRPOTrainer):
         losses = warm_up_world_model(
             self.policy, config.world_model_adapter, config.adapter_names, examples, self.optimizer,
             lambda: torch.nn.utils.clip_grad_norm_(world_model, config.grad_clip), config.wm_warmup_updates,
-            config.wm_warmup_chats_per_update, config.seed)
+            config.wm_warmup_chats_per_update, config.seed, progress=config.progress and self.is_main)
         self._sync_weights()
         return {"wm_warmup/loss_first": losses[0], "wm_warmup/loss_last": losses[-1],
                 "wm_warmup/calls": float(sum(map(len, examples))), "time/wm_warmup_s": time.perf_counter() - start}

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator, Sequence
 import numpy as np
 import torch
 from peft import PeftModel
+from tqdm.auto import tqdm
 from transformers import PreTrainedTokenizerBase
 
 from worldgym.agents.dual_lora.world_model import PHONE_TOOL, PhoneCallExample, score_packed, wm_token_ids
@@ -102,12 +103,19 @@ def warm_up_world_model(
     updates: int,
     chats_per_update: int,
     seed: int,
+    progress: bool = False,
 ) -> list[float]:
     """``updates`` :func:`world_model_update` steps over :func:`chat_batches` of ``examples``; each update's
-    loss."""
+    loss. ``progress`` shows a bar with the last loss (a SmolLM2 warm-up of 64 updates takes most of an hour on a
+    CPU core)."""
     batches = chat_batches(examples, chats_per_update, seed)
-    return [world_model_update(model, adapter, adapter_names, next(batches), optimizer, clip)
-            for _ in range(updates)]
+    losses: list[float] = []
+    with tqdm(total=updates, desc="world-model warm-up", unit="update", disable=not progress) as bar:
+        for _ in range(updates):
+            losses.append(world_model_update(model, adapter, adapter_names, next(batches), optimizer, clip))
+            bar.set_postfix(loss=f"{losses[-1]:.3f}", refresh=False)
+            bar.update()
+    return losses
 
 
 def _reply_to(chat: Chat, index: int) -> str:
