@@ -45,6 +45,9 @@ from benchmarks.csr_warm_starts import DIFFICULTIES, warm_start_command, warm_st
 
 SCRIPT = Path(__file__).resolve().parent / "csr_dual_lora_vs_dapo.py"
 MAX_GPU_JOBS = 4  # processes that share one GPU
+# the most one SmolLM2 process (a trainer, or a worker validating at d3) held on CPU, measured with two runs
+# and their workers at once on a 24 GiB machine (5.1-6.4 GB each; together they left no memory free)
+SMOLLM2_PROCESS_GB = 6.5
 
 
 @dataclass(frozen=True)
@@ -175,7 +178,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--dry-run", action="store_true", help="say which pairs are done and which would run")
     parser.add_argument("--jobs", type=int, help="runs at a time, in processes' slots: a finished trainer's slot goes "
                                                    "to the next run's (default: 2 on CPU, 4 on a GPU; with "
-                                                   "--evaluate-aside 1 on CPU, 2 on a GPU)")
+                                                   "--evaluate-aside 1 on CPU, 2 on a GPU; SmolLM2 on CPU: refused "
+                                                   "where its processes would not fit in memory)")
     parser.add_argument("--evaluate-aside", action="store_true",
                         help="each run as two processes at a time: its trainer, and a worker that validates and "
                              "tests its checkpoints as they appear, joined by a second worker once the trainer "
@@ -235,6 +239,20 @@ def apply_sweep(args: argparse.Namespace) -> None:
                          f"{per_run} per run)")
 
 
+def check_memory(args: argparse.Namespace, total_bytes: int) -> None:
+    """Refuse SmolLM2 runs on CPU whose processes at a time would not fit in ``total_bytes`` of memory: the
+    kernel would kill one of them midway (a run resumes from its last checkpoint, but the step it was in is
+    lost)."""
+    if args.device.startswith("cuda") or args.model != "smollm2-135m":
+        return
+    processes = args.jobs * processes_per_run(args)
+    needed, total = processes * SMOLLM2_PROCESS_GB, total_bytes / 1e9
+    if needed > total:
+        raise ValueError(f"--jobs {args.jobs}: {processes} SmolLM2 processes at a time need about {needed:.1f} GB "
+                         f"(up to {SMOLLM2_PROCESS_GB} GB each), this machine has {total:.1f} GB: give --jobs "
+                         f"{max(1, int(total // (SMOLLM2_PROCESS_GB * processes_per_run(args))))}")
+
+
 def processes_per_run(args: argparse.Namespace) -> int:
     """A run's processes at a time: its trainer (or, once it trained, a second worker), and its evaluation worker
     with ``--evaluate-aside``."""
@@ -271,6 +289,10 @@ def main(argv: list[str] | None = None) -> None:
           f"{args.jobs} at a time", flush=True)
     if args.dry_run or not todo:
         return
+    try:
+        check_memory(args, os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except ValueError as error:
+        raise SystemExit(f"error: {error}") from None
     if args.wheels is not None:
         subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps",
                         *map(str, sorted(args.wheels.glob("*.whl")))], check=True)

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from benchmarks import csr_dual_lora_vs_dapo as bench
-from benchmarks.csr_dual_lora_sweep import SWEEPS, parse_args, run_command, run_pool
+from benchmarks.csr_dual_lora_sweep import SWEEPS, check_memory, parse_args, run_command, run_pool
 from benchmarks.csr_dual_lora_vs_dapo import (
     _check_one_setting,
     bootstrap_interval,
@@ -235,6 +235,18 @@ def test_sweep_presets_fix_their_settings() -> None:
     # validating aside, a run is two processes: one run at a time on two cores, two on a GPU
     assert parse_args(["--sweep", "smollm2-d3", "--evaluate-aside"]).jobs == 1
     assert parse_args(["--sweep", "smollm2-d3", "--evaluate-aside", "--device", "cuda"]).jobs == 2
+
+
+def test_smollm2_processes_that_would_not_fit_in_memory_are_refused() -> None:
+    gib = 2**30
+    two_runs_aside = parse_args(["--sweep", "smollm2-d3", "--evaluate-aside", "--jobs", "2"])
+    with pytest.raises(ValueError, match="4 SmolLM2 processes at a time need about 26.0 GB.*has 25.8 GB: give --jobs 1"):
+        check_memory(two_runs_aside, 24 * gib)  # 25.8 GB: what ran a 24 GiB machine out of memory
+    check_memory(two_runs_aside, 32 * gib)
+    check_memory(parse_args(["--sweep", "smollm2-d3", "--evaluate-aside"]), 24 * gib)  # the default: one run
+    check_memory(parse_args(["--sweep", "smollm2-d3"]), 24 * gib)  # two runs validating as they train
+    check_memory(parse_args(["--sweep", "smollm2-d3", "--evaluate-aside", "--device", "cuda"]), 8 * gib)
+    check_memory(parse_args(["--sweep", "tiny-d1", "--evaluate-aside", "--jobs", "2"]), 8 * gib)
 
 
 @pytest.mark.parametrize(("argv", "message"), [
