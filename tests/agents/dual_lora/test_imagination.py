@@ -16,7 +16,9 @@ from worldgym.agents.dual_lora.imagination import (
     reply_stops,
 )
 from worldgym.agents.dual_lora.world_model import phone_call_examples
+from worldgym.agents.grpo.trainer import _rollout_metrics
 from worldgym.agents.llm.models import build_tiny_model
+from worldgym.agents.llm.rollout import Episode, Turn
 
 from .conftest import PhoningEngine, make_csr_env
 
@@ -48,6 +50,27 @@ def test_imagined_step_reads_a_loose_reply_only_by_nearest_template():
     done = _imagined_step(loose, 4, None, "nearest")
     assert done[1:3] == (1.0, True) and done[4]["response_type"] == "task_complete"
     assert read_reply("blah blah", "nearest") == UNRECOGNISED
+
+
+def test_imagined_successes_are_confirmed_by_the_envs_unseen_answer_to_their_last_call():
+    done = "Perfect, your request to close the account is complete. Thanks for calling!"
+
+    def episode(*steps: tuple[str, str | None]) -> Episode:
+        results = [_imagined_step(text, i + 1, real) for i, (text, real) in enumerate(steps)]
+        turns = [Turn(action="call", observation=r[0], reward=r[1], finish_reason="stop", info=r[4]) for r in results]
+        return Episode(token_ids=[1, 2], action_mask=[0, 1], old_logprobs=[0.0, -1.0], prompt_length=1, group_id=0,
+                       env_seed=0, reward=results[-1][1], turns=turns, terminated=results[-1][2],
+                       success=bool(results[-1][2]), imagined=True)
+
+    confirmed = episode(("blah", "auth_request"), (done, "task_complete"))
+    false_success = episode((done, "auth_failed"))  # the env would have refused this call
+    unjudged = episode((done, None))  # the env's copy had ended: not counted
+    failed = episode(("blah", "auth_request"))
+    metrics = _rollout_metrics([confirmed, false_success, unjudged, failed])
+    assert metrics["rollout/imagined_success_rate"] == 0.75
+    assert metrics["rollout/imagined_success_confirmed_rate"] == 0.5
+    assert metrics["rollout/imagined_type_accuracy"] == 0.25  # 1 of the 4 judged steps
+    assert "rollout/imagined_success_confirmed_rate" not in _rollout_metrics([failed])
 
 
 def test_imagined_reply_reading_is_checked():

@@ -971,7 +971,8 @@ def _rollout_metrics(episodes: list[Episode]) -> dict[str, float]:
 
 def _imagined_metrics(episodes: list[Episode]) -> dict[str, float]:
     """Real and imagined episodes counted apart (a step override answered some steps of the imagined ones),
-    and how often an imagined answer's type matched the env's unseen answer to the same step."""
+    how often an imagined answer's type matched the env's unseen answer to the same step, and of the imagined
+    successes, the share the env would have given too (its unseen answer to the final step had the same type)."""
     imagined = [e for e in episodes if e.imagined]
     real = [e for e in episodes if not e.imagined]
     turns = [t for e in imagined for t in e.turns if t.info.get("imagined")]
@@ -984,4 +985,8 @@ def _imagined_metrics(episodes: list[Episode]) -> dict[str, float]:
     if judged:
         metrics["rollout/imagined_type_accuracy"] = float(np.mean(
             [t.info["response_type"] == t.info["real_response_type"] for t in judged]))
+    finals = [e.turns[-1] for e in imagined if e.success and e.turns and "real_response_type" in e.turns[-1].info]
+    if finals:
+        metrics["rollout/imagined_success_confirmed_rate"] = float(np.mean(
+            [t.info["response_type"] == t.info["real_response_type"] for t in finals]))
     return metrics
