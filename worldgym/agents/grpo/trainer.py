@@ -985,7 +985,7 @@ def _imagined_metrics(episodes: list[Episode]) -> dict[str, float]:
     if judged:
         metrics["rollout/imagined_type_accuracy"] = float(np.mean(
             [t.info["response_type"] == t.info["real_response_type"] for t in judged]))
-    finals = [e.turns[-1] for e in imagined if e.success and e.turns and "real_response_type" in e.turns[-1].info]
+    finals = [t for t in judged if t.info.get("success")]  # an imagined success ends its episode
     if finals:
         metrics["rollout/imagined_success_confirmed_rate"] = float(np.mean(
             [t.info["response_type"] == t.info["real_response_type"] for t in finals]))
