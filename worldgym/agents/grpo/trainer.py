@@ -45,7 +45,7 @@ from worldgym.agents.llm.losses import (
     truncated_importance_weights,
 )
 from worldgym.agents.llm.models import TINY_SIZES, build_tiny_model
-from worldgym.agents.llm.rollout import Episode, RolloutCollector, collate_episodes, make_vector_env
+from worldgym.agents.llm.rollout import Episode, RolloutCollector, Turn, collate_episodes, make_vector_env
 from worldgym.agents.llm.runtime import LocalRollouts, RolloutBatch, RolloutRuntime
 from worldgym.agents.llm.scoring import score_tokens
 from worldgym.agents.llm.tokenizer import env_text_corpus
@@ -983,10 +983,13 @@ def _imagined_metrics(episodes: list[Episode]) -> dict[str, float]:
     if real:
         metrics["rollout/real_success_rate"] = float(np.mean([e.success for e in real]))
     if judged:
-        metrics["rollout/imagined_type_accuracy"] = float(np.mean(
-            [t.info["response_type"] == t.info["real_response_type"] for t in judged]))
+        metrics["rollout/imagined_type_accuracy"] = float(np.mean([_type_confirmed(t) for t in judged]))
     finals = [t for t in judged if t.info.get("success")]  # an imagined success ends its episode
     if finals:
-        metrics["rollout/imagined_success_confirmed_rate"] = float(np.mean(
-            [t.info["response_type"] == t.info["real_response_type"] for t in finals]))
+        metrics["rollout/imagined_success_confirmed_rate"] = float(np.mean([_type_confirmed(t) for t in finals]))
     return metrics
+
+
+def _type_confirmed(turn: Turn) -> bool:
+    """Whether an imagined answer had the type of the env's unseen answer to the same step."""
+    return turn.info["response_type"] == turn.info["real_response_type"]
