@@ -194,6 +194,29 @@ def test_clip_per_adapter_clips_each_adapter_on_its_own(tmp_path, csr_tokenizer)
         _config(tmp_path, transfer="shared", clip_per_adapter=True)
 
 
+def test_separate_adapters_clipped_on_their_own_train_the_policy_exactly_as_dapo(tmp_path, csr_tokenizer,
+                                                                                monkeypatch):
+    """Nothing of the world model's loss reaches the policy adapter: without dropout (whose draws would shift
+    the rollouts' random stream) the policy after a step is DAPO's, bit for bit, and only its world model moves.
+    (A clip shared by both adapters would shrink the policy's step by the world model's gradient.) The scripted
+    engine's episodes all earn the same reward, so the advantages are set to +-1 for a policy gradient."""
+    import worldgym.agents.grpo.trainer as grpo_trainer
+
+    monkeypatch.setattr(grpo_trainer, "group_advantages",
+                        lambda rewards, *args: torch.arange(len(rewards)).remainder(2).float() * 2 - 1)
+    settings = {"transfer": "separate", "lora_dropout": 0.0, "grad_clip": 1e-3}  # one shared clip would engage
+    dapo = _trainer(tmp_path / "dapo", csr_tokenizer, wm_coef=0.0, **settings)
+    separate = _trainer(tmp_path / "separate", csr_tokenizer, clip_per_adapter=True, **settings)
+    world_model_before = _adapter_weights(separate, "world_model")
+    for trainer in (dapo, separate):
+        trainer.train_step()
+    ours, theirs = _adapter_weights(separate, "policy"), _adapter_weights(dapo, "policy")
+    assert ours.keys() == theirs.keys() and all(torch.equal(ours[n], theirs[n]) for n in ours)
+    assert any(bool(ours[n].any()) for n in ours if "lora_B" in n)  # the policy did move (B starts at 0)
+    moved = _adapter_weights(separate, "world_model")
+    assert any(not torch.equal(world_model_before[n], moved[n]) for n in moved)
+
+
 @pytest.mark.parametrize("bound", [{}, {"clip_per_adapter": True}, {"auxiliary_grad_ratio": 0.1}])
 def test_loss_ratio_warning_only_when_nothing_bounds_the_world_model(tmp_path, csr_tokenizer, caplog,
                                                                      monkeypatch, bound):
