@@ -43,8 +43,9 @@ class DualLoRAConfig(GRPOConfig):
             a world-model gradient many times the policy's otherwise shrinks the policy's step under the one
             shared clip, and the policy learns as DAPO does only with it on).
         transfer: how the world model can help the policy. "separate": two adapters, each loss on its own (only
-            the shared grad-norm clip couples them). "stacked": the policy's forward (and its rollouts) runs with
-            both adapters active, the world model's with its own only. "shared": one adapter gets both losses (an
+            the shared grad-norm clip couples them; with clip_per_adapter the policy trains exactly as DAPO's).
+            "stacked": the policy's forward (and its rollouts) runs with both adapters active, the world model's
+            with its own only. "shared": one adapter gets both losses (an
             auxiliary loss). "iwm": implicit world modelling first (the policy adapter learns its own rollouts'
             CSR replies, no reward, for iwm_steps steps), then DAPO alone. "echo": one adapter; the policy
             itself learns the tool results in the rollout's own sequence, from the policy loss's forward pass
