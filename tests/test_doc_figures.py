@@ -8,7 +8,8 @@ A figure's source is an HTML comment right after it (invisible on GitHub and on 
 integers index lists, ``-1`` the last item) with an optional ``*N`` or ``/N`` applied to the JSON value, and the
 value as the page writes it (thousands commas allowed). The check: the JSON value, rounded to the decimals the
 page shows, equals the page's value, and the page's value is written in the text the comment closes (since the
-previous such comment or heading; a comment on its own line after a table covers the table).
+previous such comment or heading; a comment on its own line after a table covers the table; comments in a row,
+one per results file, all close the text before the first).
 
 ``N`` may also be another key path of the same file in parentheses, for a ratio of two measured values (a
 speed-up) that the JSON does not record itself::
@@ -48,9 +49,14 @@ def lookup(data, path: str):
 
 
 def text_before(text: str, position: int) -> str:
-    """The text a comment at ``position`` closes: back to the previous figures comment or heading."""
-    start = max(text.rfind("<!-- figures:", 0, position), text.rfind("\n#", 0, position), 0)
-    return re.sub(r"<!--.*?-->", "", text[start:position], flags=re.DOTALL)
+    """The text a comment at ``position`` closes: back to the previous figures comment or heading (comments in a
+    row, one results file each, close the same text)."""
+    while True:
+        start = max(text.rfind("<!-- figures:", 0, position), text.rfind("\n#", 0, position), 0)
+        shown = re.sub(r"<!--.*?-->", "", text[start:position], flags=re.DOTALL)
+        if shown.strip() or not text.startswith("<!-- figures:", start):
+            return shown
+        position = start
 
 
 def check_page(text: str, results: Path = RESULTS) -> list[str]:
@@ -133,6 +139,16 @@ def test_a_figure_changed_by_hand_fails(results: Path) -> None:
 def test_a_figure_edited_in_the_text_only_fails(results: Path) -> None:
     page = SAMPLE.replace("took 11.8", "took 9")
     assert check_page(page, results) == ["run.json: seconds: the page's text no longer shows 11.8 before the comment"]
+
+
+def test_comments_in_a_row_close_the_same_text(results: Path) -> None:
+    (results / "other.json").write_text(json.dumps({"share": 0.87}))
+    page = SAMPLE + "<!-- figures: other.json share*100=87 -->\n"
+    assert check_page(page, results) == ["other.json: share: the page's text no longer shows 87 before the comment"]
+    page = SAMPLE.replace("success.\n", "success, 87% shared.\n") + "<!-- figures: other.json share*100=87 -->\n"
+    assert check_page(page, results) == []
+    assert check_page(page + "Later text.\n<!-- figures: other.json share*100=87 -->\n", results) == [
+        "other.json: share: the page's text no longer shows 87 before the comment"]
 
 
 def test_a_ratio_of_two_keys_passes_and_fails_when_changed(results: Path) -> None:
