@@ -45,11 +45,11 @@ class DualLoRAConfig(GRPOConfig):
         transfer: how the world model can help the policy. "separate": two adapters, each loss on its own (only
             the shared grad-norm clip couples them; with clip_per_adapter the policy trains exactly as DAPO's).
             "stacked": the policy's forward (and its rollouts) runs with both adapters active, the world model's
-            with its own only. "shared": one adapter gets both losses (an
-            auxiliary loss). "iwm": implicit world modelling first (the policy adapter learns its own rollouts'
-            CSR replies, no reward, for iwm_steps steps), then DAPO alone. "echo": one adapter; the policy
-            itself learns the tool results in the rollout's own sequence, from the policy loss's forward pass
-            (echo_coef, echo_tools; no markers, no world-model forward); wm_coef is not used.
+            with its own only. "shared": one adapter gets both losses (an auxiliary loss). "iwm": implicit world
+            modelling first (the policy adapter learns its own rollouts' CSR replies, no reward, for iwm_steps
+            steps), then DAPO alone. "echo": one adapter; the policy itself learns the tool results in the
+            rollout's own sequence, from the policy loss's forward pass (echo_coef, echo_tools; no markers, no
+            world-model forward); wm_coef is not used.
         echo_coef: the echo loss's weight under transfer "echo" (other transfers leave the echo loss out).
         echo_tools: the tools whose results the echo loss learns (default: the phone calls' replies; empty:
             every tool's).
