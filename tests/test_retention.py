@@ -92,6 +92,15 @@ def test_the_best_checkpoint_follows_the_metric_and_is_recorded_in_results(tmp_p
                                                          "value": 1.0}
 
 
+
+def test_a_resume_saves_the_best_checkpoint_only_when_the_kill_came_before_it(tmp_path):
+    keeper = CheckpointKeeper(tmp_path, metric_for_best_model="eval/loss", greater_is_better=False)
+    history = [{"step": 0, "eval/loss": 3.0}]
+    keeper.resumed(history, lambda path: _save(path, 0))  # killed between the step's checkpoint and its best
+    assert load_checkpoint(tmp_path / BEST_CHECKPOINT)[1]["i"] == 0
+    keeper.resumed(history, lambda path: _save(path, 7))  # resumed from a later checkpoint of the same row
+    assert load_checkpoint(tmp_path / BEST_CHECKPOINT)[1]["i"] == 0
+
 def test_checkpoints_are_found_by_best_last_or_step_with_clear_errors(tmp_path):
     (tmp_path / "metrics.jsonl").write_text(json.dumps({"step": 1}) + "\n")
     _save(tmp_path / "checkpoint-1", 1)

@@ -31,7 +31,7 @@ from worldgym.checkpointing import (
 )
 from worldgym.config import check_field
 from worldgym.errors import CheckpointError
-from worldgym.run_folder import BEST_CHECKPOINT, update_results
+from worldgym.run_folder import BEST_CHECKPOINT, read_results, update_results
 
 __all__ = ["BEST_CHECKPOINT", "DELETING", "CheckpointKeeper", "check_retention", "is_new_best",
            "prune_checkpoints", "prune_run_files"]
@@ -173,11 +173,20 @@ class CheckpointKeeper:
 
     def resumed(self, history: Sequence[dict[str, Any]], save: Callable[[Path], Any] | None = None) -> None:
         """Finish what a kill cut short once a trainer resumed its newest checkpoint: the pruning after it, and
-        (given ``save``) its ``checkpoint-best`` when the last row of ``history`` is the best so far."""
+        (given ``save``) its ``checkpoint-best`` when the last row of ``history`` is the best so far and
+        ``results.json`` does not record it saved already (a checkpoint saved after that row's best, as a
+        world-model warm-up's ``checkpoint-0``, holds other weights than the best of its step)."""
         if self.prunes:
             prune_checkpoints(self.run_dir, self.save_total_limit, self.shared)
-        if save is not None:
+        if save is not None and not self._best_saved(history):
             self.save_best(history, save)
+
+    def _best_saved(self, history: Sequence[dict[str, Any]]) -> bool:
+        """Whether ``checkpoint-best`` is there and ``results.json`` records it as the step of ``history``'s
+        last row."""
+        best = read_results(self.run_dir).get("best_checkpoint", {})
+        return (bool(history) and best.get("step") == history[-1].get("step")
+                and (self.run_dir / BEST_CHECKPOINT).is_dir())
 
     def save_best(self, history: Sequence[dict[str, Any]], save: Callable[[Path], Any]) -> Path | None:
         """When the newest row of ``history`` is the best validation so far, ``save(run_dir/checkpoint-best)``

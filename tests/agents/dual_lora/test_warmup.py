@@ -4,8 +4,11 @@ adapter alone before the first step."""
 import pytest
 import torch
 
+from worldgym.agents.dual_lora import DualLoRATrainer
 from worldgym.agents.dual_lora.warmup import chat_phone_calls
 from worldgym.agents.dual_lora.world_model import pack_calls, wm_token_ids
+from worldgym.agents.grpo.trainer import GRPOTrainer
+from worldgym.agents.llm.checkpoint import load_checkpoint
 from worldgym.agents.llm.rollout import encode_chat
 from worldgym.agents.llm.sft import Chat
 from worldgym.agents.llm.warm_start import demonstrations
@@ -80,3 +83,31 @@ def test_the_warm_up_needs_a_world_model_adapter_of_its_own(tmp_path):
         _config(tmp_path, transfer="shared", wm_warmup_updates=2)
     with pytest.raises(ValueError, match="wm_warmup_chats_per_update"):
         _config(tmp_path, wm_warmup_updates=2, wm_warmup_chats_per_update=0)
+
+
+def test_a_run_killed_after_the_warm_up_resumes_from_checkpoint_0_without_warming_up_again(
+        tmp_path, csr_tokenizer, monkeypatch):
+    settings = {"wm_warmup_updates": 2, "wm_warmup_chats_per_update": 1, "num_steps": 1, "checkpoint_every": 1,
+                "eval_every": 1, "metric_for_best_model": "eval/success_rate"}
+    straight = _trainer(tmp_path / "straight", csr_tokenizer, **settings)
+    straight.train()
+
+    killed = _trainer(tmp_path / "killed", csr_tokenizer, **settings)
+    untrained_world_model = _adapter_weights(killed, "world_model")
+    with monkeypatch.context() as patch:  # killed once the warm-up is done, before the first step's rollouts
+        patch.setattr(GRPOTrainer, "train_step", lambda self: (_ for _ in ()).throw(KeyboardInterrupt))
+        with pytest.raises(KeyboardInterrupt):
+            killed.train()
+    resumed = _trainer(tmp_path / "killed", csr_tokenizer, **settings)
+    with monkeypatch.context() as patch:
+        patch.setattr(DualLoRATrainer, "warm_up_world_model", lambda self: pytest.fail("warmed up again"))
+        assert resumed.resume_latest().name == "checkpoint-0" and resumed.step == 0
+        resumed.train()
+
+    assert [row["step"] for row in resumed.history] == [0, 1]
+    warmup = {name: value for name, value in straight.history[1].items() if name.startswith("wm_warmup/")}
+    assert warmup and {name: resumed.history[1].get(name) for name in warmup} == warmup
+    for name, tensor in straight.trainable.items():
+        torch.testing.assert_close(resumed.trainable[name], tensor, rtol=0, atol=0)
+    best, _, _ = load_checkpoint(tmp_path / "killed" / "run" / "checkpoint-best")  # step 0's: before the warm-up
+    assert all(torch.equal(best[name], tensor) for name, tensor in untrained_world_model.items())

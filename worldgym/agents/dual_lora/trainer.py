@@ -109,6 +109,7 @@ class DualLoRATrainer(GRPOTrainer):
         self._ratio_outside = False
         self._reply_engine: HFEngine | None = None  # the world model's replies in transcripts, built on first use
         self.world_model_chats = world_model_chats
+        self._warmup_metrics: dict[str, float] | None = None  # once the warm-up is done
 
     def _sync_weights(self) -> None:
         """The GRPO sync; the imagined replies' engine also drops its stored KV, which the old weights
@@ -165,7 +166,7 @@ class DualLoRATrainer(GRPOTrainer):
         leaves ``config.loss_ratio_band`` while nothing else bounds the world model's share of the gradient (not
         with ``clip_per_adapter``, where each adapter is clipped on its own, nor with ``auxiliary_grad_ratio``,
         which caps the world model's gradient against the policy's)."""
-        warmup = self.warm_up_world_model() if self.step == 0 and self.config.wm_warmup_updates else {}
+        warmup = self._warm_up_once() if self.step == 0 and self.config.wm_warmup_updates else {}
         metrics = super().train_step() | warmup
         if "loss/world_model" in metrics and metrics.get("loss/policy") and self.world_model.policy_weight > 0:
             ratio = metrics["loss/world_model"] / max(abs(metrics["loss/policy"]), 1e-8)
@@ -178,6 +179,23 @@ class DualLoRATrainer(GRPOTrainer):
                                "gradient clip (tune wm_coef or the schedule)", self.step, ratio, low, high)
             self._ratio_outside = outside
         return metrics
+
+    def _warm_up_once(self) -> dict[str, float]:
+        """The world model's warm-up before the first step, then (with ``checkpoint_every``) ``checkpoint-0``,
+        from which a resume goes on to the first step without warming up again; the warm-up's metrics, for
+        the first step's row."""
+        if self._warmup_metrics is None:
+            self._warmup_metrics = self.warm_up_world_model()
+            if self.config.checkpoint_every:
+                self.checkpoints.save_step(0, self.save)
+        return self._warmup_metrics
+
+    def extra_checkpoint_state(self) -> dict[str, Any]:
+        """Before the first step, the finished warm-up's metrics (a resume skips the warm-up)."""
+        return {"wm_warmup": self._warmup_metrics} if self.step == 0 and self._warmup_metrics is not None else {}
+
+    def load_extra_checkpoint_state(self, state: dict[str, Any]) -> None:
+        self._warmup_metrics = state.get("wm_warmup")
 
     def warm_up_world_model(self) -> dict[str, float]:
         """``config.wm_warmup_updates`` updates of the world model's adapter alone on the phone calls of

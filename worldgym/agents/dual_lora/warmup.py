@@ -106,11 +106,15 @@ def warm_up_world_model(
     progress: bool = False,
 ) -> list[float]:
     """``updates`` :func:`world_model_update` steps over :func:`chat_batches` of ``examples``; each update's
-    loss. ``progress`` shows a bar with the last loss (a SmolLM2 warm-up of 64 updates takes most of an hour on a
-    CPU core)."""
+    loss. ``seed`` orders the chats and draws the dropout masks (the caller's torch RNG is left as it was).
+    ``progress`` shows a bar with the last loss (a SmolLM2 warm-up of 64 updates takes most of an hour on a CPU
+    core)."""
     batches = chat_batches(examples, chats_per_update, seed)
     losses: list[float] = []
-    with tqdm(total=updates, desc="world-model warm-up", unit="update", disable=not progress) as bar:
+    devices = [model.device] if model.device.type == "cuda" else []
+    with (torch.random.fork_rng(devices=devices),
+          tqdm(total=updates, desc="world-model warm-up", unit="update", disable=not progress) as bar):
+        torch.manual_seed(seed)
         for _ in range(updates):
             losses.append(world_model_update(model, adapter, adapter_names, next(batches), optimizer, clip))
             bar.set_postfix(loss=f"{losses[-1]:.3f}", refresh=False)

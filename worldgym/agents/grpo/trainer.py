@@ -840,6 +840,7 @@ class GRPOTrainer:
         if self._pending is not None:  # async: the next step's tasks, already drawn from the RNG
             state["pending_round"] = {"seeds": self._pending.seeds, "params": asdict(self._pending.params),
                                       "first_group_id": self._pending.first_group_id}
+        state |= self.extra_checkpoint_state()
         shared: dict[str, str] = {}
         if self.auxiliary_loss is not None:
             tensors, state["auxiliary"], shared = self.auxiliary_loss.state(Path(path))
@@ -847,6 +848,14 @@ class GRPOTrainer:
         saved = save_checkpoint(path, weights, state, optimizer_state, step=self.step, shared=shared)
         prune_run_files(saved.parent, (SEGMENT_FILES,))  # segments only the checkpoint it replaced listed
         return saved
+
+    def extra_checkpoint_state(self) -> dict[str, Any]:
+        """JSON-ready entries a subclass adds to a checkpoint's state (none here); :meth:`load` hands the state
+        back to :meth:`load_extra_checkpoint_state`."""
+        return {}
+
+    def load_extra_checkpoint_state(self, state: dict[str, Any]) -> None:
+        """Restore what :meth:`extra_checkpoint_state` saved (``state``: the whole checkpoint state)."""
 
     def resume_latest(self) -> Path | None:
         """Load the run's newest checkpoint (:func:`~worldgym.checkpointing.latest_checkpoint`)
@@ -889,6 +898,7 @@ class GRPOTrainer:
             self.load_trainable(weights, optimizer_state)
         self.rng.bit_generator.state = state["rng"]
         self.step = int(state["step"])
+        self.load_extra_checkpoint_state(state)
         if self.auxiliary_loss is not None:
             self.auxiliary_loss.load_state(auxiliary, state["auxiliary"], Path(path))
         # a crash after this checkpoint left later lines in the log: drop them so no step is logged twice
