@@ -579,7 +579,9 @@ STEP_TIMES = ("time/step_s", "time/rollout_s", "time/update_s")
 def step_time(args: argparse.Namespace) -> None:
     """Seconds per training step of one mode (no validation), from the warm start, appended to the mode's
     ``runs`` (its means over them beside). Time a mode and DAPO at once, one process each (their first steps
-    sample the same episodes): the report compares runs started within :data:`SIDE_BY_SIDE_S` of each other."""
+    sample the same episodes): the report compares runs started within :data:`SIDE_BY_SIDE_S` of each other.
+    ``--from-checkpoint`` starts from a run's checkpoint instead (a mode whose world model warms up for an hour
+    first: its ``checkpoint-0``, timed beside DAPO of the same seed)."""
     started_at = time.time()
     ws = warm_start(args, args.model)
     config = dual_lora_config(args.model, args.difficulty, **MODES[args.mode], num_steps=args.steps,
@@ -588,9 +590,13 @@ def step_time(args: argparse.Namespace) -> None:
                               **({"lora_dropout": args.lora_dropout} if args.lora_dropout is not None else {}),
                               **batch_settings(args) | (QUICK_CONFIG if args.quick else {"progress": False}))
     trainer = make_trainer(args, config, ws)
+    if args.from_checkpoint is not None:
+        trainer.load(args.from_checkpoint)
     steps = [trainer.train_step() for _ in range(args.steps)]
     row = {key: float(np.mean([m[key] for m in steps])) for key in STEP_TIMES}
     row |= {"episodes_sampled": [m["rollout/real_episodes_sampled"] for m in steps], "started_at": started_at}
+    if args.from_checkpoint is not None:
+        row["from_checkpoint"] = portable(args.from_checkpoint)
     path = results_dir(args) / "csr_dual_lora_step_time.json"
     key = step_time_key(args.model, args.mode, args.difficulty, args.temperature or 1.0, warm_start_suffix(args))
     with JobFolder(path.parent).claimed(path.stem, wait=True):  # modes timed side by side share the file
@@ -1093,6 +1099,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     timing.add_argument("--max-turns", type=int, default=8)
     timing.add_argument("--lora-dropout", type=float,
                         help="dropout on both adapters' inputs while training (default: DualLoRAConfig's)")
+    timing.add_argument("--from-checkpoint", type=Path,
+                        help="start from this checkpoint of a run of the mode and seed instead of the warm start "
+                             "(a warm-up's checkpoint-0: the steps are timed without the warm-up before them)")
     add_batch_flags(timing)
     replies = sub.add_parser("imagined-replies", help=("one round of an imagined mode's imagined groups, its "
                                                        "replies' KV reused between calls and not"),

@@ -374,7 +374,9 @@ def test_csr_dual_lora_vs_dapo_run_and_report(tmp_path: Path) -> None:
     run_stages("csr_dual_lora_vs_dapo.py", ("run", "--mode", "separate"),
                *[("step-time", "--mode", "dapo", "--steps", "1")] * 2, ("step-time", "--mode", "separate", "--steps", "1"),
                ("step-time", "--mode", "dapo", "--steps", "1", "--temperature", "0.5", "--lora-dropout", "0"),
-               ("report",), results=tmp_path)
+               ("report",), ("step-time", "--mode", "separate", "--steps", "1", "--from-checkpoint",
+                             str(tmp_path / "runs" / "csr_dual_lora" / "tiny-separate-d1-s0" / "checkpoint-2")),
+               results=tmp_path)
     table = load(tmp_path / "csr_dual_lora_step_time.json")
     timing = table["tiny-dapo"]  # every run kept, and their mean
     assert len(timing["runs"]) == 2 and len(timing["runs"][0]["episodes_sampled"]) == 2  # --quick: 2 steps
@@ -392,7 +394,8 @@ def test_csr_dual_lora_vs_dapo_run_and_report(tmp_path: Path) -> None:
     timed = data["step_time_vs_dapo_side_by_side"]["tiny-d1"]  # from step-time runs started close together
     assert set(timed) == {"dapo", "separate"} and list(timed["dapo"].values()) == [1.0]  # each DAPO run with itself
     (side_by_side,) = timed["separate"].values()
-    (separate,) = table["tiny-separate"]["runs"]
+    separate, resumed = table["tiny-separate"]["runs"]  # the second from the run's last checkpoint, after the report
+    assert resumed["from_checkpoint"].endswith("checkpoint-2") and "from_checkpoint" not in separate
     assert side_by_side == pytest.approx(sum(separate["time/step_s"] / run["time/step_s"]
                                              for run in timing["runs"]) / 2)  # both DAPO runs started within 5 min
     for row in rows.values():
