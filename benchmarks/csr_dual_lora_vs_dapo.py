@@ -328,6 +328,8 @@ def _part(args: argparse.Namespace, history: list[dict[str, Any]], steps_done: i
         "imagined_success_by_step": [m.get("rollout/imagined_success_rate") for m in steps],
         "real_success_by_step": [m.get("rollout/real_success_rate", m["rollout/success_rate"]) for m in steps],
         "imagined_type_accuracy_by_step": [m.get("rollout/imagined_type_accuracy") for m in steps],
+        # of the imagined successes, the share the env would have given too (None: a step with none)
+        "imagined_success_confirmed_by_step": [m.get("rollout/imagined_success_confirmed_rate") for m in steps],
         "device": args.device,
         "step_seconds": [m["time/step_s"] for m in steps],
         # the world model's warm-up before step 1 (wm_warmup_updates; 0 s without one): not in any step's time
@@ -845,7 +847,7 @@ def cut_at_step(part: dict[str, Any], step: int) -> dict[str, Any]:
         if part.get(key) is not None:
             part[key] = part[key][:kept]
     for key in ("step_seconds", "imagined_episodes_by_step", "imagined_success_by_step", "real_success_by_step",
-                "imagined_type_accuracy_by_step"):
+                "imagined_type_accuracy_by_step", "imagined_success_confirmed_by_step"):
         if key in part:
             part[key] = part[key][:step]
     part["steps_done"] = min(part.get("steps_done", part["steps"]), step)
@@ -895,6 +897,21 @@ def step_time_by_machine(runs: list[dict[str, Any]], dapo: list[dict[str, Any]])
     labels = sorted({machine_label(p.get("machine")) for p in runs} & {machine_label(p.get("machine")) for p in dapo})
     return {label: float(np.mean(seconds(runs, label)) / np.mean(seconds(dapo, label)))
             for label in labels if seconds(runs, label) and seconds(dapo, label)}
+
+
+def imagined_success_confirmed(part: dict[str, Any]) -> float | None:
+    """Of a run's imagined successes over all its steps, the share the env would have given too (its unseen
+    reply to the last call had the type the world model imagined); None without imagined successes, or for a
+    part that predates the record."""
+    confirmed_rates = part.get("imagined_success_confirmed_by_step")
+    if not confirmed_rates:
+        return None
+    successes = [episodes * (rate or 0.0) for episodes, rate
+                 in zip(part["imagined_episodes_by_step"], part["imagined_success_by_step"], strict=True)]
+    total = sum(successes)
+    if total == 0:
+        return None
+    return sum(n * (rate or 0.0) for n, rate in zip(successes, confirmed_rates, strict=True)) / total
 
 
 def second_round_share(part: dict[str, Any]) -> float | None:
@@ -954,6 +971,7 @@ def report(args: argparse.Namespace) -> None:
                     {k[len("eval/wm_"):-len("/exact_match")]: v for k, v in p["final_eval"].items()
                      if k.startswith("eval/wm_") and k.endswith("/exact_match")} for p in runs],
                 "imagined_type_accuracy": [_mean(p.get("imagined_type_accuracy_by_step", [])) for p in runs],
+                "imagined_success_confirmed": [imagined_success_confirmed(p) for p in runs],
                 "imagined_episodes": [float(sum(p.get("imagined_episodes_by_step", []))) for p in runs],
                 "final_success_by_difficulty": by_difficulty,
                 "final_success_by_difficulty_mean": {  # over the runs that have it

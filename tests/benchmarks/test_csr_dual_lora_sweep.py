@@ -20,6 +20,7 @@ from benchmarks.csr_dual_lora_vs_dapo import (
     _check_one_setting,
     bootstrap_interval,
     final_success_interval,
+    imagined_success_confirmed,
     is_finished,
     second_round_share,
     step_time_by_machine,
@@ -305,6 +306,14 @@ def test_report_helpers_on_constructed_parts() -> None:
     assert second_round_share(rounds) == 0.5
     assert second_round_share({**rounds, "config": {**rounds["config"], "first_round_prompts": 4}}) == 0.0
     assert second_round_share({"config": rounds["config"]}) is None
+
+
+def test_the_confirmed_share_of_imagined_successes_weighs_each_step_by_its_successes() -> None:
+    part = {"imagined_episodes_by_step": [8.0, 8.0, 8.0], "imagined_success_by_step": [0.5, 0.0, 0.25],
+            "imagined_success_confirmed_by_step": [0.25, None, 1.0]}  # 4 successes (1 confirmed), none, 2 (2)
+    assert imagined_success_confirmed(part) == pytest.approx(3 / 6)
+    assert imagined_success_confirmed({**part, "imagined_success_by_step": [0.0, 0.0, 0.0]}) is None
+    assert imagined_success_confirmed({"imagined_episodes_by_step": [8.0]}) is None  # a part made before the record
 
 
 def test_a_part_made_before_its_modes_definition_changed_is_stale(tmp_path: Path) -> None:
