@@ -8,7 +8,7 @@ part's run resumes from its run folder's checkpoint where this machine has one, 
 part made with other settings). The step-0 validation, the same warm start for every run, is computed once
 (``csr_dual_lora/step0/``, commit it too) and every run of the setting reads it instead of validating step 0.
 
-    python benchmarks/csr_dual_lora_sweep.py --sweep smollm2-d3 --missing              # CPU: 2 runs at a time
+    python benchmarks/csr_dual_lora_sweep.py --sweep smollm2-d3 --missing              # CPU: what fits in memory
     python benchmarks/csr_dual_lora_sweep.py --sweep smollm2-d3 --missing --device cuda --jobs 4
     python benchmarks/csr_dual_lora_sweep.py --sweep smollm2-d3 --dry-run              # which pairs are done
     python benchmarks/csr_dual_lora_sweep.py --modes dapo echo --seeds 0 1 --difficulty 3 --steps 40 \\
@@ -45,9 +45,12 @@ from benchmarks.csr_warm_starts import DIFFICULTIES, warm_start_command, warm_st
 
 SCRIPT = Path(__file__).resolve().parent / "csr_dual_lora_vs_dapo.py"
 MAX_GPU_JOBS = 4  # processes that share one GPU
-# the most one SmolLM2 process (a trainer, or a worker validating at d3) held on CPU, measured with two runs
-# and their workers at once on a 24 GiB machine (5.1-6.4 GB each; together they left no memory free)
-SMOLLM2_PROCESS_GB = 6.5
+# the most one SmolLM2 process held on CPU (its peak resident memory, the kernel's VmHWM), by what it does in a
+# run, measured over one imagined-call run validating aside and an ECHO run beside it on a 24 GiB machine: one
+# that only trains (``--evaluate-aside``), an evaluation worker at d3 validations and d1-d3 tests, one at a d4-d5
+# test (one at a time among the runs), and one that trains and validates itself (measured through a d3
+# validation; its own d4-d5 tests hold at least what a worker's do)
+SMOLLM2_PEAK_GB = {"trains": 7.7, "evaluates": 10.7, "evaluates d4-d5": 14.7, "trains and evaluates": 14.7}
 
 
 @dataclass(frozen=True)
@@ -178,8 +181,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--dry-run", action="store_true", help="say which pairs are done and which would run")
     parser.add_argument("--jobs", type=int, help="runs at a time, in processes' slots: a finished trainer's slot goes "
                                                    "to the next run's (default: 2 on CPU, 4 on a GPU; with "
-                                                   "--evaluate-aside 1 on CPU, 2 on a GPU; SmolLM2 on CPU: refused "
-                                                   "where its processes would not fit in memory)")
+                                                   "--evaluate-aside 1 on CPU, 2 on a GPU; SmolLM2 on CPU: no more "
+                                                   "than fit in memory, and a --jobs that would not fit is refused)")
     parser.add_argument("--evaluate-aside", action="store_true",
                         help="each run as two processes at a time: its trainer, and a worker that validates and "
                              "tests its checkpoints as they appear, joined by a second worker once the trainer "
@@ -233,24 +236,49 @@ def apply_sweep(args: argparse.Namespace) -> None:
         raise ValueError(f"unknown mode(s) {', '.join(unknown)}: choose from {', '.join(bench.MODES)}")
     on_gpu = args.device.startswith("cuda")
     per_run = processes_per_run(args)
-    args.jobs = args.jobs or ((MAX_GPU_JOBS if on_gpu else 2) // per_run)
+    if args.jobs is None:  # the two cores (or a GPU's process slots); on CPU, no more SmolLM2 runs than fit
+        args.jobs = (MAX_GPU_JOBS if on_gpu else 2) // per_run
+        if not on_gpu and args.model == "smollm2-135m":
+            args.jobs = max(1, min(args.jobs, runs_that_fit(args, memory_bytes())))
     if args.jobs < 1 or (on_gpu and args.jobs * per_run > MAX_GPU_JOBS):
         raise ValueError(f"--jobs {args.jobs}: give 1 or more (at most {MAX_GPU_JOBS} processes share one GPU, "
                          f"{per_run} per run)")
 
 
 def check_memory(args: argparse.Namespace, total_bytes: int) -> None:
-    """Refuse SmolLM2 runs on CPU whose processes at a time would not fit in ``total_bytes`` of memory: the
+    """Refuse SmolLM2 runs on CPU whose processes' peaks, added up, would not fit in ``total_bytes`` of memory: the
     kernel would kill one of them midway (a run resumes from its last checkpoint, but the step it was in is
     lost)."""
     if args.device.startswith("cuda") or args.model != "smollm2-135m":
         return
-    processes = args.jobs * processes_per_run(args)
-    needed, total = processes * SMOLLM2_PROCESS_GB, total_bytes / 1e9
+    needed, total = smollm2_peak_gb(args, args.jobs), total_bytes / 1e9
     if needed > total:
-        raise ValueError(f"--jobs {args.jobs}: {processes} SmolLM2 processes at a time need about {needed:.1f} GB "
-                         f"(up to {SMOLLM2_PROCESS_GB} GB each), this machine has {total:.1f} GB: give --jobs "
-                         f"{max(1, int(total // (SMOLLM2_PROCESS_GB * processes_per_run(args))))}")
+        raise ValueError(f"--jobs {args.jobs}: {args.jobs} SmolLM2 runs at a time hold up to {needed:.1f} GB "
+                         f"({'trainers beside workers, or workers' if args.evaluate_aside else 'one process each'}, "
+                         f"at their measured peaks), this machine has {total:.1f} GB: give --jobs "
+                         f"{max(1, runs_that_fit(args, total_bytes))}")
+
+
+def memory_bytes() -> int:
+    """This machine's memory."""
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def smollm2_peak_gb(args: argparse.Namespace, runs: int) -> float:
+    """The most ``runs`` SmolLM2 runs' processes at a time hold on CPU, their measured peaks added up: each run one
+    process, or validating aside a trainer and a worker, then two workers (one d4-d5 test among them all)."""
+    peak = SMOLLM2_PEAK_GB
+    if not args.evaluate_aside:
+        return runs * peak["trains and evaluates"]
+    return max(runs * (peak["trains"] + peak["evaluates"]), peak["evaluates d4-d5"] + (2 * runs - 1) * peak["evaluates"])
+
+
+def runs_that_fit(args: argparse.Namespace, total_bytes: int) -> int:
+    """How many SmolLM2 runs at a time fit in ``total_bytes`` (0 when not one does)."""
+    runs = 0
+    while smollm2_peak_gb(args, runs + 1) <= total_bytes / 1e9:
+        runs += 1
+    return runs
 
 
 def processes_per_run(args: argparse.Namespace) -> int:
@@ -290,7 +318,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.dry_run or not todo:
         return
     try:
-        check_memory(args, os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+        check_memory(args, memory_bytes())
     except ValueError as error:
         raise SystemExit(f"error: {error}") from None
     if args.wheels is not None:
