@@ -931,9 +931,21 @@ def _final_test_rows(runs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
             "final_test_success_by_difficulty_mean": {d: _mean(values) for d, values in by_difficulty.items()}}
 
 
+def part_finished(part: dict[str, Any]) -> bool:
+    """Whether a part's run is over: its ``finished`` flag, or (a part written before the flag) its last step."""
+    return part.get("finished", part.get("steps_done", part["steps"]) >= part["steps"])
+
+
+def read_parts(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """The parts in the results folder, by file name; with ``--finished-only`` those of runs that are over (a run
+    still training or evaluating keeps its part there, rewritten after every evaluation)."""
+    parts = [json.loads(p.read_text()) for p in sorted(parts_dir(args).glob("*.json"))]
+    return [p for p in parts if part_finished(p)] if args.finished_only else parts
+
+
 def report(args: argparse.Namespace) -> None:
     results = results_dir(args)
-    parts = [json.loads(p.read_text()) for p in sorted(parts_dir(args).glob("*.json"))]
+    parts = read_parts(args)
     if args.at_step is not None:
         parts = [cut_at_step(p, args.at_step) if p["model"] == args.at_step_model else p for p in parts]
     reference = results / "csr_dual_lora_warm_start.json"
@@ -981,7 +993,7 @@ def report(args: argparse.Namespace) -> None:
                 "aux_grad_scale_range": [p.get("aux_grad_scale_range") for p in runs],
                 "aux_grad_cosine_range": [p.get("aux_grad_cosine_range") for p in runs],
                 "final_success_ci95": final_success_interval(runs),  # seeds, then episodes within one
-                "finished": [p.get("finished", p.get("steps_done", p["steps"]) >= p["steps"]) for p in runs],
+                "finished": [part_finished(p) for p in runs],
                 **_final_test_rows(runs),
                 "step_time_vs_dapo_by_machine": step_time_by_machine(runs, [p for p in chosen if p["mode"] == "dapo"]),
                 "seconds_per_step": float(np.mean(seconds)),
@@ -1151,6 +1163,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                                                       "after its validation at this step (runs cut short by a "
                                                       "deadline: the same budget for every mode)")
     summary.add_argument("--at-step-model", default="smollm2-135m")
+    summary.add_argument("--finished-only", action="store_true",
+                         help="leave out the parts of runs still in flight (the comparison of the finished runs "
+                              "while others train)")
     args = parser.parse_args(argv)
     _apply_quick(args)
     return args

@@ -327,3 +327,18 @@ def test_a_part_made_before_its_modes_definition_changed_is_stale(tmp_path: Path
         made_before = {key: value for key, value in config.to_dict().items() if key != "wm_token_rows"}
         path.write_text(json.dumps({"config": made_before}))
         assert bench.stale_part(path, config) == expected
+
+
+def test_the_report_can_leave_out_the_parts_of_runs_in_flight(tmp_path: Path) -> None:
+    folder = tmp_path / "csr_dual_lora"
+    folder.mkdir()
+    parts = {"over": {"steps": 8, "steps_done": 8, "finished": True},
+             "testing": {"steps": 8, "steps_done": 8, "finished": False},  # its final tests still running
+             "training": {"steps": 8, "steps_done": 3, "finished": False},
+             "old": {"steps": 8, "steps_done": 8}}  # written before parts had the flag
+    for name, part in parts.items():
+        (folder / f"{name}.json").write_text(json.dumps({"name": name, **part}))
+    args = bench.parse_args(["report", "--results-dir", str(tmp_path)])
+    assert [p["name"] for p in bench.read_parts(args)] == ["old", "over", "testing", "training"]
+    args = bench.parse_args(["report", "--results-dir", str(tmp_path), "--finished-only"])
+    assert [p["name"] for p in bench.read_parts(args)] == ["old", "over"]
