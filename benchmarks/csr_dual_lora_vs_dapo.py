@@ -48,6 +48,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import fnmatch
 import gc
 import json
 import os
@@ -937,10 +938,11 @@ def part_finished(part: dict[str, Any]) -> bool:
 
 
 def read_parts(args: argparse.Namespace) -> list[dict[str, Any]]:
-    """The parts in the results folder, by file name; with ``--finished-only`` those of runs that are over (a run
-    still training or evaluating keeps its part there, rewritten after every evaluation)."""
-    parts = [json.loads(p.read_text()) for p in sorted(parts_dir(args).glob("*.json"))]
-    return [p for p in parts if part_finished(p)] if args.finished_only else parts
+    """The parts in the results folder, by file name, but those ``--leave-out`` names (a run in flight keeps its
+    part there, rewritten after every evaluation)."""
+    paths = sorted(parts_dir(args).glob("*.json"))
+    return [json.loads(p.read_text()) for p in paths
+            if not any(fnmatch.fnmatchcase(p.stem, pattern) for pattern in args.leave_out)]
 
 
 def report(args: argparse.Namespace) -> None:
@@ -1163,9 +1165,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                                                       "after its validation at this step (runs cut short by a "
                                                       "deadline: the same budget for every mode)")
     summary.add_argument("--at-step-model", default="smollm2-135m")
-    summary.add_argument("--finished-only", action="store_true",
-                         help="leave out the parts of runs still in flight (the comparison of the finished runs "
-                              "while others train)")
+    summary.add_argument("--leave-out", nargs="+", default=[], metavar="PART",
+                         help="part names (file names without .json; shell-style patterns) to leave out: the "
+                              "runs still in flight, for the comparison of the others")
     args = parser.parse_args(argv)
     _apply_quick(args)
     return args

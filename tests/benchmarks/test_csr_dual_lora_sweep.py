@@ -332,13 +332,9 @@ def test_a_part_made_before_its_modes_definition_changed_is_stale(tmp_path: Path
 def test_the_report_can_leave_out_the_parts_of_runs_in_flight(tmp_path: Path) -> None:
     folder = tmp_path / "csr_dual_lora"
     folder.mkdir()
-    parts = {"over": {"steps": 8, "steps_done": 8, "finished": True},
-             "testing": {"steps": 8, "steps_done": 8, "finished": False},  # its final tests still running
-             "training": {"steps": 8, "steps_done": 3, "finished": False},
-             "old": {"steps": 8, "steps_done": 8}}  # written before parts had the flag
-    for name, part in parts.items():
-        (folder / f"{name}.json").write_text(json.dumps({"name": name, **part}))
+    for name in ("dapo-s0", "dapo-s1", "echo-s0", "echo-s1"):
+        (folder / f"{name}.json").write_text(json.dumps({"name": name}))
     args = bench.parse_args(["report", "--results-dir", str(tmp_path)])
-    assert [p["name"] for p in bench.read_parts(args)] == ["old", "over", "testing", "training"]
-    args = bench.parse_args(["report", "--results-dir", str(tmp_path), "--finished-only"])
-    assert [p["name"] for p in bench.read_parts(args)] == ["old", "over"]
+    assert [p["name"] for p in bench.read_parts(args)] == ["dapo-s0", "dapo-s1", "echo-s0", "echo-s1"]
+    args = bench.parse_args(["report", "--results-dir", str(tmp_path), "--leave-out", "echo-s1", "dapo-*"])
+    assert [p["name"] for p in bench.read_parts(args)] == ["echo-s0"]
