@@ -266,6 +266,22 @@ def test_smollm2_processes_that_would_not_fit_in_memory_are_refused() -> None:
             check_memory(parse_args(argv), memory_bytes())
 
 
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--sweep", "smollm2"], "unknown sweep 'smollm2': choose one of smollm2-d3, tiny-d1"),
+    (["--sweep", "smollm2-d3", "--steps", "4"], "the smollm2-d3 sweep fixes --steps at 8 (given 4)"),
+    (["--sweep", "smollm2-d3", "--continue-on", "2"], "fixes --continue-on at (3,) (given [2])"),
+    (["--sweep", "smollm2-d3", "--modes", "dapo", "separate"], "--modes separate: not in the smollm2-d3 sweep"),
+    (["--modes", "dapo", "dapo-x"], "unknown mode(s) dapo-x: choose from dapo, "),
+    (["--sweep", "tiny-d1", "--device", "cuda", "--jobs", "5"], "at most 4 processes share one GPU"),
+    (["--sweep", "tiny-d1", "--device", "cuda", "--jobs", "3", "--evaluate-aside"], "2 per run"),
+    (["--difficulty", "2"], "name the modes to run (--modes) or a sweep (--sweep)"),
+])
+def test_sweep_rejects_bad_input(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        parse_args(argv)
+    assert message in capsys.readouterr().err
+
 def test_bootstrap_interval_on_constructed_examples() -> None:
     # seeds that each agree with themselves: only the draw of seeds varies (2 of 2 at 1, 2 of 2 at 0, ...)
     assert bootstrap_interval([[1.0] * 8, [0.0] * 8]) == (0.0, 1.0)
