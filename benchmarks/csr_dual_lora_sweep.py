@@ -49,8 +49,7 @@ MAX_GPU_JOBS = 4  # processes that share one GPU
 # run, measured over one imagined-call run validating aside and an ECHO run beside it on a 24 GiB machine: one
 # that only trains (``--evaluate-aside``), an evaluation worker at d3 validations and d1-d3 tests, one at a d4-d5
 # test (one at a time among the runs; 15.9 GB in a worker that had run the run's other evaluations before its d5
-# test), and one that trains and validates itself (its own d4-d5 tests hold at least what a
-# worker's do)
+# test), and one that trains and validates itself (its own d4-d5 tests hold at least what a worker's do)
 SMOLLM2_PEAK_GB = {"trains": 7.7, "evaluates": 10.7, "evaluates d4-d5": 15.9, "trains and evaluates": 15.9}
 
 

@@ -266,7 +266,6 @@ def test_smollm2_processes_that_would_not_fit_in_memory_are_refused() -> None:
             check_memory(parse_args(argv), memory_bytes())
 
 
-
 @pytest.mark.parametrize(("argv", "message"), [
     (["--sweep", "smollm2"], "unknown sweep 'smollm2': choose one of smollm2-d3, tiny-d1"),
     (["--sweep", "smollm2-d3", "--steps", "4"], "the smollm2-d3 sweep fixes --steps at 8 (given 4)"),
@@ -281,6 +280,7 @@ def test_sweep_rejects_bad_input(argv: list[str], message: str, capsys: pytest.C
     with pytest.raises(SystemExit):
         parse_args(argv)
     assert message in capsys.readouterr().err
+
 
 def test_bootstrap_interval_on_constructed_examples() -> None:
     # seeds that each agree with themselves: only the draw of seeds varies (2 of 2 at 1, 2 of 2 at 0, ...)
