@@ -3,6 +3,8 @@ and the trainer and batch that the single-process reference builds the same way.
 
 from __future__ import annotations
 
+import os
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
@@ -38,7 +40,10 @@ def group_member(rank: int, out_dir: str) -> Iterator[None]:
     """Run the body as ``rank`` of the process group already joined, then leave it so that no rank tears its
     connections down under a peer: a barrier once every rank's work is done, the group destroyed, and rank 0
     (the host of the group's TCP store) exits only after every other rank has left (a marker file each).
-    Leaving without that once killed rank 1 with SIGABRT ("terminate called without an active exception")."""
+    A rank that succeeded then ends its process at once (``os._exit``), without the interpreter's teardown:
+    objects still holding the destroyed group (a DDP reducer) would be freed there, and Gloo's threads freeing
+    their tensors while the interpreter is torn down abort it. Either way of leaving once killed rank 1 with
+    SIGABRT ("terminate called without an active exception")."""
     succeeded = False
     try:
         yield
@@ -53,6 +58,10 @@ def group_member(rank: int, out_dir: str) -> Iterator[None]:
         if all((Path(out_dir) / f".rank{other}-left").exists() for other in range(WORLD_SIZE)):
             break
         time.sleep(0.05)
+    if succeeded:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
 
 
 def make_trainer(tokenizer: PreTrainedTokenizerBase, finetune: str, aggregation: str, kl_coef: float,
@@ -213,8 +222,6 @@ def loop_trainer(output_dir: str, learner: str, sgd: bool = True, **overrides) -
 
 def torchrun_environment(rank: int, port: int) -> None:
     """One torch thread, and the environment variables torchrun gives rank ``rank`` (the trainer joins)."""
-    import os
-
     torch.set_num_threads(1)
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(WORLD_SIZE), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
 
