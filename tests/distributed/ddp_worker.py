@@ -42,8 +42,8 @@ def group_member(rank: int, out_dir: str) -> Iterator[None]:
     (the host of the group's TCP store) exits only after every other rank has left (a marker file each).
     A rank that succeeded then ends its process at once (``os._exit``), without the interpreter's teardown:
     objects still holding the destroyed group (a DDP reducer) would be freed there, and Gloo's threads freeing
-    their tensors while the interpreter is torn down abort it. Either way of leaving once killed rank 1 with
-    SIGABRT ("terminate called without an active exception")."""
+    their tensors while the interpreter is torn down abort it. Each of the two (ranks leaving out of step, then
+    that teardown) has killed rank 1 in CI with SIGABRT ("terminate called without an active exception")."""
     succeeded = False
     try:
         yield
